@@ -1,0 +1,207 @@
+//! AMQP plumbing shared by the harness and the roles: connections, the lab's
+//! topology, queue depth, x-death, and the broker's own version.
+
+use std::collections::BTreeMap;
+
+use anyhow::{Context, Result};
+use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
+use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
+use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::lab::{Exchange, Queue};
+
+pub async fn connect(url: &str) -> Result<Connection> {
+    Connection::connect(url, ConnectionProperties::default())
+        .await
+        .context("cannot connect to the broker")
+}
+
+pub async fn declare(channel: &Channel, exchanges: &[Exchange], queues: &[Queue]) -> Result<()> {
+    for x in exchanges {
+        let kind = match x.kind.as_str() {
+            "topic" => ExchangeKind::Topic,
+            "fanout" => ExchangeKind::Fanout,
+            "headers" => ExchangeKind::Headers,
+            _ => ExchangeKind::Direct,
+        };
+        let opts = ExchangeDeclareOptions {
+            durable: x.durable,
+            ..Default::default()
+        };
+        channel
+            .exchange_declare(x.name.as_str().into(), kind, opts, FieldTable::default())
+            .await
+            .with_context(|| format!("declaring exchange `{}`", x.name))?;
+    }
+    for q in queues {
+        let opts = QueueDeclareOptions {
+            durable: q.durable,
+            ..Default::default()
+        };
+        channel
+            .queue_declare(q.name.as_str().into(), opts, queue_arguments(&q.arguments)?)
+            .await
+            .with_context(|| format!("declaring queue `{}`", q.name))?;
+        for b in &q.bind {
+            channel
+                .queue_bind(
+                    q.name.as_str().into(),
+                    b.exchange.as_str().into(),
+                    b.key.as_str().into(),
+                    QueueBindOptions::default(),
+                    FieldTable::default(),
+                )
+                .await
+                .with_context(|| format!("binding `{}` to `{}`", q.name, b.exchange))?;
+        }
+    }
+    Ok(())
+}
+
+fn queue_arguments(args: &BTreeMap<String, toml::Value>) -> Result<FieldTable> {
+    let mut t = FieldTable::default();
+    for (k, v) in args {
+        let value = match v {
+            toml::Value::String(s) => AMQPValue::LongString(s.as_str().into()),
+            toml::Value::Integer(i) => AMQPValue::LongLongInt(*i),
+            toml::Value::Boolean(b) => AMQPValue::Boolean(*b),
+            other => anyhow::bail!("queue argument `{k}`: unsupported value `{other}`"),
+        };
+        t.insert(ShortString::from(k.as_str()), value);
+    }
+    Ok(t)
+}
+
+/// Ready messages and consumers of a queue, as the broker reports them.
+pub async fn queue_state(channel: &Channel, queue: &str) -> Result<(u32, u32)> {
+    let q = channel
+        .queue_declare(
+            queue.into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .with_context(|| format!("reading the depth of queue `{queue}`"))?;
+    Ok((q.message_count(), q.consumer_count()))
+}
+
+pub fn header_str(headers: Option<&FieldTable>, key: &str) -> Option<String> {
+    match headers?.inner().get(key)? {
+        AMQPValue::LongString(s) => Some(s.to_string()),
+        AMQPValue::ShortString(s) => Some(s.to_string()),
+        AMQPValue::LongInt(i) => Some(i.to_string()),
+        AMQPValue::LongLongInt(i) => Some(i.to_string()),
+        AMQPValue::ShortInt(i) => Some(i.to_string()),
+        _ => None,
+    }
+}
+
+pub fn string_table(pairs: &[(&str, &str)]) -> FieldTable {
+    let mut t = FieldTable::default();
+    for (k, v) in pairs {
+        t.insert((*k).into(), AMQPValue::LongString(LongString::from(*v)));
+    }
+    t
+}
+
+/// `1 + sum of x-death counts whose reason is rejected`. x-death keeps one
+/// entry per (queue, reason), so a single entry's count is not the total.
+pub fn attempt_from_x_death(headers: Option<&FieldTable>) -> u32 {
+    let Some(AMQPValue::FieldArray(deaths)) = headers.and_then(|h| h.inner().get("x-death")) else {
+        return 1;
+    };
+    1 + rejected_deaths(deaths)
+}
+
+fn rejected_deaths(deaths: &FieldArray) -> u32 {
+    deaths
+        .as_slice()
+        .iter()
+        .filter_map(|d| match d {
+            AMQPValue::FieldTable(t) => Some(t),
+            _ => None,
+        })
+        .filter(|t| {
+            matches!(t.inner().get("reason"), Some(AMQPValue::LongString(r)) if r.to_string() == "rejected")
+        })
+        .map(|t| match t.inner().get("count") {
+            Some(AMQPValue::LongLongInt(n)) => *n as u32,
+            Some(AMQPValue::LongInt(n)) => *n as u32,
+            Some(AMQPValue::LongUInt(n)) => *n,
+            Some(AMQPValue::ShortInt(n)) => *n as u32,
+            _ => 0,
+        })
+        .sum()
+}
+
+/// Reads the broker's `product` and `version` from its Connection.Start
+/// frame: the version of the server actually running, not of a package.
+pub async fn broker_version(host: &str, port: u16) -> Result<String> {
+    let mut s = tokio::net::TcpStream::connect((host, port)).await?;
+    s.write_all(b"AMQP\x00\x00\x09\x01").await?;
+    let mut head = [0u8; 7];
+    s.read_exact(&mut head).await?;
+    let size = u32::from_be_bytes([head[3], head[4], head[5], head[6]]) as usize;
+    anyhow::ensure!(
+        head[0] == 1 && size < 1 << 20,
+        "not an AMQP 0-9-1 method frame"
+    );
+    let mut payload = vec![0u8; size];
+    s.read_exact(&mut payload).await?;
+    // class id, method id, version-major, version-minor, then the properties table
+    let (_, props) = lapin::types::parsing::parse_field_table(&payload[6..])
+        .map_err(|e| anyhow::anyhow!("cannot parse Connection.Start: {e:?}"))?;
+    let get = |k: &str| header_str(Some(&props), k).unwrap_or_else(|| "unknown".into());
+    Ok(format!("{} {}", get("product"), get("version")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn death(queue: &str, reason: &str, count: i64) -> AMQPValue {
+        let mut t = FieldTable::default();
+        t.insert("queue".into(), AMQPValue::LongString(queue.into()));
+        t.insert("reason".into(), AMQPValue::LongString(reason.into()));
+        t.insert("count".into(), AMQPValue::LongLongInt(count));
+        t.insert("exchange".into(), AMQPValue::LongString("".into()));
+        AMQPValue::FieldTable(t)
+    }
+
+    fn headers(deaths: Vec<AMQPValue>) -> FieldTable {
+        let mut h = FieldTable::default();
+        h.insert("x-death".into(), AMQPValue::FieldArray(deaths.into()));
+        h
+    }
+
+    #[test]
+    fn no_x_death_is_first_attempt() {
+        assert_eq!(attempt_from_x_death(None), 1);
+        assert_eq!(attempt_from_x_death(Some(&FieldTable::default())), 1);
+    }
+
+    /// The shape RabbitMQ 3.10 sends after a reject from `orders.work` and a TTL
+    /// expiry in `orders.retry`, twice: one entry per (queue, reason).
+    #[test]
+    fn counts_only_rejections_across_entries() {
+        let h = headers(vec![
+            death("orders.retry", "expired", 2),
+            death("orders.work", "rejected", 2),
+        ]);
+        assert_eq!(attempt_from_x_death(Some(&h)), 3);
+    }
+
+    #[test]
+    fn sums_rejections_from_several_queues() {
+        let h = headers(vec![
+            death("orders.work", "rejected", 1),
+            death("orders.other", "rejected", 2),
+            death("orders.retry", "expired", 3),
+        ]);
+        assert_eq!(attempt_from_x_death(Some(&h)), 4);
+    }
+}

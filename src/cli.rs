@@ -1,0 +1,348 @@
+//! The command line: a thin front end. Parses, validates everything that can
+//! be checked without servers (labs, fixtures, snapshots), then hands over to
+//! the environment and the runner.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::env::local::LocalEnv;
+use crate::env::EnvOptions;
+use crate::exit;
+use crate::lab::{Lab, Project};
+use crate::runner::{self, LabRun, Sink};
+use crate::snapshot;
+
+#[derive(Parser)]
+#[command(
+    name = "mqlab",
+    version,
+    about = "Fault-injection labs that prove or refute message-queue reliability claims against a real RabbitMQ and PostgreSQL",
+    after_help = "Exit codes: 0 every lab passed and matched its snapshot; 1 a lab failed (assertion FAIL, snapshot mismatch, phase deadline); 2 usage or environment error; 130 interrupted."
+)]
+struct Cli {
+    /// Project directory holding labs/, fixtures/ and snapshots/ [default: the current
+    /// directory if it has labs/, else the source checkout mqlab was built from]
+    #[arg(long, global = true, env = "MQLAB_ROOT", value_name = "DIR")]
+    root: Option<PathBuf>,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run labs on one freshly started broker and database, then compare each
+    /// normalized transcript with its stored snapshot
+    Lab(LabArgs),
+    /// List the labs with their claims, and the engine's vocabulary
+    List,
+    /// Internal: a producer or consumer process started by the runner
+    #[command(hide = true)]
+    Role {
+        #[arg(value_enum)]
+        role: RoleKind,
+        #[arg(long)]
+        config: String,
+    },
+}
+
+#[derive(clap::Args)]
+struct LabArgs {
+    /// Labs to run (see `mqlab list`)
+    #[arg(value_name = "LAB", required_unless_present = "all")]
+    names: Vec<String>,
+    /// Run every lab under labs/
+    #[arg(long, conflicts_with = "names")]
+    all: bool,
+    /// Where the broker and database come from
+    #[arg(long, value_enum, default_value_t = EnvKind::Auto)]
+    env: EnvKind,
+    /// Rewrite the stored snapshots with this run's transcripts
+    #[arg(long)]
+    update: bool,
+    /// Seconds to wait for the broker and the database to become ready
+    #[arg(long, default_value_t = 60, value_name = "SECS")]
+    ready_timeout: u64,
+    /// Also write each normalized transcript to DIR/<lab>.log
+    #[arg(long, value_name = "DIR")]
+    transcript_dir: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum EnvKind {
+    /// The best environment available (today: local)
+    Auto,
+    /// RabbitMQ and PostgreSQL as child processes of mqlab, from the installed packages
+    Local,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum RoleKind {
+    Producer,
+    Consumer,
+}
+
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                exit::SETUP
+            } else {
+                exit::OK
+            };
+        }
+    };
+    let project = Project {
+        root: cli.root.clone().unwrap_or_else(default_root),
+    };
+    let result = match cli.cmd {
+        Cmd::Lab(args) => cmd_lab(&project, args),
+        Cmd::List => cmd_list(&project),
+        Cmd::Role { role, config } => return run_role(role, &config),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            exit::SETUP
+        }
+    }
+}
+
+fn default_root() -> PathBuf {
+    let cwd = std::env::current_dir().unwrap_or_default();
+    if cwd.join("labs").is_dir() {
+        cwd
+    } else {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    // One thread: children are spawned from it, and PR_SET_PDEATHSIG follows
+    // the spawning thread.
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+fn run_role(role: RoleKind, config: &str) -> i32 {
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .try_init();
+    let result = runtime().and_then(|rt| {
+        rt.block_on(async {
+            match role {
+                RoleKind::Producer => {
+                    crate::roles::producer::run(serde_json::from_str(config)?).await
+                }
+                RoleKind::Consumer => {
+                    crate::roles::consumer::run(serde_json::from_str(config)?).await
+                }
+            }
+        })
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            exit::LAB_FAILED
+        }
+    }
+}
+
+fn cmd_list(project: &Project) -> Result<i32> {
+    println!("labs ({}):", project.labs_dir().display());
+    for name in project.lab_names()? {
+        match project.load(&name) {
+            Ok(lab) => println!("  {:<16} {}", lab.name, lab.claim),
+            Err(e) => println!("  {name:<16} INVALID: {e:#}"),
+        }
+    }
+    println!("\nconsumer patterns:");
+    for (_, name, doc) in crate::roles::consumer::PATTERNS {
+        println!("  {name:<26} {doc}");
+    }
+    println!("\nfault windows (consumer):");
+    for (_, name, doc) in crate::roles::consumer::WINDOWS {
+        println!("  {name:<26} {doc}");
+    }
+    println!("\ncounters:");
+    for c in crate::checker::COUNTERS {
+        let arg = match c.arg {
+            crate::checker::Arg::None => "",
+            crate::checker::Arg::OptionalQueue => "[:queue]",
+            crate::checker::Arg::Queue => ":queue",
+            crate::checker::Arg::MessageId => ":message",
+        };
+        println!("  {:<26} {}", format!("{}{arg}", c.name), c.doc);
+    }
+    Ok(exit::OK)
+}
+
+/// Terminal output: transcript lines on stdout as they happen; phases on
+/// stderr, only when a person is watching.
+struct Terminal {
+    progress: bool,
+}
+
+impl Sink for Terminal {
+    fn phase(&mut self, lab: &str, phase: &str) {
+        if self.progress {
+            eprintln!("mqlab: {lab}: {phase}");
+        }
+    }
+    fn line(&mut self, line: &str) {
+        println!("{line}");
+    }
+}
+
+fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32> {
+    let names = if args.all {
+        project.lab_names()?
+    } else {
+        args.names.clone()
+    };
+    if names.is_empty() {
+        bail!("no labs found in `{}`", project.labs_dir().display());
+    }
+    // Everything that can be wrong without a server fails here, before any boot.
+    let labs: Vec<Lab> = names
+        .iter()
+        .map(|n| project.load(n))
+        .collect::<Result<_>>()?;
+    for lab in &labs {
+        snapshot::read(&snapshot::path_for(&project.snapshots_dir(), &lab.name))?;
+    }
+    if let Some(dir) = &args.transcript_dir {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create `{}`", dir.display()))?;
+    }
+    let exe = std::env::current_exe().context("cannot find the mqlab executable")?;
+    let opts = EnvOptions {
+        ready_timeout: Duration::from_secs(args.ready_timeout),
+        vhosts: labs.iter().map(|l| runner::vhost_for(&l.name)).collect(),
+    };
+    let mut sink = Terminal {
+        progress: std::io::stderr().is_terminal(),
+    };
+    let started = Instant::now();
+    let rt = runtime()?;
+    let runs = rt.block_on(async {
+        eprintln!("mqlab: starting RabbitMQ and PostgreSQL (local environment)");
+        let env = tokio::select! {
+            env = LocalEnv::start(&opts) => env?,
+            sig = interrupted() => return Ok(Err(sig)),
+        };
+        eprintln!(
+            "mqlab: environment ready in {:.1} s: {}, {}",
+            env.info.ready.as_secs_f64(),
+            env.info.broker_version,
+            env.info.db_version
+        );
+        let runs = tokio::select! {
+            r = run_all(&labs, &env, &exe, &mut sink) => r,
+            sig = interrupted() => Err(anyhow::anyhow!("{sig}")).map(|_: ()| Vec::new()).map_err(|e| e.context("interrupted")),
+        };
+        env.stop().await;
+        Ok::<_, anyhow::Error>(runs.map_err(|e| format!("{e:#}")))
+    })?;
+    let runs = match runs {
+        Ok(r) => r,
+        Err(sig) => {
+            eprintln!("mqlab: {sig}; environment stopped");
+            return Ok(exit::INTERRUPTED);
+        }
+    };
+    report(project, &labs, &runs, &args, started)
+}
+
+async fn run_all(
+    labs: &[Lab],
+    env: &LocalEnv,
+    exe: &std::path::Path,
+    sink: &mut dyn Sink,
+) -> Result<Vec<LabRun>> {
+    let mut runs = Vec::new();
+    for lab in labs {
+        runs.push(runner::run_lab(lab, &env.endpoints, exe, sink).await?);
+    }
+    Ok(runs)
+}
+
+async fn interrupted() -> String {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => "terminated (SIGTERM)".into(),
+        _ = int.recv() => "interrupted (SIGINT)".into(),
+    }
+}
+
+fn report(
+    project: &Project,
+    labs: &[Lab],
+    runs: &[LabRun],
+    args: &LabArgs,
+    started: Instant,
+) -> Result<i32> {
+    let mut failed = 0;
+    let mut rows = Vec::new();
+    for (lab, run) in labs.iter().zip(runs) {
+        let normalized = run.transcript.normalized();
+        if let Some(dir) = &args.transcript_dir {
+            std::fs::write(dir.join(format!("{}.log", lab.name)), &normalized)?;
+        }
+        let lab_file = format!("labs/{}.toml", lab.name);
+        let path = snapshot::path_for(&project.snapshots_dir(), &lab.name);
+        let mut verdict = if run.passed() { "PASS" } else { "FAIL" };
+        if let Some(e) = &run.error {
+            eprintln!("mqlab: {}: {e}", lab.name);
+        }
+        // A failed run is still compared: its diff shows where it went wrong.
+        match snapshot::compare(&path, &lab_file, &normalized, args.update && run.passed())? {
+            snapshot::Outcome::Matched => {}
+            snapshot::Outcome::Updated => {
+                eprintln!("mqlab: {}: snapshot updated: {}", lab.name, path.display())
+            }
+            snapshot::Outcome::Mismatch(diff) => {
+                verdict = "FAIL";
+                println!("{diff}");
+                eprintln!(
+                    "mqlab: {}: transcript differs from {} (actual run written to {}.new; accept with --update or `cargo insta review`)",
+                    lab.name,
+                    path.display(),
+                    path.display()
+                );
+            }
+        }
+        if verdict == "FAIL" {
+            failed += 1;
+        }
+        rows.push((lab.name.clone(), verdict, run.duration));
+    }
+    println!();
+    println!("{:<20} {:<8} {:>8}", "lab", "verdict", "seconds");
+    for (name, verdict, d) in &rows {
+        println!("{name:<20} {verdict:<8} {:>8.2}", d.as_secs_f64());
+    }
+    println!(
+        "{} passed, {} failed ({:.1} s wall)",
+        rows.len() - failed,
+        failed,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(if failed == 0 {
+        exit::OK
+    } else {
+        exit::LAB_FAILED
+    })
+}

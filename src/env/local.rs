@@ -1,0 +1,402 @@
+//! The `local` environment: our own RabbitMQ node and PostgreSQL cluster as
+//! child processes, on free 127.0.0.1 ports, in a temporary directory. The
+//! machine's own services on 5672/5432 are never touched.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use nix::sys::signal::Signal;
+use tokio::process::{Child, ChildStdin, Command};
+
+use super::process;
+use super::{Endpoints, EnvInfo, EnvOptions};
+use crate::{amqp, store};
+
+/// The lab broker's only user. A fixed password is fine for a throwaway node
+/// bound to 127.0.0.1; it never reaches a transcript.
+const AMQP_USER: &str = "mqlab";
+const AMQP_PASSWORD: &str = "mqlab";
+/// `base64(salt ++ sha256(salt ++ "mqlab"))`, salt `mqlb`: RabbitMQ's
+/// `rabbit_password_hashing_sha256` format for the definitions file.
+const AMQP_PASSWORD_HASH: &str = "bXFsYqOmh5m7bntlzLoTNCAJ+VXuXuQBgrO3dSCfBLDxX2PX";
+
+struct Binaries {
+    rabbitmq_server: PathBuf,
+    epmd: PathBuf,
+    pg_bin: PathBuf,
+}
+
+impl Binaries {
+    fn find() -> Result<Binaries> {
+        let rabbit_dir = std::env::var_os("MQLAB_RABBITMQ_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| "/usr/lib/rabbitmq/bin".into());
+        let rabbitmq_server = rabbit_dir.join("rabbitmq-server");
+        if !rabbitmq_server.exists() {
+            bail!(
+                "RabbitMQ is not installed: `{}` is missing (hint: `apt-get install rabbitmq-server`, or set MQLAB_RABBITMQ_BIN)",
+                rabbitmq_server.display()
+            );
+        }
+        let epmd = ["/usr/bin/epmd", "/usr/lib/erlang/bin/epmd"]
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| p.exists())
+            .context("Erlang's `epmd` is missing (hint: `apt-get install erlang-base`)")?;
+        let pg_bin = match std::env::var_os("MQLAB_PG_BIN") {
+            Some(p) => PathBuf::from(p),
+            None => newest_pg_bindir().context(
+                "PostgreSQL is not installed: no /usr/lib/postgresql/<major>/bin/postgres (hint: `apt-get install postgresql`, or set MQLAB_PG_BIN)",
+            )?,
+        };
+        if !pg_bin.join("postgres").exists() || !pg_bin.join("initdb").exists() {
+            bail!(
+                "PostgreSQL binaries missing in `{}` (hint: `apt-get install postgresql`)",
+                pg_bin.display()
+            );
+        }
+        Ok(Binaries {
+            rabbitmq_server,
+            epmd,
+            pg_bin,
+        })
+    }
+}
+
+fn newest_pg_bindir() -> Option<PathBuf> {
+    let mut majors: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let major = e.file_name().to_string_lossy().parse::<u32>().ok()?;
+            let bin = e.path().join("bin");
+            bin.join("postgres").exists().then_some((major, bin))
+        })
+        .collect();
+    majors.sort();
+    majors.pop().map(|(_, p)| p)
+}
+
+/// Free loopback ports, distinct, outside the range `rabbitmqctl` uses for itself.
+fn free_ports(n: usize) -> Result<Vec<u16>> {
+    let mut held = Vec::new();
+    while held.len() < n {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").context("no free port on 127.0.0.1")?;
+        let port = l.local_addr()?.port();
+        if !(35672..=35682).contains(&port) {
+            held.push(l);
+        }
+    }
+    Ok(held
+        .iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect())
+}
+
+pub struct LocalEnv {
+    dir: Option<tempfile::TempDir>,
+    epmd: Option<Child>,
+    rabbit: Option<Child>,
+    /// Held open: RabbitMQ started with RABBITMQ_ALLOW_INPUT halts when it closes.
+    rabbit_stdin: Option<ChildStdin>,
+    postgres: Option<Child>,
+    pub endpoints: Endpoints,
+    pub info: EnvInfo,
+}
+
+struct RabbitPaths {
+    log: PathBuf,
+}
+
+impl LocalEnv {
+    pub async fn start(opts: &EnvOptions) -> Result<LocalEnv> {
+        let started = Instant::now();
+        let bins = Binaries::find()?;
+        let dir = tempfile::Builder::new()
+            .prefix("mqlab-")
+            .tempdir_in("/tmp")
+            .context("creating the temporary directory")?;
+        // Traversable (PostgreSQL runs as another user), not writable by others.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))?;
+        let ports = free_ports(5)?;
+        let (amqp_port, dist_port, epmd_port, pg_port) = (ports[0], ports[1], ports[2], ports[3]);
+        let mut env = LocalEnv {
+            dir: Some(dir),
+            epmd: None,
+            rabbit: None,
+            rabbit_stdin: None,
+            postgres: None,
+            endpoints: Endpoints {
+                amqp_host: "127.0.0.1".into(),
+                amqp_port,
+                amqp_user: AMQP_USER.into(),
+                amqp_password: AMQP_PASSWORD.into(),
+                pg_host: "127.0.0.1".into(),
+                pg_port,
+                pg_user: "postgres".into(),
+            },
+            info: EnvInfo {
+                kind: "local",
+                broker_version: String::new(),
+                broker_source: bins.rabbitmq_server.display().to_string(),
+                db_version: String::new(),
+                db_source: bins.pg_bin.join("postgres").display().to_string(),
+                ready: Duration::ZERO,
+            },
+        };
+        let root = env.dir().to_path_buf();
+        let deadline = Instant::now() + opts.ready_timeout;
+        let rabbit = env.spawn_rabbit(&bins, &root, opts, dist_port, epmd_port)?;
+        env.spawn_postgres(&bins, &root, pg_port).await?;
+        let (broker, db) = tokio::join!(
+            env.rabbit_ready(&rabbit, opts, deadline),
+            env.postgres_ready(&root, deadline)
+        );
+        env.info.broker_version = broker?;
+        env.info.db_version = db?;
+        env.info.ready = started.elapsed();
+        Ok(env)
+    }
+
+    fn dir(&self) -> &Path {
+        self.dir
+            .as_ref()
+            .expect("environment already stopped")
+            .path()
+    }
+
+    fn spawn_rabbit(
+        &mut self,
+        bins: &Binaries,
+        root: &Path,
+        opts: &EnvOptions,
+        dist_port: u16,
+        epmd_port: u16,
+    ) -> Result<RabbitPaths> {
+        let base = root.join("rabbit");
+        let home = base.join("home");
+        for d in ["home", "etc", "mnesia", "log"] {
+            std::fs::create_dir_all(base.join(d))?;
+        }
+        let cookie = home.join(".erlang.cookie");
+        std::fs::write(&cookie, format!("MQLAB{}", std::process::id()))?;
+        std::fs::set_permissions(&cookie, std::fs::Permissions::from_mode(0o400))?;
+        let definitions = base.join("etc/definitions.json");
+        std::fs::write(&definitions, definitions_json(&opts.vhosts).to_string())?;
+        std::fs::write(
+            base.join("etc/rabbitmq.conf"),
+            format!(
+                "log.console = false\nload_definitions = {}\n",
+                definitions.display()
+            ),
+        )?;
+        std::fs::write(base.join("etc/enabled_plugins"), "[].\n")?;
+
+        // Our own epmd, in the foreground: otherwise beam starts `epmd -daemon`, which outlives us.
+        let mut epmd = Command::new(&bins.epmd);
+        epmd.args(["-port", &epmd_port.to_string(), "-address", "127.0.0.1"]);
+        self.epmd = Some(process::spawn(
+            &mut epmd,
+            &base.join("log/epmd.out"),
+            false,
+        )?);
+
+        let node = "mqlab@localhost".to_string();
+        let mut cmd = Command::new(&bins.rabbitmq_server);
+        cmd.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &home)
+            .env("RABBITMQ_NODENAME", &node)
+            .env("RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1")
+            .env("RABBITMQ_NODE_PORT", self.endpoints.amqp_port.to_string())
+            .env("RABBITMQ_DIST_PORT", dist_port.to_string())
+            .env("ERL_EPMD_PORT", epmd_port.to_string())
+            .env("RABBITMQ_CONF_ENV_FILE", "/dev/null")
+            .env("RABBITMQ_CONFIG_FILE", base.join("etc/rabbitmq.conf"))
+            .env(
+                "RABBITMQ_ENABLED_PLUGINS_FILE",
+                base.join("etc/enabled_plugins"),
+            )
+            .env("RABBITMQ_MNESIA_BASE", base.join("mnesia"))
+            .env("RABBITMQ_LOG_BASE", base.join("log"))
+            .env("RABBITMQ_ALLOW_INPUT", "1")
+            .env(
+                "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS",
+                "-kernel inet_dist_use_interface {127,0,0,1}",
+            )
+            .stdin(Stdio::piped());
+        let mut child = process::spawn(&mut cmd, &base.join("log/server.out"), false)?;
+        self.rabbit_stdin = child.stdin.take();
+        self.rabbit = Some(child);
+        Ok(RabbitPaths {
+            log: base.join(format!("log/{node}.log")),
+        })
+    }
+
+    async fn spawn_postgres(&mut self, bins: &Binaries, root: &Path, port: u16) -> Result<()> {
+        let base = root.join("pg");
+        std::fs::create_dir_all(&base)?;
+        let owner = postgres_owner()?;
+        if let Some((uid, gid)) = owner {
+            nix::unistd::chown(&base, Some(uid.into()), Some(gid.into()))?;
+        }
+        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o700))?;
+        let log = root.join("pg.log");
+        std::fs::write(&log, "")?;
+        if let Some((uid, gid)) = owner {
+            nix::unistd::chown(&log, Some(uid.into()), Some(gid.into()))?;
+        }
+        let as_owner = |cmd: &mut Command| {
+            if let Some((uid, gid)) = owner {
+                cmd.uid(uid).gid(gid);
+            }
+        };
+        let mut initdb = Command::new(bins.pg_bin.join("initdb"));
+        initdb.arg("-D").arg(base.join("data")).args([
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "--no-sync",
+            "--no-instructions",
+            "-E",
+            "UTF8",
+            "--locale=C",
+        ]);
+        as_owner(&mut initdb);
+        let status = process::spawn(&mut initdb, &log, false)?.wait().await?;
+        if !status.success() {
+            bail!("initdb failed ({status}):\n{}", process::tail(&log, 10));
+        }
+        let mut pg = Command::new(bins.pg_bin.join("postgres"));
+        pg.arg("-D")
+            .arg(base.join("data"))
+            .arg("-k")
+            .arg(&base)
+            .args([
+                "-p",
+                &port.to_string(),
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "fsync=off",
+                "-c",
+                "full_page_writes=off",
+            ]);
+        as_owner(&mut pg);
+        self.postgres = Some(process::spawn(&mut pg, &log, false)?);
+        Ok(())
+    }
+
+    async fn rabbit_ready(
+        &self,
+        p: &RabbitPaths,
+        opts: &EnvOptions,
+        deadline: Instant,
+    ) -> Result<String> {
+        let vhost = opts.vhosts.first().map(String::as_str).unwrap_or("/");
+        let url = self.endpoints.amqp_url(vhost);
+        let logs = || {
+            format!(
+                "{}\n{}",
+                process::tail(&p.log, 15),
+                process::tail(&p.log.with_file_name("server.out"), 5)
+            )
+        };
+        loop {
+            if let Ok(conn) = amqp::connect(&url).await {
+                let _ = conn.close(200, "ready".into()).await;
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "RabbitMQ did not become ready within {} s; last lines of its log:\n{}",
+                    opts.ready_timeout.as_secs(),
+                    logs()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        amqp::broker_version(&self.endpoints.amqp_host, self.endpoints.amqp_port).await
+    }
+
+    async fn postgres_ready(&self, root: &Path, deadline: Instant) -> Result<String> {
+        let url = self.endpoints.pg_url("postgres");
+        loop {
+            if let Ok(mut c) = store::connect(&url).await {
+                return store::server_version(&mut c).await;
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "PostgreSQL did not become ready; last lines of its log:\n{}",
+                    process::tail(&root.join("pg.log"), 15)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Orderly teardown: RabbitMQ halts when its stdin closes; PostgreSQL gets
+    /// a fast shutdown; then the directory goes.
+    pub async fn stop(mut self) {
+        drop(self.rabbit_stdin.take());
+        if let Some(mut c) = self.rabbit.take() {
+            process::stop(&mut c, Signal::SIGKILL, Duration::from_secs(5)).await;
+        }
+        if let Some(mut c) = self.postgres.take() {
+            process::stop(&mut c, Signal::SIGINT, Duration::from_secs(5)).await;
+        }
+        if let Some(mut c) = self.epmd.take() {
+            process::stop(&mut c, Signal::SIGKILL, Duration::from_secs(5)).await;
+        }
+        if let Some(d) = self.dir.take() {
+            let _ = d.close();
+        }
+    }
+}
+
+impl Drop for LocalEnv {
+    /// The panic and early-return path: nothing can be awaited, so kill hard.
+    fn drop(&mut self) {
+        drop(self.rabbit_stdin.take());
+        for c in [&mut self.rabbit, &mut self.postgres, &mut self.epmd]
+            .into_iter()
+            .flatten()
+        {
+            process::kill_now(c);
+        }
+        if let Some(d) = self.dir.take() {
+            let _ = d.close();
+        }
+    }
+}
+
+/// PostgreSQL refuses to run as root: as root, run it as the `postgres` user.
+fn postgres_owner() -> Result<Option<(u32, u32)>> {
+    if !nix::unistd::geteuid().is_root() {
+        return Ok(None);
+    }
+    let user = nix::unistd::User::from_name("postgres")?.context(
+        "running as root, but there is no `postgres` system user to run PostgreSQL as (hint: `apt-get install postgresql` creates it)",
+    )?;
+    Ok(Some((user.uid.as_raw(), user.gid.as_raw())))
+}
+
+/// Vhosts, the lab user and its permissions, imported at boot: no CLI round
+/// trips (each `rabbitmqctl` call costs ~0.7 s).
+fn definitions_json(vhosts: &[String]) -> serde_json::Value {
+    serde_json::json!({
+        "users": [{
+            "name": AMQP_USER,
+            "password_hash": AMQP_PASSWORD_HASH,
+            "hashing_algorithm": "rabbit_password_hashing_sha256",
+            "tags": ["administrator"]
+        }],
+        "vhosts": vhosts.iter().map(|v| serde_json::json!({"name": v})).collect::<Vec<_>>(),
+        "permissions": vhosts.iter().map(|v| serde_json::json!({
+            "user": AMQP_USER, "vhost": v, "configure": ".*", "write": ".*", "read": ".*"
+        })).collect::<Vec<_>>(),
+    })
+}

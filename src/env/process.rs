@@ -1,0 +1,72 @@
+//! Child processes that cannot outlive the harness: each in its own process
+//! group (a terminal's Ctrl-C reaches only the harness, which tears down in
+//! order), with PR_SET_PDEATHSIG so that even a SIGKILL of the harness takes
+//! them along.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use nix::sys::signal::{self, Signal};
+use nix::unistd::Pid;
+use tokio::process::{Child, Command};
+
+/// Spawns with stdout and stderr appended to `log`. Must be called from the
+/// thread that lives as long as the run (the runtime's main thread): the
+/// death signal fires when the spawning thread exits.
+/// With `pipe_stdout`, stdout is a pipe for the caller to read instead.
+pub fn spawn(cmd: &mut Command, log: &Path, pipe_stdout: bool) -> Result<Child> {
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .with_context(|| format!("opening `{}`", log.display()))?;
+    let err = out.try_clone()?;
+    if pipe_stdout {
+        cmd.stdout(Stdio::piped());
+    } else {
+        cmd.stdout(Stdio::from(out));
+    }
+    cmd.stderr(Stdio::from(err))
+        .process_group(0)
+        .kill_on_drop(true);
+    // SAFETY: prctl is async-signal-safe; nothing is allocated in the child.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
+        });
+    }
+    let program = format!("{:?}", cmd.as_std().get_program());
+    cmd.spawn()
+        .with_context(|| format!("cannot start {program}"))
+}
+
+/// Sends `sig`, waits up to `grace`, then SIGKILLs the whole process group and reaps.
+pub async fn stop(child: &mut Child, sig: Signal, grace: Duration) {
+    let Some(pid) = child.id() else { return };
+    let _ = signal::kill(Pid::from_raw(pid as i32), sig);
+    if tokio::time::timeout(grace, child.wait()).await.is_err() {
+        let _ = signal::killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
+        let _ = child.wait().await;
+    }
+    // Stragglers in the group (backends, helpers) go too.
+    let _ = signal::killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
+}
+
+/// For Drop paths, where nothing can be awaited.
+pub fn kill_now(child: &mut Child) {
+    if let Some(pid) = child.id() {
+        let _ = signal::killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
+        let _ = signal::kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+    }
+    let _ = child.start_kill();
+    let _ = child.try_wait();
+}
+
+/// The last `n` lines of a log file, for "did not become ready" errors.
+pub fn tail(path: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}

@@ -1,0 +1,18 @@
+//! mqlab: fault-injection labs that prove or refute message-queue reliability
+//! claims against a real RabbitMQ and PostgreSQL.
+//!
+//! Data flows one way: lab definition ([`lab`]) → environment ([`env`]) →
+//! roles ([`roles`], as subprocesses) → transcript ([`transcript`]) → checker
+//! ([`checker`]) → snapshot ([`snapshot`]). [`runner`] sequences the phases.
+
+pub mod amqp;
+pub mod checker;
+pub mod cli;
+pub mod env;
+pub mod exit;
+pub mod lab;
+pub mod roles;
+pub mod runner;
+pub mod snapshot;
+pub mod store;
+pub mod transcript;

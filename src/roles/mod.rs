@@ -1,0 +1,53 @@
+//! The roles that run as their own OS processes (hidden `mqlab role ...`
+//! subcommands). They read one JSON config, print logfmt lines on stdout and
+//! know nothing of snapshots, assertions or faults other than their windows.
+
+pub mod consumer;
+pub mod producer;
+
+use lapin::message::Delivery;
+
+use crate::amqp;
+use crate::transcript::MessageMeta;
+
+/// Prints one record: stdout is line-buffered, so a window marker is on the
+/// harness's side of the pipe before the role blocks.
+pub fn emit(line: String) {
+    println!("{line}");
+}
+
+pub fn meta_of(d: &Delivery) -> MessageMeta {
+    let p = &d.properties;
+    let headers = p.headers().as_ref();
+    let h = |k: &str| amqp::header_str(headers, k).unwrap_or_default();
+    MessageMeta {
+        message_id: p
+            .message_id()
+            .as_ref()
+            .map(|s| s.to_string())
+            .unwrap_or_default(),
+        event_type: h("eventType"),
+        schema_version: h("schemaVersion"),
+        aggregate_id: h("aggregateId"),
+        trace_id: h("traceId"),
+        correlation_id: p
+            .correlation_id()
+            .as_ref()
+            .map(|s| s.to_string())
+            .unwrap_or_default(),
+    }
+}
+
+pub fn properties_of(m: &MessageMeta) -> lapin::BasicProperties {
+    lapin::BasicProperties::default()
+        .with_message_id(m.message_id.as_str().into())
+        .with_correlation_id(m.correlation_id.as_str().into())
+        .with_content_type("application/json".into())
+        .with_delivery_mode(2)
+        .with_headers(amqp::string_table(&[
+            ("traceId", &m.trace_id),
+            ("eventType", &m.event_type),
+            ("schemaVersion", &m.schema_version),
+            ("aggregateId", &m.aggregate_id),
+        ]))
+}

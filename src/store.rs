@@ -1,0 +1,157 @@
+//! PostgreSQL: the lab database, the inbox transaction's statements, and the
+//! ground truth the checker reads back.
+
+use anyhow::{Context, Result};
+use serde::Deserialize;
+use sqlx::{Connection, PgConnection, Postgres, Transaction};
+
+/// Fields an `inspect` step can print.
+pub const INSPECT_FIELDS: &[&str] = &["business_rows", "processed_rows"];
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!();
+
+pub async fn connect(url: &str) -> Result<PgConnection> {
+    PgConnection::connect(url)
+        .await
+        .context("cannot connect to PostgreSQL")
+}
+
+/// A fresh database per lab run, so labs sharing one server cannot see each other.
+pub async fn create_database(admin: &mut PgConnection, name: &str) -> Result<()> {
+    sqlx::query(&format!("DROP DATABASE IF EXISTS \"{name}\""))
+        .execute(&mut *admin)
+        .await?;
+    sqlx::query(&format!("CREATE DATABASE \"{name}\""))
+        .execute(&mut *admin)
+        .await
+        .with_context(|| format!("creating database `{name}`"))?;
+    Ok(())
+}
+
+pub async fn migrate(conn: &mut PgConnection) -> Result<()> {
+    MIGRATOR.run(conn).await.context("running migrations")?;
+    Ok(())
+}
+
+pub async fn server_version(conn: &mut PgConnection) -> Result<String> {
+    let (v,): (String,) = sqlx::query_as("SELECT current_setting('server_version')")
+        .fetch_one(conn)
+        .await?;
+    Ok(format!("PostgreSQL {v}"))
+}
+
+/// The business payload. `amount` is required: a fixture without it is a
+/// poison message whose business write fails the same way every time.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OrderCreated {
+    pub event_id: String,
+    pub order_id: String,
+    pub amount: f64,
+    pub currency: String,
+}
+
+impl OrderCreated {
+    pub fn parse(body: &[u8]) -> Result<Self, String> {
+        serde_json::from_slice(body).map_err(|e| e.to_string())
+    }
+}
+
+/// The inbox key of a delivery: the event id from the body (fallback: the
+/// AMQP message id, so an unreadable body still has a stable key).
+pub fn event_id(body: &[u8], message_id: &str) -> String {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("eventId")?.as_str().map(str::to_string))
+        .unwrap_or_else(|| message_id.to_string())
+}
+
+/// `true` when this (consumer, event) was new; `false` means a duplicate.
+pub async fn insert_inbox(
+    tx: &mut Transaction<'_, Postgres>,
+    consumer: &str,
+    event_id: &str,
+) -> Result<bool> {
+    let r = sqlx::query(
+        "INSERT INTO inbox_messages (consumer_name, event_id, processed_at) VALUES ($1, $2, now()) \
+         ON CONFLICT (consumer_name, event_id) DO NOTHING",
+    )
+    .bind(consumer)
+    .bind(event_id)
+    .execute(&mut **tx)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+pub async fn insert_inbox_autocommit(
+    conn: &mut PgConnection,
+    consumer: &str,
+    event_id: &str,
+) -> Result<bool> {
+    let mut tx = conn.begin().await?;
+    let new = insert_inbox(&mut tx, consumer, event_id).await?;
+    tx.commit().await?;
+    Ok(new)
+}
+
+pub async fn reserve_inventory(
+    conn: &mut PgConnection,
+    consumer: &str,
+    message_id: &str,
+    order: &OrderCreated,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO inventory_reservations (consumer_name, message_id, event_id, order_id, amount, currency) \
+         VALUES ($1, $2, $3, $4, $5::numeric, $6)",
+    )
+    .bind(consumer)
+    .bind(message_id)
+    .bind(&order.event_id)
+    .bind(&order.order_id)
+    .bind(order.amount.to_string())
+    .bind(&order.currency)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// What PostgreSQL holds after (or during) a run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Ground {
+    /// One (consumer, message id) pair per business row.
+    pub business: Vec<(String, String)>,
+    pub processed_rows: i64,
+}
+
+impl Ground {
+    pub fn field(&self, name: &str) -> i64 {
+        match name {
+            "business_rows" => self.business.len() as i64,
+            "processed_rows" => self.processed_rows,
+            _ => 0,
+        }
+    }
+}
+
+pub async fn read_ground(conn: &mut PgConnection) -> Result<Ground> {
+    let business: Vec<(String, String)> =
+        sqlx::query_as("SELECT consumer_name, message_id FROM inventory_reservations ORDER BY id")
+            .fetch_all(&mut *conn)
+            .await?;
+    let (processed_rows,): (i64,) = sqlx::query_as("SELECT count(*) FROM inbox_messages")
+        .fetch_one(&mut *conn)
+        .await?;
+    Ok(Ground {
+        business,
+        processed_rows,
+    })
+}
+
+pub async fn business_rows_for(conn: &mut PgConnection, message_id: &str) -> Result<i64> {
+    let (n,): (i64,) =
+        sqlx::query_as("SELECT count(*) FROM inventory_reservations WHERE message_id = $1")
+            .bind(message_id)
+            .fetch_one(conn)
+            .await?;
+    Ok(n)
+}

@@ -1,0 +1,276 @@
+//! The one log format every role writes, and the normalization that makes two
+//! runs of a correct lab byte-identical.
+
+use std::fmt::Display;
+use std::time::SystemTime;
+
+pub const SERVICE: &str = "order-service";
+pub const PRODUCT: &str = "rabbitmq";
+
+/// Keys whose values differ between runs of the same lab; nothing else is
+/// rewritten, so a real difference always reaches the snapshot diff.
+const VOLATILE: &[(&str, &str)] = &[("timestamp", "<ts>"), ("durationMs", "<ms>")];
+
+/// What identifies an event in every line about it (producer and consumer alike).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct MessageMeta {
+    pub message_id: String,
+    pub event_type: String,
+    pub schema_version: String,
+    pub aggregate_id: String,
+    pub trace_id: String,
+    pub correlation_id: String,
+}
+
+/// A logfmt record under construction. The common prefix (timestamp, level,
+/// service, product, lab) is fixed here so that no role can drift from it.
+pub struct Record {
+    text: String,
+}
+
+impl Record {
+    pub fn new(lab: &str) -> Self {
+        Self::at_level(lab, "INFO")
+    }
+
+    pub fn at_level(lab: &str, level: &str) -> Self {
+        let ts = humantime::format_rfc3339_millis(SystemTime::now());
+        let mut r = Record {
+            text: String::with_capacity(256),
+        };
+        r.push("timestamp", ts);
+        r.push("level", level);
+        r.push("service", SERVICE);
+        r.push("product", PRODUCT);
+        r.push("lab", lab);
+        r
+    }
+
+    fn push(&mut self, key: &str, value: impl Display) {
+        if !self.text.is_empty() {
+            self.text.push(' ');
+        }
+        let value = value.to_string();
+        self.text.push_str(key);
+        self.text.push('=');
+        if value.is_empty() || value.contains([' ', '"', '=']) {
+            self.text.push_str(&format!("{value:?}"));
+        } else {
+            self.text.push_str(&value);
+        }
+    }
+
+    pub fn with(mut self, key: &str, value: impl Display) -> Self {
+        self.push(key, value);
+        self
+    }
+
+    pub fn meta(self, m: &MessageMeta) -> Self {
+        self.with("messageId", &m.message_id)
+            .with("eventType", &m.event_type)
+            .with("schemaVersion", &m.schema_version)
+            .with("aggregateId", &m.aggregate_id)
+            .with("traceId", &m.trace_id)
+            .with("correlationId", &m.correlation_id)
+    }
+
+    /// `status` is always the last field: it is what a reader scans for.
+    pub fn status(mut self, status: &str) -> String {
+        self.push("status", status);
+        self.text
+    }
+}
+
+/// The roles whose lines make up a transcript, in the `[role]` prefix form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Producer,
+    Consumer,
+    Inspect,
+    Assert,
+}
+
+impl Role {
+    pub fn tag(self) -> &'static str {
+        match self {
+            Role::Producer => "producer",
+            Role::Consumer => "consumer",
+            Role::Inspect => "inspect",
+            Role::Assert => "assert",
+        }
+    }
+}
+
+/// One transcript line, parsed back into its role and fields so that the
+/// checker counts what was actually written, not what the code meant to write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub role: String,
+    pub fields: Vec<(String, String)>,
+}
+
+impl Entry {
+    pub fn parse(line: &str) -> Option<Entry> {
+        let rest = line.strip_prefix('[')?;
+        let (role, rest) = rest.split_once("] ")?;
+        let fields = split_fields(rest)
+            .into_iter()
+            .filter_map(|tok| {
+                let (k, v) = tok.split_once('=')?;
+                Some((k.to_string(), unquote(v)))
+            })
+            .collect();
+        Some(Entry {
+            role: role.to_string(),
+            fields,
+        })
+    }
+
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.fields
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn is(&self, role: &str, status: &str) -> bool {
+        self.role == role && self.get("status") == Some(status)
+    }
+}
+
+fn unquote(v: &str) -> String {
+    if v.len() >= 2 && v.starts_with('"') && v.ends_with('"') {
+        serde_json::from_str(v).unwrap_or_else(|_| v[1..v.len() - 1].to_string())
+    } else {
+        v.to_string()
+    }
+}
+
+/// Splits on spaces outside double quotes.
+fn split_fields(s: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut start, mut quoted, mut escaped) = (0, false, false);
+    for (i, c) in s.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if quoted => escaped = true,
+            '"' => quoted = !quoted,
+            ' ' if !quoted => {
+                if i > start {
+                    out.push(&s[start..i]);
+                }
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    if start < s.len() {
+        out.push(&s[start..]);
+    }
+    out
+}
+
+/// Replaces the run-dependent values of one line. Idempotent by construction:
+/// placeholders are themselves stable values of the same keys.
+pub fn normalize_line(line: &str) -> String {
+    let Some((prefix, rest)) = line.split_once("] ") else {
+        return line.to_string();
+    };
+    let tokens: Vec<String> = split_fields(rest)
+        .into_iter()
+        .map(|tok| match tok.split_once('=') {
+            Some((k, _)) => match VOLATILE.iter().find(|(key, _)| *key == k) {
+                Some((_, placeholder)) => format!("{k}={placeholder}"),
+                None => tok.to_string(),
+            },
+            None => tok.to_string(),
+        })
+        .collect();
+    format!("{prefix}] {}", tokens.join(" "))
+}
+
+pub fn normalize(text: &str) -> String {
+    let mut out: String = text
+        .lines()
+        .map(normalize_line)
+        .collect::<Vec<_>>()
+        .join("\n");
+    if !out.is_empty() {
+        out.push('\n');
+    }
+    out
+}
+
+/// The ordered lines of one lab run, as the harness received them.
+#[derive(Clone, Debug, Default)]
+pub struct Transcript {
+    lines: Vec<String>,
+}
+
+impl Transcript {
+    pub fn push(&mut self, role: Role, body: &str) -> &str {
+        self.lines.push(format!("[{}] {}", role.tag(), body));
+        self.lines.last().unwrap()
+    }
+
+    pub fn lines(&self) -> &[String] {
+        &self.lines
+    }
+
+    pub fn entries(&self) -> Vec<Entry> {
+        self.lines.iter().filter_map(|l| Entry::parse(l)).collect()
+    }
+
+    pub fn normalized(&self) -> String {
+        normalize(&self.lines.join("\n"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RAW: &str = "[consumer] timestamp=2026-08-19T07:55:38.494Z level=INFO service=order-service product=rabbitmq lab=consumer-crash messageId=mid-1 durationMs=12 status=received";
+
+    #[test]
+    fn normalizes_volatile_fields_only() {
+        assert_eq!(
+            normalize_line(RAW),
+            "[consumer] timestamp=<ts> level=INFO service=order-service product=rabbitmq lab=consumer-crash messageId=mid-1 durationMs=<ms> status=received"
+        );
+    }
+
+    #[test]
+    fn normalizing_twice_changes_nothing() {
+        let once = normalize(RAW);
+        assert_eq!(normalize(&once), once);
+        let reference = include_str!("../snapshots/consumer-crash.snap");
+        let body = reference.split("---\n").nth(2).unwrap();
+        assert_eq!(normalize(body), body);
+    }
+
+    #[test]
+    fn assert_lines_pass_through() {
+        assert_eq!(
+            normalize_line("[assert] crashExitCode=137 PASS"),
+            "[assert] crashExitCode=137 PASS"
+        );
+    }
+
+    #[test]
+    fn record_quotes_values_with_spaces_and_parses_back() {
+        let line = format!(
+            "[consumer] {}",
+            Record::new("x")
+                .with("error", "missing field `amount`")
+                .status("retry")
+        );
+        let e = Entry::parse(&line).unwrap();
+        assert_eq!(e.get("error"), Some("missing field `amount`"));
+        assert_eq!(e.get("status"), Some("retry"));
+        assert_eq!(
+            normalize_line(&normalize_line(&line)),
+            normalize_line(&line)
+        );
+    }
+}

@@ -1,0 +1,102 @@
+//! Bad input: one clear line, exit 2, within seconds, nothing started.
+
+mod common;
+use common::*;
+
+fn expect_setup_error(cmd: &mut std::process::Command, needle: &str) {
+    let started = std::time::Instant::now();
+    let (code, stdout, stderr) = run(cmd);
+    assert_eq!(code, 2, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stderr.contains(needle), "expected `{needle}` in:\n{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        started.elapsed().as_secs() < 5,
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn unknown_lab() {
+    expect_setup_error(
+        mqlab(&["lab", "nope"]).current_dir(root()),
+        "unknown lab `nope` (known: consumer-crash",
+    );
+}
+
+#[test]
+fn corrupt_snapshot_names_the_file() {
+    let p = scratch_project();
+    std::fs::write(
+        p.path().join("snapshots/consumer-crash.snap"),
+        "not a snapshot\n",
+    )
+    .unwrap();
+    expect_setup_error(
+        &mut mqlab(&[
+            "lab",
+            "consumer-crash",
+            "--root",
+            p.path().to_str().unwrap(),
+        ]),
+        "corrupt snapshot `",
+    );
+}
+
+#[test]
+fn malformed_lab_file_reports_file_and_line() {
+    let p = scratch_project();
+    let lab = p.path().join("labs/consumer-crash.toml");
+    let text = std::fs::read_to_string(&lab).unwrap();
+    std::fs::write(&lab, text.replace("[[queue]]", "[[queue]\n")).unwrap();
+    expect_setup_error(
+        &mut mqlab(&[
+            "lab",
+            "consumer-crash",
+            "--root",
+            p.path().to_str().unwrap(),
+        ]),
+        "consumer-crash.toml:4:",
+    );
+}
+
+#[test]
+fn semantic_errors_name_the_key_path() {
+    let p = scratch_project();
+    let lab = p.path().join("labs/consumer-crash.toml");
+    let text = std::fs::read_to_string(&lab).unwrap();
+    let broken = text
+        .replace("after-commit-before-ack", "after-lunch")
+        .replace("\"order-1003\"", "\"order-9999\"");
+    std::fs::write(&lab, broken).unwrap();
+    let (code, _, stderr) = run(&mut mqlab(&[
+        "lab",
+        "consumer-crash",
+        "--root",
+        p.path().to_str().unwrap(),
+    ]));
+    assert_eq!(code, 2);
+    assert!(
+        stderr.contains("step[1].fault.window: unknown fault window `after-lunch`"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("step[0].publish.messages[2]: fixture `"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn missing_broker_binary_says_what_to_install() {
+    expect_setup_error(
+        mqlab(&["lab", "consumer-crash"])
+            .current_dir(root())
+            .env("MQLAB_RABBITMQ_BIN", "/nonexistent"),
+        "apt-get install rabbitmq-server",
+    );
+}
+
+#[test]
+fn no_lab_named_is_a_usage_error() {
+    expect_setup_error(mqlab(&["lab"]).current_dir(root()), "Usage");
+}
