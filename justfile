@@ -27,3 +27,26 @@ list:
 lint:
     cargo fmt --check
     cargo clippy --all-targets -- -D warnings
+
+# Print environment-ready, per-lab and whole-suite times (MQLAB_BENCH_RUNS, default 5)
+bench:
+    cargo bench --bench suite
+
+# Run the whole suite N times; report every run that failed or whose transcripts differ from run 1
+flake-check n="20":
+    #!/usr/bin/env bash
+    set -uo pipefail
+    cargo build --release --quiet
+    out=$(mktemp -d /tmp/mqlab-flake.XXXXXX)
+    bad=0
+    for i in $(seq {{n}}); do
+      if ! ./target/release/mqlab lab --all --transcript-dir "$out/$i" > "$out/$i.out" 2>&1; then
+        echo "run $i: FAILED (see $out/$i.out)"; bad=$((bad + 1))
+      elif [ "$i" -gt 1 ] && ! diff -r "$out/1" "$out/$i" > "$out/$i.diff"; then
+        echo "run $i: transcripts differ from run 1 (see $out/$i.diff)"; bad=$((bad + 1))
+      else
+        echo "run $i: identical ($(tail -1 "$out/$i.out"))"
+      fi
+    done
+    echo "flake-check: {{n}} runs, $bad failed or differed; outputs in $out"
+    [ "$bad" -eq 0 ]

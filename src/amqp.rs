@@ -178,6 +178,29 @@ mod tests {
         h
     }
 
+    /// Headers the consumer captured from RabbitMQ 3.10.8 in the retry-dlq lab
+    /// (`MQLAB_CAPTURE_HEADERS`): the poison message on its 1st, 2nd, 3rd delivery.
+    #[test]
+    fn attempts_from_headers_captured_from_the_broker() {
+        for (n, json) in [
+            (
+                1,
+                include_str!("../tests/data/x-death-rabbitmq-3.10-attempt1.json"),
+            ),
+            (
+                2,
+                include_str!("../tests/data/x-death-rabbitmq-3.10-attempt2.json"),
+            ),
+            (
+                3,
+                include_str!("../tests/data/x-death-rabbitmq-3.10-attempt3.json"),
+            ),
+        ] {
+            let h: FieldTable = serde_json::from_str(json).unwrap();
+            assert_eq!(attempt_from_x_death(Some(&h)), n, "capture {n}");
+        }
+    }
+
     #[test]
     fn no_x_death_is_first_attempt() {
         assert_eq!(attempt_from_x_death(None), 1);

@@ -164,6 +164,7 @@ pub async fn run(cfg: ConsumerConfig) -> Result<i32> {
         received += 1;
         let meta = meta_of(&d);
         let attempt = amqp::attempt_from_x_death(d.properties.headers().as_ref());
+        capture_headers(&d, &meta, attempt);
         emit(
             me.line(&meta)
                 .with("consumer", &me.cfg.consumer)
@@ -325,6 +326,19 @@ async fn window(cfg: &ConsumerConfig, w: Window, meta: &MessageMeta) {
         if f.window == w && f.message == meta.message_id {
             emit(line(cfg, meta).status(CRASH_MARKER));
             std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// `MQLAB_CAPTURE_HEADERS=DIR` saves each delivery's headers as JSON, so that
+/// the x-death parser is tested on what the broker really sent
+/// (`tests/data/`), not on tables written by hand.
+fn capture_headers(d: &Delivery, meta: &MessageMeta, attempt: u32) {
+    if let Some(dir) = std::env::var_os("MQLAB_CAPTURE_HEADERS") {
+        let path =
+            std::path::Path::new(&dir).join(format!("{}-attempt{attempt}.json", meta.message_id));
+        if let Ok(json) = serde_json::to_string(d.properties.headers()) {
+            let _ = std::fs::write(path, json);
         }
     }
 }

@@ -1,0 +1,81 @@
+//! `cargo bench --bench suite` (or `just bench`): environment ready time, each
+//! lab's time beyond the environment, and the whole-suite wall time, over a
+//! few runs. Figures are printed, never asserted: a slow machine is not a bug.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use mqlab::env::local::LocalEnv;
+use mqlab::env::EnvOptions;
+use mqlab::lab::Project;
+use mqlab::runner::{self, Sink};
+
+struct Quiet;
+impl Sink for Quiet {
+    fn phase(&mut self, _: &str, _: &str) {}
+    fn line(&mut self, _: &str) {}
+}
+
+fn stats(mut v: Vec<Duration>) -> String {
+    v.sort();
+    let s = |d: Duration| format!("{:.2}", d.as_secs_f64());
+    format!(
+        "{:>6} {:>6} {:>6}",
+        s(v[0]),
+        s(v[v.len() / 2]),
+        s(v[v.len() - 1])
+    )
+}
+
+fn main() {
+    let runs: usize = std::env::var("MQLAB_BENCH_RUNS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5);
+    let project = Project {
+        root: env!("CARGO_MANIFEST_DIR").into(),
+    };
+    let labs: Vec<_> = project
+        .lab_names()
+        .unwrap()
+        .iter()
+        .map(|n| project.load(n).unwrap())
+        .collect();
+    let exe = Path::new(env!("CARGO_BIN_EXE_mqlab"));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (mut ready, mut wall, mut teardown) = (Vec::new(), Vec::new(), Vec::new());
+    let mut per_lab: Vec<Vec<Duration>> = vec![Vec::new(); labs.len()];
+    for i in 0..runs {
+        rt.block_on(async {
+            let started = Instant::now();
+            let opts = EnvOptions {
+                ready_timeout: Duration::from_secs(60),
+                vhosts: labs.iter().map(|l| runner::vhost_for(&l.name)).collect(),
+            };
+            let env = LocalEnv::start(&opts).await.expect("environment");
+            ready.push(env.info.ready);
+            for (j, lab) in labs.iter().enumerate() {
+                let run = runner::run_lab(lab, &env.endpoints, exe, &mut Quiet)
+                    .await
+                    .expect("lab runs");
+                assert!(run.passed(), "{} failed in run {i}", lab.name);
+                per_lab[j].push(run.duration);
+            }
+            let t = Instant::now();
+            env.stop().await;
+            teardown.push(t.elapsed());
+            wall.push(started.elapsed());
+        });
+        eprintln!("run {}/{runs} done", i + 1);
+    }
+    println!("mqlab suite benchmark: {runs} runs, seconds (min median max)");
+    println!("{:<28} {}", "environment ready", stats(ready));
+    for (lab, d) in labs.iter().zip(per_lab) {
+        println!("{:<28} {}", format!("lab {}", lab.name), stats(d));
+    }
+    println!("{:<28} {}", "teardown", stats(teardown));
+    println!("{:<28} {}", "--all wall", stats(wall));
+}
