@@ -53,7 +53,10 @@ fn main() {
             let started = Instant::now();
             let opts = EnvOptions {
                 ready_timeout: Duration::from_secs(60),
-                vhosts: labs.iter().map(|l| runner::vhost_for(&l.name)).collect(),
+                vhosts: labs
+                    .iter()
+                    .map(|l| runner::vhost_for(&l.run_name()))
+                    .collect(),
             };
             let env = LocalEnv::start(&opts).await.expect("environment");
             ready.push(env.info.ready);

@@ -89,6 +89,32 @@ pub async fn queue_state(channel: &Channel, queue: &str) -> Result<(u32, u32)> {
     Ok((q.message_count(), q.consumer_count()))
 }
 
+/// The message ids waiting in a queue, read without consuming them: fetched
+/// unacked on a channel of their own, then requeued when it closes.
+pub async fn peek_message_ids(conn: &lapin::Connection, queue: &str) -> Result<Vec<String>> {
+    let ch = conn.create_channel().await?;
+    let mut ids = Vec::new();
+    while let Some(m) = ch
+        .basic_get(
+            queue.into(),
+            lapin::options::BasicGetOptions { no_ack: false },
+        )
+        .await
+        .with_context(|| format!("reading queue `{queue}`"))?
+    {
+        ids.push(
+            m.delivery
+                .properties
+                .message_id()
+                .as_ref()
+                .map(|s| s.to_string())
+                .unwrap_or_default(),
+        );
+    }
+    ch.close(200, "peeked".into()).await?;
+    Ok(ids)
+}
+
 pub fn header_str(headers: Option<&FieldTable>, key: &str) -> Option<String> {
     match headers?.inner().get(key)? {
         AMQPValue::LongString(s) => Some(s.to_string()),

@@ -75,6 +75,16 @@ pub const COUNTERS: &[CounterDef] = &[
         doc: "the attempt numbers with which a message was received, in order",
     },
     CounterDef {
+        name: "deliveries",
+        arg: Arg::MessageId,
+        doc: "how many times a message was delivered",
+    },
+    CounterDef {
+        name: "deliveriesBefore",
+        arg: Arg::MessageId,
+        doc: "deliveries of other messages before this one's first (`never` if it never came)",
+    },
+    CounterDef {
         name: "dlqMoves",
         arg: Arg::None,
         doc: "messages a consumer moved to its DLQ after the confirm",
@@ -143,6 +153,46 @@ pub struct Observed {
     pub ground: Ground,
 }
 
+/// The total-queue checks every lab ends with, each expected to be 0.
+pub const CHECKS: &[&str] = &["lost", "duplicatesApplied", "unexpected"];
+
+/// Per message id, from the producer's confirms, the business rows in
+/// PostgreSQL and what still sits in the lab's queues (a DLQ, or a queue it
+/// loops in):
+/// - `lost`: confirmed, never applied and in no queue;
+/// - `duplicatesApplied`: business rows beyond the first per (consumer, message);
+/// - `unexpected`: applied but never confirmed to the producer.
+pub fn total_queue(
+    entries: &[Entry],
+    ground: &Ground,
+    queued: &BTreeSet<String>,
+) -> Vec<(&'static str, usize)> {
+    let confirmed: BTreeSet<&str> = entries
+        .iter()
+        .filter(|e| e.is("producer", "confirmed"))
+        .filter_map(|e| e.get("messageId"))
+        .collect();
+    let applied: BTreeSet<&str> = ground.business.iter().map(|(_, m)| m.as_str()).collect();
+    let lost = confirmed
+        .iter()
+        .filter(|m| !applied.contains(*m) && !queued.contains(**m))
+        .count();
+    let unexpected = applied.iter().filter(|m| !confirmed.contains(*m)).count();
+    vec![
+        ("lost", lost),
+        ("duplicatesApplied", duplicates_applied(ground)),
+        ("unexpected", unexpected),
+    ]
+}
+
+fn duplicates_applied(ground: &Ground) -> usize {
+    let mut per: BTreeMap<&(String, String), usize> = BTreeMap::new();
+    for row in &ground.business {
+        *per.entry(row).or_default() += 1;
+    }
+    per.values().map(|n| n - 1).sum()
+}
+
 /// A value, or why it cannot be known (which fails the assertion).
 pub fn evaluate(c: &Counter, entries: &[Entry], obs: &Observed) -> Result<String, String> {
     let q = c.arg.as_deref();
@@ -180,13 +230,7 @@ pub fn evaluate(c: &Counter, entries: &[Entry], obs: &Observed) -> Result<String
             .count()
             .to_string(),
         "duplicatesObserved" => count_status("duplicate_skipped").to_string(),
-        "duplicatesApplied" => {
-            let mut per: BTreeMap<&(String, String), usize> = BTreeMap::new();
-            for row in &obs.ground.business {
-                *per.entry(row).or_default() += 1;
-            }
-            per.values().map(|n| n - 1).sum::<usize>().to_string()
-        }
+        "duplicatesApplied" => duplicates_applied(&obs.ground).to_string(),
         "businessRows" => obs.ground.business.len().to_string(),
         "processedRows" => obs.ground.processed_rows.to_string(),
         "depthAfter" => {
@@ -205,12 +249,85 @@ pub fn evaluate(c: &Counter, entries: &[Entry], obs: &Observed) -> Result<String
                 .collect();
             attempts.join(",")
         }
+        "deliveries" => entries
+            .iter()
+            .filter(|e| e.is("consumer", "received") && e.get("messageId") == q)
+            .count()
+            .to_string(),
+        "deliveriesBefore" => {
+            let all: Vec<&Entry> = entries
+                .iter()
+                .filter(|e| e.is("consumer", "received"))
+                .collect();
+            match all.iter().position(|e| e.get("messageId") == q) {
+                Some(i) => i.to_string(),
+                None => "never".into(),
+            }
+        }
         "dlqMoves" => count_status("poison_to_dlq").to_string(),
         "crashExitCode" => return known(obs.crash_exit_code.map(i64::from), "crash"),
         "crashAfterBusinessCommit" => return known(obs.crash_business_rows, "crash"),
         "consumerExitCode" => return known(obs.consumer_exit_code.map(i64::from), "consumer exit"),
         other => return Err(format!("counter `{other}` has no evaluator")),
     })
+}
+
+/// One evaluated assertion or check.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    pub name: String,
+    pub actual: String,
+    pub pass: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LabVerdict {
+    /// The safe lab: every assertion and check passed.
+    Holds,
+    /// A variant: exactly the declared violations occurred, with their values.
+    CounterexampleConfirmed,
+    Failed(String),
+}
+
+/// The lab's verdict from its outcomes. For a variant, the set of failures
+/// must equal the declared violations exactly: an unsafe variant that passes,
+/// or fails differently, refutes the lab's explanation.
+pub fn lab_verdict(
+    outcomes: &[Outcome],
+    violations: Option<&BTreeMap<String, String>>,
+) -> LabVerdict {
+    let mut failed: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for o in outcomes.iter().filter(|o| !o.pass) {
+        failed.entry(&o.name).or_default().insert(&o.actual);
+    }
+    let show = |m: &BTreeMap<&str, BTreeSet<&str>>| {
+        m.iter()
+            .map(|(k, v)| format!("{k}={}", v.iter().copied().collect::<Vec<_>>().join("|")))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match violations {
+        None if failed.is_empty() => LabVerdict::Holds,
+        None => LabVerdict::Failed(format!("failed: {}", show(&failed))),
+        Some(_) if failed.is_empty() => LabVerdict::Failed(
+            "counterexample NOT confirmed: the unsafe variant passed every assertion".into(),
+        ),
+        Some(v) => {
+            let expected: BTreeMap<&str, BTreeSet<&str>> = v
+                .iter()
+                .map(|(k, val)| (k.as_str(), BTreeSet::from([val.as_str()])))
+                .collect();
+            if expected == failed {
+                LabVerdict::CounterexampleConfirmed
+            } else {
+                LabVerdict::Failed(format!(
+                    "counterexample differs: declared {}, observed {}",
+                    show(&expected),
+                    show(&failed)
+                ))
+            }
+        }
+    }
 }
 
 /// One `[assert]` line body: `name=value PASS`, or `FAIL expected=...`.
@@ -257,6 +374,9 @@ mod tests {
         assert_eq!(eval("redelivered", CRASH, &obs), "1");
         assert_eq!(eval("duplicatesObserved", CRASH, &obs), "1");
         assert_eq!(eval("attempts:mid-1", CRASH, &obs), "1,1");
+        assert_eq!(eval("deliveries:mid-1", CRASH, &obs), "2");
+        assert_eq!(eval("deliveriesBefore:mid-2", CRASH, &obs), "2");
+        assert_eq!(eval("deliveriesBefore:mid-9", CRASH, &obs), "never");
     }
 
     #[test]
@@ -280,6 +400,88 @@ mod tests {
             assert_line("crashExitCode", "137", &Err("no crash was observed".into()));
         assert!(!pass);
         assert!(line.contains("FAIL"));
+    }
+
+    /// Jepsen-style: literal histories for each verdict.
+    #[test]
+    fn total_queue_verdicts() {
+        let row = |m: &str| ("c".to_string(), m.to_string());
+        let confirmed = entries(&[
+            "[producer] messageId=mid-1 status=confirmed",
+            "[producer] messageId=mid-2 status=confirmed",
+            "[producer] messageId=mid-3 status=confirmed",
+        ]);
+        let get = |ground: &Ground, dlq: &[&str]| {
+            let dlq = dlq.iter().map(|s| s.to_string()).collect();
+            total_queue(&confirmed, ground, &dlq)
+                .into_iter()
+                .map(|(_, n)| n)
+                .collect::<Vec<_>>()
+        };
+        let mut g = Ground {
+            business: vec![row("mid-1"), row("mid-2"), row("mid-3")],
+            processed_rows: 3,
+        };
+        assert_eq!(get(&g, &[]), vec![0, 0, 0]);
+        g.business.push(row("mid-1"));
+        assert_eq!(
+            get(&g, &[]),
+            vec![0, 1, 0],
+            "a second effect is a duplicate"
+        );
+        g.business = vec![row("mid-2"), row("mid-3")];
+        assert_eq!(
+            get(&g, &[]),
+            vec![1, 0, 0],
+            "mid-1 confirmed, never applied"
+        );
+        assert_eq!(
+            get(&g, &["mid-1"]),
+            vec![0, 0, 0],
+            "still queued (a DLQ) is not lost"
+        );
+        g.business.push(row("mid-9"));
+        assert_eq!(
+            get(&g, &["mid-1"]),
+            vec![0, 0, 1],
+            "applied, never published"
+        );
+    }
+
+    #[test]
+    fn verdicts() {
+        let o = |n: &str, a: &str, pass| Outcome {
+            name: n.into(),
+            actual: a.into(),
+            pass,
+        };
+        let v = BTreeMap::from([("duplicatesApplied".to_string(), "1".to_string())]);
+        let pass = [o("duplicatesApplied", "0", true)];
+        let dup = [
+            o("duplicatesApplied", "1", false),
+            o("duplicatesApplied", "1", false),
+        ];
+        assert_eq!(lab_verdict(&pass, None), LabVerdict::Holds);
+        assert!(matches!(lab_verdict(&dup, None), LabVerdict::Failed(_)));
+        assert_eq!(
+            lab_verdict(&dup, Some(&v)),
+            LabVerdict::CounterexampleConfirmed
+        );
+        assert!(
+            matches!(lab_verdict(&pass, Some(&v)), LabVerdict::Failed(m) if m.contains("NOT confirmed"))
+        );
+        let other = [o("duplicatesApplied", "2", false)];
+        assert!(
+            matches!(lab_verdict(&other, Some(&v)), LabVerdict::Failed(m) if m.contains("differs"))
+        );
+        let disagree = [
+            o("duplicatesApplied", "1", false),
+            o("duplicatesApplied", "2", false),
+        ];
+        assert!(matches!(
+            lab_verdict(&disagree, Some(&v)),
+            LabVerdict::Failed(_)
+        ));
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 
+use crate::checker::LabVerdict;
 use crate::env::local::LocalEnv;
 use crate::env::EnvOptions;
 use crate::exit;
@@ -51,12 +52,15 @@ enum Cmd {
 
 #[derive(clap::Args)]
 struct LabArgs {
-    /// Labs to run (see `mqlab list`)
+    /// Labs to run (see `mqlab list`); `LAB@VARIANT` runs a counterexample
     #[arg(value_name = "LAB", required_unless_present = "all")]
     names: Vec<String>,
-    /// Run every lab under labs/
+    /// Run every lab under labs/, each followed by its counterexample variants
     #[arg(long, conflicts_with = "names")]
     all: bool,
+    /// Run this counterexample variant of the named labs instead of the safe lab
+    #[arg(long, value_name = "NAME", conflicts_with = "all")]
+    variant: Option<String>,
     /// Where the broker and database come from
     #[arg(long, value_enum, default_value_t = EnvKind::Auto)]
     env: EnvKind,
@@ -162,13 +166,19 @@ fn cmd_list(project: &Project) -> Result<i32> {
     println!("labs ({}):", project.labs_dir().display());
     for name in project.lab_names()? {
         match project.load(&name) {
-            Ok(lab) => println!("  {:<16} {}", lab.name, lab.claim),
+            Ok(lab) => {
+                println!("  {:<16} {}", lab.name, lab.claim);
+                for (v, claim) in project.variants(&name)? {
+                    println!("    --variant {v:<18} counterexample: {claim}");
+                }
+            }
             Err(e) => println!("  {name:<16} INVALID: {e:#}"),
         }
     }
     println!("\nconsumer patterns:");
-    for (_, name, doc) in crate::roles::consumer::PATTERNS {
-        println!("  {name:<26} {doc}");
+    for p in crate::roles::consumer::PATTERNS {
+        let safety = if p.safe { "safe" } else { "unsafe" };
+        println!("  {:<26} {safety:<7} {}", p.name, p.doc);
     }
     println!("\nfault windows (consumer):");
     for (_, name, doc) in crate::roles::consumer::WINDOWS {
@@ -206,9 +216,16 @@ impl Sink for Terminal {
 
 fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32> {
     let names = if args.all {
-        project.lab_names()?
+        let mut runs = Vec::new();
+        for lab in project.lab_names()? {
+            runs.extend(project.runs_of(&lab)?);
+        }
+        runs
     } else {
-        args.names.clone()
+        match &args.variant {
+            Some(v) => args.names.iter().map(|n| format!("{n}@{v}")).collect(),
+            None => args.names.clone(),
+        }
     };
     if names.is_empty() {
         bail!("no labs found in `{}`", project.labs_dir().display());
@@ -219,7 +236,10 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32> {
         .map(|n| project.load(n))
         .collect::<Result<_>>()?;
     for lab in &labs {
-        snapshot::read(&snapshot::path_for(&project.snapshots_dir(), &lab.name))?;
+        snapshot::read(&snapshot::path_for(
+            &project.snapshots_dir(),
+            &lab.run_name(),
+        ))?;
     }
     if let Some(dir) = &args.transcript_dir {
         std::fs::create_dir_all(dir)
@@ -228,7 +248,10 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32> {
     let exe = std::env::current_exe().context("cannot find the mqlab executable")?;
     let opts = EnvOptions {
         ready_timeout: Duration::from_secs(args.ready_timeout),
-        vhosts: labs.iter().map(|l| runner::vhost_for(&l.name)).collect(),
+        vhosts: labs
+            .iter()
+            .map(|l| runner::vhost_for(&l.run_name()))
+            .collect(),
     };
     let mut sink = Terminal {
         progress: std::io::stderr().is_terminal(),
@@ -297,47 +320,58 @@ fn report(
     let mut failed = 0;
     let mut rows = Vec::new();
     for (lab, run) in labs.iter().zip(runs) {
+        let name = lab.run_name();
         let normalized = run.transcript.normalized();
         if let Some(dir) = &args.transcript_dir {
-            std::fs::write(dir.join(format!("{}.log", lab.name)), &normalized)?;
+            std::fs::write(dir.join(format!("{name}.log")), &normalized)?;
         }
         let lab_file = format!("labs/{}.toml", lab.name);
-        let path = snapshot::path_for(&project.snapshots_dir(), &lab.name);
-        let mut verdict = if run.passed() { "PASS" } else { "FAIL" };
-        if let Some(e) = &run.error {
-            eprintln!("mqlab: {}: {e}", lab.name);
-        }
+        let path = snapshot::path_for(&project.snapshots_dir(), &name);
+        let mut verdict = match &run.verdict {
+            LabVerdict::Holds => "safe pattern holds".to_string(),
+            LabVerdict::CounterexampleConfirmed => "counterexample confirmed".to_string(),
+            LabVerdict::Failed(why) => {
+                eprintln!("mqlab: {name}: {why}");
+                "FAIL".to_string()
+            }
+        };
         // A failed run is still compared: its diff shows where it went wrong.
         match snapshot::compare(&path, &lab_file, &normalized, args.update && run.passed())? {
             snapshot::Outcome::Matched => {}
             snapshot::Outcome::Updated => {
-                eprintln!("mqlab: {}: snapshot updated: {}", lab.name, path.display())
+                eprintln!("mqlab: {name}: snapshot updated: {}", path.display())
             }
             snapshot::Outcome::Mismatch(diff) => {
-                verdict = "FAIL";
+                verdict = "FAIL (snapshot)".to_string();
                 println!("{diff}");
                 eprintln!(
-                    "mqlab: {}: transcript differs from {} (actual run written to {}.new; accept with --update or `cargo insta review`)",
-                    lab.name,
+                    "mqlab: {name}: transcript differs from {} (actual run written to {}.new; accept with --update or `cargo insta review`)",
                     path.display(),
                     path.display()
                 );
             }
         }
-        if verdict == "FAIL" {
+        if verdict.starts_with("FAIL") {
             failed += 1;
         }
-        rows.push((lab.name.clone(), verdict, run.duration));
+        rows.push((name, lab.variant.is_some(), verdict, run.duration));
     }
     println!();
-    println!("{:<20} {:<8} {:>8}", "lab", "verdict", "seconds");
-    for (name, verdict, d) in &rows {
-        println!("{name:<20} {verdict:<8} {:>8.2}", d.as_secs_f64());
+    println!("{:<36} {:<26} {:>8}", "lab", "verdict", "seconds");
+    // Safe labs first, then counterexamples: two different kinds of evidence.
+    for variants in [false, true] {
+        for (name, _, verdict, d) in rows.iter().filter(|r| r.1 == variants) {
+            println!("{name:<36} {verdict:<26} {:>8.2}", d.as_secs_f64());
+        }
     }
+    let holds = rows.iter().filter(|r| r.2 == "safe pattern holds").count();
+    let confirmed = rows
+        .iter()
+        .filter(|r| r.2 == "counterexample confirmed")
+        .count();
     println!(
-        "{} passed, {} failed ({:.1} s wall)",
+        "{} passed, {failed} failed ({holds} safe pattern holds, {confirmed} counterexample confirmed; {:.1} s wall)",
         rows.len() - failed,
-        failed,
         started.elapsed().as_secs_f64()
     );
     Ok(if failed == 0 {

@@ -14,7 +14,7 @@ use crate::transcript::MessageMeta;
 
 // ---- the file format (private, strict) ----
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
 struct RawLab {
     name: String,
@@ -30,9 +30,30 @@ struct RawLab {
     counters: BTreeMap<String, String>,
     #[serde(default)]
     expect: BTreeMap<String, toml::Value>,
+    /// Counterexamples: the same lab with one safety step removed.
+    #[serde(default)]
+    variant: BTreeMap<String, RawVariant>,
 }
 
-#[derive(Deserialize)]
+/// A variant overrides the consume steps and declares which assertions and
+/// checks must fail, with which values.
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+struct RawVariant {
+    claim: String,
+    pattern: Option<String>,
+    window: Option<String>,
+    settle: Option<usize>,
+    max_deliveries: Option<usize>,
+    /// A DLQ the consumer publishes to; may name a queue that does not exist.
+    dlq: Option<String>,
+    kill_at_depth: Option<u32>,
+    /// `settle` of the consumer started after the kill.
+    restart_settle: Option<usize>,
+    violations: BTreeMap<String, toml::Value>,
+}
+
+#[derive(Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
 struct RawStep {
     publish: Option<RawPublish>,
@@ -43,7 +64,7 @@ struct RawStep {
     assert: Vec<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
 struct RawPublish {
     #[serde(default)]
@@ -52,7 +73,7 @@ struct RawPublish {
     messages: Vec<RawMessage>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone)]
 #[serde(untagged)]
 enum RawMessage {
     Fixture(String),
@@ -62,7 +83,7 @@ enum RawMessage {
     },
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
 struct RawConsume {
     queue: String,
@@ -71,6 +92,7 @@ struct RawConsume {
     #[serde(default = "default_prefetch")]
     prefetch: u16,
     settle: usize,
+    max_deliveries: Option<usize>,
     retry: Option<Retry>,
     #[serde(default = "default_deadline")]
     deadline_secs: u64,
@@ -86,13 +108,18 @@ fn default_deadline() -> u64 {
     30
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
 struct RawFault {
     kill: String,
     window: String,
     message: String,
     then: String,
+    /// Kill only once the queue shows this many ready messages: what the
+    /// broker has already pushed to the doomed consumer is then fixed, not a race.
+    kill_at_depth: Option<u32>,
+    /// `settle` of the consumer started after the kill (default: the step's).
+    restart_settle: Option<usize>,
     #[serde(default)]
     assert: Vec<String>,
 }
@@ -142,11 +169,25 @@ pub struct Retry {
 #[derive(Clone, Debug)]
 pub struct Lab {
     pub name: String,
+    /// Set for a counterexample run of the lab.
+    pub variant: Option<String>,
     pub claim: String,
     pub path: PathBuf,
     pub exchanges: Vec<Exchange>,
     pub queues: Vec<Queue>,
     pub steps: Vec<Step>,
+    /// For a variant: assertion or check name → the value it must FAIL with.
+    pub violations: BTreeMap<String, String>,
+}
+
+impl Lab {
+    /// `lab` or `lab@variant`: the snapshot, vhost and database name.
+    pub fn run_name(&self) -> String {
+        match &self.variant {
+            Some(v) => format!("{}@{v}", self.name),
+            None => self.name.clone(),
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -209,6 +250,7 @@ pub struct Consume {
     pub pattern: Pattern,
     pub prefetch: u16,
     pub settle: usize,
+    pub max_deliveries: Option<usize>,
     pub retry: Option<Retry>,
     pub deadline_secs: u64,
 }
@@ -217,6 +259,8 @@ pub struct Consume {
 pub struct Fault {
     pub window: Window,
     pub message: String,
+    pub kill_at_depth: Option<u32>,
+    pub restart_settle: Option<usize>,
     pub asserts: Vec<Assertion>,
 }
 
@@ -260,25 +304,99 @@ impl Project {
         Ok(names)
     }
 
-    pub fn load(&self, name: &str) -> anyhow::Result<Lab> {
+    /// Loads `lab` or `lab@variant`.
+    pub fn load(&self, run: &str) -> anyhow::Result<Lab> {
+        let (name, variant) = match run.split_once('@') {
+            Some((n, v)) => (n, Some(v)),
+            None => (run, None),
+        };
         let known = self.lab_names()?;
         if !known.iter().any(|k| k == name) {
             anyhow::bail!("unknown lab `{name}` (known: {})", known.join(", "));
         }
         let path = self.labs_dir().join(format!("{name}.toml"));
-        load_file(&path, &self.fixtures_dir())
+        load_file(&path, &self.fixtures_dir(), variant)
+    }
+
+    /// The lab followed by each of its variants, as run names.
+    pub fn runs_of(&self, name: &str) -> anyhow::Result<Vec<String>> {
+        let lab = self.load(name)?;
+        let path = lab.path.clone();
+        let raw = parse_raw(&path)?;
+        Ok(std::iter::once(name.to_string())
+            .chain(raw.variant.keys().map(|v| format!("{name}@{v}")))
+            .collect())
+    }
+
+    /// Variant names and claims of a lab, for `mqlab list`.
+    pub fn variants(&self, name: &str) -> anyhow::Result<Vec<(String, String)>> {
+        let raw = parse_raw(&self.labs_dir().join(format!("{name}.toml")))?;
+        Ok(raw.variant.into_iter().map(|(k, v)| (k, v.claim)).collect())
     }
 }
 
-pub fn load_file(path: &Path, fixtures: &Path) -> anyhow::Result<Lab> {
+pub fn load_file(path: &Path, fixtures: &Path, variant: Option<&str>) -> anyhow::Result<Lab> {
+    let raw = parse_raw(path)?;
+    let raw = match variant {
+        None => raw,
+        Some(v) => apply_variant(raw, v).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?,
+    };
+    validate(raw, path, fixtures, variant)
+        .map_err(|errs| anyhow::anyhow!("{}: invalid lab: {}", path.display(), errs.join("; ")))
+}
+
+/// Applies a variant's overrides to every consume step and fault.
+fn apply_variant(mut raw: RawLab, name: &str) -> Result<RawLab, String> {
+    let Some(v) = raw.variant.get(name).cloned() else {
+        let known: Vec<_> = raw.variant.keys().cloned().collect();
+        return Err(format!(
+            "unknown variant `{name}` of lab `{}` (known: {})",
+            raw.name,
+            if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.join(", ")
+            }
+        ));
+    };
+    for step in &mut raw.steps {
+        if let Some(c) = &mut step.consume {
+            if let Some(p) = &v.pattern {
+                c.pattern = p.clone();
+            }
+            if let Some(n) = v.settle {
+                c.settle = n;
+            }
+            if v.max_deliveries.is_some() {
+                c.max_deliveries = v.max_deliveries;
+            }
+            if let (Some(r), Some(dlq)) = (&mut c.retry, &v.dlq) {
+                r.dlq = dlq.clone();
+            }
+        }
+        if let Some(f) = &mut step.fault {
+            if let Some(w) = &v.window {
+                f.window = w.clone();
+            }
+            if v.kill_at_depth.is_some() {
+                f.kill_at_depth = v.kill_at_depth;
+            }
+            if v.restart_settle.is_some() {
+                f.restart_settle = v.restart_settle;
+            }
+        }
+    }
+    raw.claim = v.claim.clone();
+    Ok(raw)
+}
+
+fn parse_raw(path: &Path) -> anyhow::Result<RawLab> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| anyhow::anyhow!("cannot read `{}`: {e}", path.display()))?;
-    let raw: RawLab = toml::from_str(&text).map_err(|e| {
+    toml::from_str(&text).map_err(|e| {
         let (line, col) = e.span().map(|s| line_col(&text, s.start)).unwrap_or((0, 0));
         anyhow::anyhow!("{}:{line}:{col}: {}", path.display(), e.message().trim())
-    })?;
-    validate(raw, path, fixtures)
-        .map_err(|errs| anyhow::anyhow!("{}: invalid lab: {}", path.display(), errs.join("; ")))
+    })
 }
 
 fn line_col(text: &str, offset: usize) -> (usize, usize) {
@@ -290,8 +408,16 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 
 /// Collects every semantic error (with its key path) before failing, so one
 /// edit-run cycle shows them all.
-fn validate(raw: RawLab, path: &Path, fixtures: &Path) -> Result<Lab, Vec<String>> {
+fn validate(
+    raw: RawLab,
+    path: &Path,
+    fixtures: &Path,
+    variant: Option<&str>,
+) -> Result<Lab, Vec<String>> {
     let mut errs = Vec::new();
+    let variant_dlq = variant
+        .and_then(|v| raw.variant.get(v))
+        .and_then(|v| v.dlq.clone());
     let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
     if stem.as_deref() != Some(raw.name.as_str()) {
         errs.push(format!(
@@ -415,7 +541,9 @@ fn validate(raw: RawLab, path: &Path, fixtures: &Path) -> Result<Lab, Vec<String
                 ));
             }
             if let Some(r) = &c.retry {
-                if !queue_names.contains(&r.dlq.as_str()) {
+                if variant_dlq.as_deref() == Some(r.dlq.as_str()) {
+                    // A variant may aim at a DLQ that does not exist: that is its point.
+                } else if !queue_names.contains(&r.dlq.as_str()) {
                     errs.push(format!(
                         "{key}.consume.retry.dlq: no queue `{}` is declared",
                         r.dlq
@@ -436,6 +564,7 @@ fn validate(raw: RawLab, path: &Path, fixtures: &Path) -> Result<Lab, Vec<String
                 pattern,
                 prefetch: c.prefetch.max(1),
                 settle: c.settle,
+                max_deliveries: c.max_deliveries,
                 retry: c.retry.clone(),
                 deadline_secs: c.deadline_secs,
             })
@@ -480,6 +609,18 @@ fn validate(raw: RawLab, path: &Path, fixtures: &Path) -> Result<Lab, Vec<String
             let window = Window::parse(&f.window)
                 .map_err(|e| errs.push(format!("{fkey}.window: {e}")))
                 .ok()?;
+            if let Action::Consume(c) = &action {
+                let def = c.pattern.def();
+                if !def.windows.contains(&window) {
+                    let known: Vec<_> = def.windows.iter().map(|w| w.name()).collect();
+                    errs.push(format!(
+                        "{fkey}.window: pattern `{}` never reaches window `{}` (it passes: {})",
+                        def.name,
+                        f.window,
+                        known.join(", ")
+                    ));
+                }
+            }
             let asserts = f
                 .assert
                 .iter()
@@ -489,6 +630,8 @@ fn validate(raw: RawLab, path: &Path, fixtures: &Path) -> Result<Lab, Vec<String
             Some(Fault {
                 window,
                 message: f.message.clone(),
+                kill_at_depth: f.kill_at_depth,
+                restart_settle: f.restart_settle,
                 asserts,
             })
         });
@@ -511,14 +654,58 @@ fn validate(raw: RawLab, path: &Path, fixtures: &Path) -> Result<Lab, Vec<String
             ));
         }
     }
+    let asserted: Vec<&str> = steps
+        .iter()
+        .flat_map(|s| {
+            s.asserts
+                .iter()
+                .chain(s.fault.iter().flat_map(|f| f.asserts.iter()))
+        })
+        .map(|a| a.name.as_str())
+        .collect();
+    let mut violations = BTreeMap::new();
+    if let Some(v) = variant.and_then(|v| raw.variant.get(v)) {
+        if v.violations.is_empty() {
+            errs.push(format!(
+                "variant.{}.violations: a counterexample declares at least one",
+                variant.unwrap_or_default()
+            ));
+        }
+        for (k, val) in &v.violations {
+            if !asserted.contains(&k.as_str()) && !crate::checker::CHECKS.contains(&k.as_str()) {
+                errs.push(format!(
+                    "variant.{}.violations.{k}: neither an assertion of this lab nor a check ({})",
+                    variant.unwrap_or_default(),
+                    crate::checker::CHECKS.join(", ")
+                ));
+            }
+            let val = match val {
+                toml::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            violations.insert(k.clone(), val);
+        }
+        if v.pattern
+            .as_deref()
+            .and_then(|p| Pattern::parse(p).ok())
+            .is_some_and(|p| p.def().safe)
+        {
+            errs.push(format!(
+                "variant.{}.pattern: a counterexample uses an unsafe pattern",
+                variant.unwrap_or_default()
+            ));
+        }
+    }
     if errs.is_empty() {
         Ok(Lab {
             name: raw.name,
+            variant: variant.map(str::to_string),
             claim: raw.claim,
             path: path.to_path_buf(),
             exchanges: raw.exchanges,
             queues: raw.queues,
             steps,
+            violations,
         })
     } else {
         Err(errs)

@@ -15,7 +15,7 @@ use sqlx::PgConnection;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 
-use crate::checker::{self, Observed};
+use crate::checker::{self, LabVerdict, Observed, Outcome};
 use crate::env::{process, Endpoints};
 use crate::lab::{Action, Assertion, Consume, Lab, Publish};
 use crate::roles::consumer::{ConsumerConfig, FaultPoint, CRASH_MARKER};
@@ -32,26 +32,31 @@ pub trait Sink {
 
 pub struct LabRun {
     pub transcript: Transcript,
-    /// Every assertion evaluated, with its verdict.
-    pub asserts: Vec<(String, bool)>,
+    /// Every assertion and check evaluated, in order.
+    pub outcomes: Vec<Outcome>,
     /// A harness-level failure (deadline, role crash) that ended the lab early.
     pub error: Option<String>,
+    pub verdict: LabVerdict,
     pub duration: Duration,
 }
 
 impl LabRun {
+    /// The safe pattern held, or the counterexample showed exactly its violations.
     pub fn passed(&self) -> bool {
-        self.error.is_none() && self.asserts.iter().all(|(_, ok)| *ok)
+        matches!(
+            self.verdict,
+            LabVerdict::Holds | LabVerdict::CounterexampleConfirmed
+        )
     }
 }
 
 /// The isolated names a lab run gets on the shared servers.
-pub fn vhost_for(lab: &str) -> String {
-    lab.to_string()
+pub fn vhost_for(run: &str) -> String {
+    run.to_string()
 }
 
 fn database_for(lab: &str) -> String {
-    format!("lab_{}", lab.replace(['-', '.'], "_"))
+    format!("lab_{}", lab.replace(['-', '.', '@'], "_"))
 }
 
 struct Ctx<'a> {
@@ -59,11 +64,13 @@ struct Ctx<'a> {
     endpoints: &'a Endpoints,
     exe: &'a Path,
     logs: PathBuf,
+    run: String,
+    conn: &'a lapin::Connection,
     channel: Channel,
     db: PgConnection,
     transcript: Transcript,
     observed: Observed,
-    asserts: Vec<(String, bool)>,
+    outcomes: Vec<Outcome>,
     sink: &'a mut dyn Sink,
     role_seq: usize,
 }
@@ -76,12 +83,13 @@ pub async fn run_lab(
 ) -> Result<LabRun> {
     let started = Instant::now();
     sink.phase(&lab.name, "prepare");
-    let db_name = database_for(&lab.name);
+    let run = lab.run_name();
+    let db_name = database_for(&run);
     let mut admin = store::connect(&endpoints.pg_url("postgres")).await?;
     store::create_database(&mut admin, &db_name).await?;
     let mut db = store::connect(&endpoints.pg_url(&db_name)).await?;
     store::migrate(&mut db).await?;
-    let conn = crate::amqp::connect(&endpoints.amqp_url(&vhost_for(&lab.name))).await?;
+    let conn = crate::amqp::connect(&endpoints.amqp_url(&vhost_for(&run))).await?;
     let channel = conn.create_channel().await?;
     crate::amqp::declare(&channel, &lab.exchanges, &lab.queues).await?;
     let logs = tempfile::Builder::new().prefix("mqlab-roles-").tempdir()?;
@@ -91,11 +99,13 @@ pub async fn run_lab(
         endpoints,
         exe,
         logs: logs.path().to_path_buf(),
+        run,
+        conn: &conn,
         channel,
         db,
         transcript: Transcript::default(),
         observed: Observed::default(),
-        asserts: Vec::new(),
+        outcomes: Vec::new(),
         sink,
         role_seq: 0,
     };
@@ -116,12 +126,23 @@ pub async fn run_lab(
             break;
         }
     }
+    if error.is_none() {
+        if let Err(e) = ctx.check().await {
+            error = Some(format!("{e:#}"));
+        }
+    }
+    let verdict = match &error {
+        Some(e) => LabVerdict::Failed(e.clone()),
+        None => checker::lab_verdict(&ctx.outcomes, lab.variant.as_ref().map(|_| &lab.violations)),
+    };
+    let (transcript, outcomes) = (ctx.transcript, ctx.outcomes);
     let _ = conn.close(200, "done".into()).await;
     drop(admin);
     Ok(LabRun {
-        transcript: ctx.transcript,
-        asserts: ctx.asserts,
+        transcript,
+        outcomes,
         error,
+        verdict,
         duration: started.elapsed(),
     })
 }
@@ -194,7 +215,7 @@ impl Ctx<'_> {
     async fn publish(&mut self, p: &Publish) -> Result<()> {
         let cfg = ProducerConfig {
             lab: self.lab.name.clone(),
-            amqp_url: self.endpoints.amqp_url(&vhost_for(&self.lab.name)),
+            amqp_url: self.endpoints.amqp_url(&vhost_for(&self.run)),
             exchange: p.exchange.clone(),
             destination: p.destination().to_string(),
             messages: p.messages.clone(),
@@ -219,16 +240,22 @@ impl Ctx<'_> {
     async fn consume(&mut self, c: &Consume, fault: Option<&crate::lab::Fault>) -> Result<()> {
         let phase = format!("consume({})", c.queue);
         let deadline = Instant::now() + Duration::from_secs(c.deadline_secs);
+        let (amqp_url, database_url) = (
+            self.endpoints.amqp_url(&vhost_for(&self.run)),
+            self.endpoints.pg_url(&database_for(&self.run)),
+        );
+        let lab_name = self.lab.name.clone();
         let config = |fault: Option<FaultPoint>| ConsumerConfig {
-            lab: self.lab.name.clone(),
-            amqp_url: self.endpoints.amqp_url(&vhost_for(&self.lab.name)),
-            database_url: self.endpoints.pg_url(&database_for(&self.lab.name)),
+            lab: lab_name.clone(),
+            amqp_url: amqp_url.clone(),
+            database_url: database_url.clone(),
             queue: c.queue.clone(),
             consumer: "consumer-1".into(),
             inbox_name: format!("{}:{}", crate::transcript::SERVICE, c.queue),
             pattern: c.pattern,
             prefetch: c.prefetch,
             settle: c.settle,
+            max_deliveries: c.max_deliveries,
             retry: c.retry.clone(),
             fault,
         };
@@ -262,6 +289,9 @@ impl Ctx<'_> {
                     process::tail(&proc.log, 10)
                 );
             }
+            if let Some(depth) = f.kill_at_depth {
+                self.await_depth(&c.queue, depth, &phase, deadline).await?;
+            }
             // Ground truth at the moment of the kill, before anything can change it.
             self.observed.crash_business_rows =
                 Some(store::business_rows_for(&mut self.db, &f.message).await?);
@@ -281,7 +311,10 @@ impl Ctx<'_> {
             self.await_consumers_gone(&c.queue, &phase, deadline)
                 .await?;
         }
-        let cfg = config(None);
+        let mut cfg = config(None);
+        if let Some(n) = fault.and_then(|f| f.restart_settle) {
+            cfg.settle = n;
+        }
         let mut proc = self.spawn_role("consumer", serde_json::to_string(&cfg)?)?;
         while let Some(line) = self
             .next_line(&mut proc, &phase, deadline, c.deadline_secs)
@@ -325,6 +358,45 @@ impl Ctx<'_> {
         }
     }
 
+    async fn await_depth(
+        &self,
+        queue: &str,
+        depth: u32,
+        phase: &str,
+        deadline: Instant,
+    ) -> Result<()> {
+        loop {
+            let (ready, _) = crate::amqp::queue_state(&self.channel, queue).await?;
+            if ready == depth {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("phase {phase}: `{queue}` holds {ready} ready messages, not {depth}");
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// The total-queue checks, from ground truth read now: `[check]` lines.
+    async fn check(&mut self) -> Result<()> {
+        let ground = store::read_ground(&mut self.db).await?;
+        let mut queued = std::collections::BTreeSet::new();
+        for q in &self.lab.queues {
+            queued.extend(crate::amqp::peek_message_ids(self.conn, &q.name).await?);
+        }
+        let entries = self.transcript.entries();
+        for (name, value) in checker::total_queue(&entries, &ground, &queued) {
+            let (body, pass) = checker::assert_line(name, "0", &Ok(value.to_string()));
+            self.emit(Role::Check, &body);
+            self.outcomes.push(Outcome {
+                name: name.to_string(),
+                actual: value.to_string(),
+                pass,
+            });
+        }
+        Ok(())
+    }
+
     async fn inspect(&mut self, fields: &[String]) -> Result<()> {
         let ground = store::read_ground(&mut self.db).await?;
         let mut r = Record::new(&self.lab.name);
@@ -351,9 +423,13 @@ impl Ctx<'_> {
         let entries = self.transcript.entries();
         for a in asserts {
             let value = checker::evaluate(&a.counter, &entries, &self.observed);
-            let (body, ok) = checker::assert_line(&a.name, &a.expected, &value);
+            let (body, pass) = checker::assert_line(&a.name, &a.expected, &value);
             self.emit(Role::Assert, &body);
-            self.asserts.push((a.name.clone(), ok));
+            self.outcomes.push(Outcome {
+                name: a.name.clone(),
+                actual: value.unwrap_or_else(|_| "unknown".into()),
+                pass,
+            });
         }
         Ok(())
     }

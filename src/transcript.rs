@@ -88,6 +88,7 @@ pub enum Role {
     Consumer,
     Inspect,
     Assert,
+    Check,
 }
 
 impl Role {
@@ -97,6 +98,7 @@ impl Role {
             Role::Consumer => "consumer",
             Role::Inspect => "inspect",
             Role::Assert => "assert",
+            Role::Check => "check",
         }
     }
 }

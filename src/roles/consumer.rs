@@ -1,7 +1,8 @@
 //! The consumer role: manual ack, the inbox transaction of LABS.md, retries by
-//! dead-lettering, and the DLQ move with publisher confirms. Its fault windows
-//! are named points in this code path; a window selected for a message prints
-//! a marker and blocks until the harness kills the process.
+//! dead-lettering, and the DLQ move with publisher confirms; plus the broken
+//! variants that show why each of those steps is needed. Fault windows are
+//! named points in this code path; a window selected for a message prints a
+//! marker and blocks until the harness kills the process.
 
 use std::collections::BTreeSet;
 
@@ -23,34 +24,17 @@ use crate::lab::Retry;
 use crate::store::{self, OrderCreated};
 use crate::transcript::{MessageMeta, Record};
 
-/// Consumer behaviours a lab can select. One registry drives validation,
-/// `mqlab list` and the docs.
+/// Consumer behaviours a lab or a variant can select.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Pattern {
     Inbox,
-}
-
-pub const PATTERNS: &[(Pattern, &str, &str)] = &[(
-    Pattern::Inbox,
-    "inbox",
-    "inbox row + business row in one transaction, ack only after commit",
-)];
-
-impl Pattern {
-    pub fn parse(s: &str) -> Result<Pattern, String> {
-        PATTERNS
-            .iter()
-            .find(|(_, n, _)| *n == s)
-            .map(|(p, _, _)| *p)
-            .ok_or_else(|| {
-                let known: Vec<_> = PATTERNS.iter().map(|(_, n, _)| *n).collect();
-                format!(
-                    "unknown consumer pattern `{s}` (known: {})",
-                    known.join(", ")
-                )
-            })
-    }
+    NoInbox,
+    AckBeforeCommit,
+    AutoAck,
+    DedupOutsideTx,
+    RequeueForever,
+    UnconfirmedDlq,
 }
 
 /// Named points in the consumer's code path where a fault can be injected.
@@ -58,29 +42,135 @@ impl Pattern {
 #[serde(rename_all = "kebab-case")]
 pub enum Window {
     AfterReceive,
+    AfterInboxCommit,
     BeforeCommit,
+    AfterAckBeforeCommit,
     AfterCommitBeforeAck,
     AfterAck,
 }
 
+pub struct PatternDef {
+    pub pattern: Pattern,
+    pub name: &'static str,
+    pub safe: bool,
+    pub doc: &'static str,
+    /// The windows this pattern's code path passes through: a lab naming any
+    /// other is rejected, so no fault point is silently ignored.
+    pub windows: &'static [Window],
+}
+
+use Window::*;
+
+/// One registry drives validation, `mqlab list` and the docs.
+pub const PATTERNS: &[PatternDef] = &[
+    PatternDef {
+        pattern: Pattern::Inbox,
+        name: "inbox",
+        safe: true,
+        doc: "inbox row + business row in one transaction, ack only after commit",
+        windows: &[AfterReceive, BeforeCommit, AfterCommitBeforeAck, AfterAck],
+    },
+    PatternDef {
+        pattern: Pattern::NoInbox,
+        name: "no-inbox",
+        safe: false,
+        doc: "business write without the inbox row: a redelivery applies twice",
+        windows: &[AfterReceive, BeforeCommit, AfterCommitBeforeAck, AfterAck],
+    },
+    PatternDef {
+        pattern: Pattern::AckBeforeCommit,
+        name: "ack-before-commit",
+        safe: false,
+        doc: "acks, then commits: a crash between them loses the message",
+        windows: &[AfterReceive, AfterAckBeforeCommit, AfterAck],
+    },
+    PatternDef {
+        pattern: Pattern::AutoAck,
+        name: "auto-ack",
+        safe: false,
+        doc: "autoAck consumer: the broker forgets a message once sent",
+        windows: &[AfterReceive, BeforeCommit],
+    },
+    PatternDef {
+        pattern: Pattern::DedupOutsideTx,
+        name: "dedup-outside-tx",
+        safe: false,
+        doc: "inbox row committed in its own transaction before the business write",
+        windows: &[
+            AfterReceive,
+            AfterInboxCommit,
+            BeforeCommit,
+            AfterCommitBeforeAck,
+            AfterAck,
+        ],
+    },
+    PatternDef {
+        pattern: Pattern::RequeueForever,
+        name: "requeue-forever",
+        safe: false,
+        doc: "a failed message is nacked with requeue=true: it loops at the head of the queue",
+        windows: &[AfterReceive, BeforeCommit, AfterCommitBeforeAck, AfterAck],
+    },
+    PatternDef {
+        pattern: Pattern::UnconfirmedDlq,
+        name: "unconfirmed-dlq",
+        safe: false,
+        doc: "DLQ publish without confirms, then ack: an unroutable DLQ loses the message",
+        windows: &[AfterReceive, BeforeCommit, AfterCommitBeforeAck, AfterAck],
+    },
+];
+
 pub const WINDOWS: &[(Window, &str, &str)] = &[
     (
-        Window::AfterReceive,
+        AfterReceive,
         "after-receive",
         "the delivery is logged, nothing is written yet",
     ),
     (
-        Window::BeforeCommit,
+        AfterInboxCommit,
+        "after-inbox-commit",
+        "the inbox row is committed on its own, the business row is not written",
+    ),
+    (
+        BeforeCommit,
         "before-commit",
         "the business row is written, the transaction is still open",
     ),
     (
-        Window::AfterCommitBeforeAck,
+        AfterAckBeforeCommit,
+        "after-ack-before-commit",
+        "the ack is sent, the transaction is still open",
+    ),
+    (
+        AfterCommitBeforeAck,
         "after-commit-before-ack",
         "the transaction has committed, the ack is not sent",
     ),
-    (Window::AfterAck, "after-ack", "the ack has been sent"),
+    (AfterAck, "after-ack", "the ack has been sent"),
 ];
+
+impl Pattern {
+    pub fn parse(s: &str) -> Result<Pattern, String> {
+        PATTERNS
+            .iter()
+            .find(|d| d.name == s)
+            .map(|d| d.pattern)
+            .ok_or_else(|| {
+                let known: Vec<_> = PATTERNS.iter().map(|d| d.name).collect();
+                format!(
+                    "unknown consumer pattern `{s}` (known: {})",
+                    known.join(", ")
+                )
+            })
+    }
+
+    pub fn def(self) -> &'static PatternDef {
+        PATTERNS
+            .iter()
+            .find(|d| d.pattern == self)
+            .expect("every pattern is registered")
+    }
+}
 
 impl Window {
     pub fn parse(s: &str) -> Result<Window, String> {
@@ -92,6 +182,14 @@ impl Window {
                 let known: Vec<_> = WINDOWS.iter().map(|(_, n, _)| *n).collect();
                 format!("unknown fault window `{s}` (known: {})", known.join(", "))
             })
+    }
+
+    pub fn name(self) -> &'static str {
+        WINDOWS
+            .iter()
+            .find(|(w, _, _)| *w == self)
+            .map(|(_, n, _)| *n)
+            .unwrap_or("?")
     }
 }
 
@@ -118,20 +216,26 @@ pub struct ConsumerConfig {
     pub prefetch: u16,
     /// Exit after this many distinct messages reached a final outcome.
     pub settle: usize,
+    /// Exit after this many deliveries whatever their outcome (a budget for loops).
+    pub max_deliveries: Option<usize>,
     pub retry: Option<Retry>,
     pub fault: Option<FaultPoint>,
 }
 
 enum Outcome {
     Settled,
-    Retrying,
+    Pending,
 }
 
 struct Consumer {
     cfg: ConsumerConfig,
+    /// The consuming channel: acks go here, and the window barrier too.
+    ch: Channel,
     db: PgConnection,
     /// In confirm mode: a DLQ move is acknowledged only after the broker confirms it.
-    publisher: Channel,
+    confirmed: Channel,
+    /// Not in confirm mode: what the `unconfirmed-dlq` variant publishes on.
+    unconfirmed: Channel,
 }
 
 pub async fn run(cfg: ConsumerConfig) -> Result<i32> {
@@ -139,42 +243,56 @@ pub async fn run(cfg: ConsumerConfig) -> Result<i32> {
     let ch = conn.create_channel().await?;
     ch.basic_qos(cfg.prefetch, BasicQosOptions::default())
         .await?;
-    let publisher = conn.create_channel().await?;
-    publisher
+    let confirmed = conn.create_channel().await?;
+    confirmed
         .confirm_select(ConfirmSelectOptions::default())
         .await?;
+    let unconfirmed = conn.create_channel().await?;
     let db = store::connect(&cfg.database_url).await?;
-    let mut deliveries = ch
-        .basic_consume(
-            cfg.queue.as_str().into(),
-            cfg.consumer.as_str().into(),
-            BasicConsumeOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .with_context(|| format!("consuming from `{}`", cfg.queue))?;
-    let mut me = Consumer { cfg, db, publisher };
+    let mut me = Consumer {
+        cfg,
+        ch: ch.clone(),
+        db,
+        confirmed,
+        unconfirmed,
+    };
     let mut settled = BTreeSet::new();
     let mut received = 0;
-    while settled.len() < me.cfg.settle {
-        let d = deliveries
-            .next()
+    let budget_left =
+        |received: usize, me: &Consumer| me.cfg.max_deliveries.is_none_or(|m| received < m);
+    if me.cfg.settle > 0 && budget_left(received, &me) {
+        let mut deliveries = ch
+            .basic_consume(
+                me.cfg.queue.as_str().into(),
+                me.cfg.consumer.as_str().into(),
+                BasicConsumeOptions {
+                    no_ack: me.cfg.pattern == Pattern::AutoAck,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
             .await
-            .context("the broker closed the consumer")??;
-        received += 1;
-        let meta = meta_of(&d);
-        let attempt = amqp::attempt_from_x_death(d.properties.headers().as_ref());
-        capture_headers(&d, &meta, attempt);
-        emit(
-            me.line(&meta)
-                .with("consumer", &me.cfg.consumer)
-                .with("attempt", attempt)
-                .with("redelivered", d.redelivered)
-                .status("received"),
-        );
-        me.window(Window::AfterReceive, &meta).await;
-        if let Outcome::Settled = me.handle(&d, &meta, attempt).await? {
-            settled.insert(meta.message_id);
+            .with_context(|| format!("consuming from `{}`", me.cfg.queue))?;
+        while settled.len() < me.cfg.settle && budget_left(received, &me) {
+            let d = deliveries
+                .next()
+                .await
+                .context("the broker closed the consumer")??;
+            received += 1;
+            let meta = meta_of(&d);
+            let attempt = amqp::attempt_from_x_death(d.properties.headers().as_ref());
+            capture_headers(&d, &meta, attempt);
+            emit(
+                me.line(&meta)
+                    .with("consumer", &me.cfg.consumer)
+                    .with("attempt", attempt)
+                    .with("redelivered", d.redelivered)
+                    .status("received"),
+            );
+            me.window(AfterReceive, &meta).await;
+            if let Outcome::Settled = me.handle(&d, &meta, attempt).await? {
+                settled.insert(meta.message_id);
+            }
         }
     }
     emit(
@@ -193,29 +311,39 @@ impl Consumer {
     }
 
     async fn window(&self, w: Window, meta: &MessageMeta) {
-        window(&self.cfg, w, meta).await
+        window(&self.cfg, &self.ch, w, meta).await
     }
 
-    async fn handle(&mut self, d: &Delivery, meta: &MessageMeta, attempt: u32) -> Result<Outcome> {
-        match self.cfg.pattern {
-            Pattern::Inbox => self.inbox(d, meta, attempt).await,
-        }
+    async fn ack(&self, d: &Delivery) -> Result<()> {
+        ack(self.cfg.pattern, d).await
+    }
+
+    fn settled(&self, meta: &MessageMeta, attempt: u32, status: &str) -> Result<Outcome> {
+        emit(self.line(meta).with("attempt", attempt).status(status));
+        Ok(Outcome::Settled)
     }
 
     /// LABS.md's transaction: begin; inbox insert ON CONFLICT DO NOTHING;
     /// duplicate → rollback + ack; else business write, commit, then ack.
-    async fn inbox(&mut self, d: &Delivery, meta: &MessageMeta, attempt: u32) -> Result<Outcome> {
+    /// Each unsafe pattern removes or reorders exactly one of those steps.
+    async fn handle(&mut self, d: &Delivery, meta: &MessageMeta, attempt: u32) -> Result<Outcome> {
+        let pattern = self.cfg.pattern;
         let event_id = store::event_id(&d.data, &meta.message_id);
+        if pattern == Pattern::DedupOutsideTx {
+            if !store::insert_inbox_autocommit(&mut self.db, &self.cfg.inbox_name, &event_id)
+                .await?
+            {
+                self.ack(d).await?;
+                return self.settled(meta, attempt, "duplicate_skipped");
+            }
+            self.window(AfterInboxCommit, meta).await;
+        }
         let mut tx = self.db.begin().await?;
-        if !store::insert_inbox(&mut tx, &self.cfg.inbox_name, &event_id).await? {
+        let uses_tx_inbox = !matches!(pattern, Pattern::NoInbox | Pattern::DedupOutsideTx);
+        if uses_tx_inbox && !store::insert_inbox(&mut tx, &self.cfg.inbox_name, &event_id).await? {
             tx.rollback().await?;
-            d.acker.ack(BasicAckOptions::default()).await?;
-            emit(
-                self.line(meta)
-                    .with("attempt", attempt)
-                    .status("duplicate_skipped"),
-            );
-            return Ok(Outcome::Settled);
+            self.ack(d).await?;
+            return self.settled(meta, attempt, "duplicate_skipped");
         }
         let write = match OrderCreated::parse(&d.data) {
             Ok(order) => {
@@ -229,16 +357,28 @@ impl Consumer {
             tx.rollback().await?;
             return self.failed(d, meta, attempt, &error).await;
         }
-        window(&self.cfg, Window::BeforeCommit, meta).await;
+        if pattern == Pattern::AckBeforeCommit {
+            ack(pattern, d).await?;
+            window(&self.cfg, &self.ch, AfterAckBeforeCommit, meta).await;
+            tx.commit().await?;
+            emit(
+                self.line(meta)
+                    .with("attempt", attempt)
+                    .status("business_committed"),
+            );
+            self.window(AfterAck, meta).await;
+            return Ok(Outcome::Settled);
+        }
+        window(&self.cfg, &self.ch, BeforeCommit, meta).await;
         tx.commit().await?;
         emit(
             self.line(meta)
                 .with("attempt", attempt)
                 .status("business_committed"),
         );
-        self.window(Window::AfterCommitBeforeAck, meta).await;
-        d.acker.ack(BasicAckOptions::default()).await?;
-        self.window(Window::AfterAck, meta).await;
+        self.window(AfterCommitBeforeAck, meta).await;
+        self.ack(d).await?;
+        self.window(AfterAck, meta).await;
         Ok(Outcome::Settled)
     }
 
@@ -252,25 +392,23 @@ impl Consumer {
         error: &str,
     ) -> Result<Outcome> {
         tracing::warn!(message = %meta.message_id, attempt, error, "business write failed");
+        let reject = |requeue| BasicNackOptions {
+            requeue,
+            multiple: false,
+        };
+        if self.cfg.pattern == Pattern::RequeueForever {
+            d.acker.nack(reject(true)).await?;
+            emit(self.line(meta).with("attempt", attempt).status("requeued"));
+            return Ok(Outcome::Pending);
+        }
         let Some(retry) = self.cfg.retry.clone() else {
-            d.acker
-                .nack(BasicNackOptions {
-                    requeue: false,
-                    multiple: false,
-                })
-                .await?;
-            emit(self.line(meta).with("attempt", attempt).status("rejected"));
-            return Ok(Outcome::Settled);
+            d.acker.nack(reject(false)).await?;
+            return self.settled(meta, attempt, "rejected");
         };
         if attempt < retry.max_attempts {
-            d.acker
-                .nack(BasicNackOptions {
-                    requeue: false,
-                    multiple: false,
-                })
-                .await?;
+            d.acker.nack(reject(false)).await?;
             emit(self.line(meta).with("attempt", attempt).status("retry"));
-            return Ok(Outcome::Retrying);
+            return Ok(Outcome::Pending);
         }
         let mut headers = d.properties.headers().clone().unwrap_or_default();
         for (k, v) in [
@@ -282,35 +420,52 @@ impl Consumer {
         ] {
             headers.insert(k.into(), lapin::types::AMQPValue::LongString(v.into()));
         }
-        let confirm = self
-            .publisher
-            .basic_publish(
-                "".into(),
-                retry.dlq.as_str().into(),
-                BasicPublishOptions {
-                    mandatory: true,
-                    immediate: false,
-                },
-                &d.data,
-                d.properties.clone().with_headers(headers),
-            )
-            .await?
-            .await?;
-        match confirm {
-            Confirmation::Ack(None) => {}
-            other => anyhow::bail!(
-                "the DLQ publish of {} was not confirmed: {other:?}",
-                meta.message_id
-            ),
+        let properties = d.properties.clone().with_headers(headers);
+        if self.cfg.pattern == Pattern::UnconfirmedDlq {
+            // Fire and forget: no confirm, no mandatory flag; an unroutable DLQ drops it.
+            self.unconfirmed
+                .basic_publish(
+                    "".into(),
+                    retry.dlq.as_str().into(),
+                    BasicPublishOptions::default(),
+                    &d.data,
+                    properties,
+                )
+                .await?;
+        } else {
+            let confirm = self
+                .confirmed
+                .basic_publish(
+                    "".into(),
+                    retry.dlq.as_str().into(),
+                    BasicPublishOptions {
+                        mandatory: true,
+                        immediate: false,
+                    },
+                    &d.data,
+                    properties,
+                )
+                .await?
+                .await?;
+            match confirm {
+                Confirmation::Ack(None) => {}
+                other => anyhow::bail!(
+                    "the DLQ publish of {} was not confirmed: {other:?}",
+                    meta.message_id
+                ),
+            }
         }
-        d.acker.ack(BasicAckOptions::default()).await?;
-        emit(
-            self.line(meta)
-                .with("attempt", attempt)
-                .status("poison_to_dlq"),
-        );
-        Ok(Outcome::Settled)
+        self.ack(d).await?;
+        self.settled(meta, attempt, "poison_to_dlq")
     }
+}
+
+/// An autoAck delivery has nothing to ack: the broker forgot it when it sent it.
+async fn ack(pattern: Pattern, d: &Delivery) -> Result<()> {
+    if pattern != Pattern::AutoAck {
+        d.acker.ack(BasicAckOptions::default()).await?;
+    }
+    Ok(())
 }
 
 fn line(cfg: &ConsumerConfig, meta: &MessageMeta) -> Record {
@@ -320,10 +475,16 @@ fn line(cfg: &ConsumerConfig, meta: &MessageMeta) -> Record {
 }
 
 /// Blocks forever at the selected window; the harness does the killing, so
-/// the process dies exactly as a crashed one would.
-async fn window(cfg: &ConsumerConfig, w: Window, meta: &MessageMeta) {
+/// the process dies exactly as a crashed one would. A synchronous round trip
+/// on the channel first: the broker handles a channel's frames in order, so
+/// an ack sent before the window has been processed when the marker appears
+/// (a kill cannot race an ack still in a socket buffer).
+async fn window(cfg: &ConsumerConfig, ch: &Channel, w: Window, meta: &MessageMeta) {
     if let Some(f) = &cfg.fault {
         if f.window == w && f.message == meta.message_id {
+            if let Err(e) = ch.basic_qos(cfg.prefetch, BasicQosOptions::default()).await {
+                tracing::warn!("window barrier failed: {e}");
+            }
             emit(line(cfg, meta).status(CRASH_MARKER));
             std::future::pending::<()>().await;
         }
