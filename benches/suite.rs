@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use mqlab::env::guard::RunDir;
 use mqlab::env::local::LocalEnv;
 use mqlab::env::EnvOptions;
 use mqlab::lab::Project;
@@ -49,9 +50,13 @@ fn main() {
     let (mut ready, mut wall, mut teardown) = (Vec::new(), Vec::new(), Vec::new());
     let mut per_lab: Vec<Vec<Duration>> = vec![Vec::new(); labs.len()];
     for i in 0..runs {
+        let run_dir = RunDir::create(exe).expect("run directory");
         rt.block_on(async {
             let started = Instant::now();
             let opts = EnvOptions {
+                dir: run_dir.path().to_path_buf(),
+                amqp_port: None,
+                pg_port: None,
                 ready_timeout: Duration::from_secs(60),
                 vhosts: labs
                     .iter()
@@ -61,7 +66,7 @@ fn main() {
             let env = LocalEnv::start(&opts).await.expect("environment");
             ready.push(env.info.ready);
             for (j, lab) in labs.iter().enumerate() {
-                let run = runner::run_lab(lab, &env.endpoints, exe, &mut Quiet)
+                let run = runner::run_lab(lab, &env.endpoints, exe, run_dir.path(), &mut Quiet)
                     .await
                     .expect("lab runs");
                 assert!(run.passed(), "{} failed in run {i}", lab.name);
@@ -72,6 +77,7 @@ fn main() {
             teardown.push(t.elapsed());
             wall.push(started.elapsed());
         });
+        run_dir.close();
         eprintln!("run {}/{runs} done", i + 1);
     }
     println!("mqlab suite benchmark: {runs} runs, seconds (min median max)");

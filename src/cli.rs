@@ -10,6 +10,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::checker::LabVerdict;
+use crate::env::guard::RunDir;
 use crate::env::local::LocalEnv;
 use crate::env::EnvOptions;
 use crate::exit;
@@ -40,6 +41,12 @@ enum Cmd {
     Lab(LabArgs),
     /// List the labs with their claims, and the engine's vocabulary
     List,
+    /// Internal: cleans up after a run when the harness goes away
+    #[command(hide = true)]
+    Guard {
+        #[arg(long)]
+        dir: PathBuf,
+    },
     /// Internal: a producer or consumer process started by the runner
     #[command(hide = true)]
     Role {
@@ -73,6 +80,12 @@ struct LabArgs {
     /// Also write each normalized transcript to DIR/<lab>.log
     #[arg(long, value_name = "DIR")]
     transcript_dir: Option<PathBuf>,
+    /// Run the lab broker's AMQP listener on this 127.0.0.1 port [default: a free one]
+    #[arg(long, value_name = "PORT")]
+    amqp_port: Option<u16>,
+    /// Run the lab PostgreSQL on this 127.0.0.1 port [default: a free one]
+    #[arg(long, value_name = "PORT")]
+    pg_port: Option<u16>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -104,10 +117,32 @@ pub fn main() -> i32 {
     let project = Project {
         root: cli.root.clone().unwrap_or_else(default_root),
     };
+    // A bug in the harness is one line and a clean teardown (the unwinding
+    // drops the environment), not a trace.
+    std::panic::set_hook(Box::new(|info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        eprintln!("mqlab: internal error: {msg}{at} (a bug in mqlab; everything it started is being stopped)");
+    }));
     let result = match cli.cmd {
-        Cmd::Lab(args) => cmd_lab(&project, args),
+        Cmd::Lab(args) => {
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cmd_lab(&project, args)))
+            {
+                Ok(r) => r,
+                Err(_) => return exit::INTERNAL,
+            }
+        }
         Cmd::List => cmd_list(&project),
         Cmd::Role { role, config } => return run_role(role, &config),
+        Cmd::Guard { dir } => return crate::env::guard::guard_main(&dir),
     };
     match result {
         Ok(code) => code,
@@ -246,8 +281,13 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32> {
             .with_context(|| format!("cannot create `{}`", dir.display()))?;
     }
     let exe = std::env::current_exe().context("cannot find the mqlab executable")?;
+    let run_dir = RunDir::create(&exe)?;
+    eprintln!("mqlab: run directory {}", run_dir.path().display());
     let opts = EnvOptions {
+        dir: run_dir.path().to_path_buf(),
         ready_timeout: Duration::from_secs(args.ready_timeout),
+        amqp_port: args.amqp_port,
+        pg_port: args.pg_port,
         vhosts: labs
             .iter()
             .map(|l| runner::vhost_for(&l.run_name()))
@@ -258,7 +298,7 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32> {
     };
     let started = Instant::now();
     let rt = runtime()?;
-    let runs = rt.block_on(async {
+    let outcome = rt.block_on(async {
         eprintln!("mqlab: starting RabbitMQ and PostgreSQL (local environment)");
         let env = tokio::select! {
             env = LocalEnv::start(&opts) => env?,
@@ -270,32 +310,34 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32> {
             env.info.broker_version,
             env.info.db_version
         );
-        let runs = tokio::select! {
-            r = run_all(&labs, &env, &exe, &mut sink) => r,
-            sig = interrupted() => Err(anyhow::anyhow!("{sig}")).map(|_: ()| Vec::new()).map_err(|e| e.context("interrupted")),
+        let outcome = tokio::select! {
+            runs = run_all(&labs, &env, &exe, run_dir.path(), &mut sink) => runs.map(Ok),
+            sig = interrupted() => Ok(Err(sig)),
         };
         env.stop().await;
-        Ok::<_, anyhow::Error>(runs.map_err(|e| format!("{e:#}")))
-    })?;
-    let runs = match runs {
-        Ok(r) => r,
+        outcome
+    });
+    drop(rt);
+    run_dir.close();
+    match outcome? {
+        Ok(runs) => report(project, &labs, &runs, &args, started),
         Err(sig) => {
             eprintln!("mqlab: {sig}; environment stopped");
-            return Ok(exit::INTERRUPTED);
+            Ok(exit::INTERRUPTED)
         }
-    };
-    report(project, &labs, &runs, &args, started)
+    }
 }
 
 async fn run_all(
     labs: &[Lab],
     env: &LocalEnv,
     exe: &std::path::Path,
+    run_dir: &std::path::Path,
     sink: &mut dyn Sink,
 ) -> Result<Vec<LabRun>> {
     let mut runs = Vec::new();
     for lab in labs {
-        runs.push(runner::run_lab(lab, &env.endpoints, exe, sink).await?);
+        runs.push(runner::run_lab(lab, &env.endpoints, exe, run_dir, sink).await?);
     }
     Ok(runs)
 }

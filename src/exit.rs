@@ -6,5 +6,7 @@ pub const OK: i32 = 0;
 pub const LAB_FAILED: i32 = 1;
 /// Usage or environment error: nothing was proven either way.
 pub const SETUP: i32 = 2;
+/// A bug in mqlab itself (a panic), after teardown.
+pub const INTERNAL: i32 = 101;
 /// Interrupted by Ctrl-C or SIGTERM (after teardown).
 pub const INTERRUPTED: i32 = 130;

@@ -71,6 +71,8 @@ struct RawPublish {
     exchange: String,
     routing_key: Option<String>,
     messages: Vec<RawMessage>,
+    #[serde(default = "default_deadline")]
+    deadline_secs: u64,
 }
 
 #[derive(Deserialize, Clone)]
@@ -219,6 +221,7 @@ impl Action {
 pub struct Publish {
     pub exchange: String,
     pub messages: Vec<Message>,
+    pub deadline_secs: u64,
 }
 
 impl Publish {
@@ -532,6 +535,7 @@ fn validate(
             Action::Publish(Publish {
                 exchange: p.exchange.clone(),
                 messages,
+                deadline_secs: p.deadline_secs,
             })
         } else if let Some(c) = &s.consume {
             if !queue_names.contains(&c.queue.as_str()) {

@@ -75,10 +75,12 @@ struct Ctx<'a> {
     role_seq: usize,
 }
 
+/// Runs one lab; role logs go under `run_dir/roles/<run>/`.
 pub async fn run_lab(
     lab: &Lab,
     endpoints: &Endpoints,
     exe: &Path,
+    run_dir: &Path,
     sink: &mut dyn Sink,
 ) -> Result<LabRun> {
     let started = Instant::now();
@@ -92,13 +94,14 @@ pub async fn run_lab(
     let conn = crate::amqp::connect(&endpoints.amqp_url(&vhost_for(&run))).await?;
     let channel = conn.create_channel().await?;
     crate::amqp::declare(&channel, &lab.exchanges, &lab.queues).await?;
-    let logs = tempfile::Builder::new().prefix("mqlab-roles-").tempdir()?;
+    let logs = run_dir.join("roles").join(&run);
+    std::fs::create_dir_all(&logs)?;
 
     let mut ctx = Ctx {
         lab,
         endpoints,
         exe,
-        logs: logs.path().to_path_buf(),
+        logs,
         run,
         conn: &conn,
         channel,
@@ -111,7 +114,9 @@ pub async fn run_lab(
     };
     let mut error = None;
     for step in &lab.steps {
-        ctx.sink.phase(&lab.name, &step.action.phase());
+        let phase = step.action.phase();
+        ctx.sink.phase(&lab.name, &phase);
+        failpoint(&phase);
         let r = match &step.action {
             Action::Publish(p) => ctx.publish(p).await,
             Action::Consume(c) => ctx.consume(c, step.fault.as_ref()).await,
@@ -221,7 +226,7 @@ impl Ctx<'_> {
             messages: p.messages.clone(),
         };
         let phase = format!("publish({})", p.destination());
-        let secs = 30;
+        let secs = p.deadline_secs;
         let deadline = Instant::now() + Duration::from_secs(secs);
         let mut proc = self.spawn_role("producer", serde_json::to_string(&cfg)?)?;
         while let Some(line) = self.next_line(&mut proc, &phase, deadline, secs).await? {
@@ -432,6 +437,15 @@ impl Ctx<'_> {
             });
         }
         Ok(())
+    }
+}
+
+/// A named point where the harness itself can be made to panic
+/// (`MQLAB_PANIC_AT=<phase>`), so that the tests can show a panicking harness
+/// leaves nothing behind.
+fn failpoint(phase: &str) {
+    if std::env::var("MQLAB_PANIC_AT").is_ok_and(|p| p == phase) {
+        panic!("failpoint MQLAB_PANIC_AT={phase}");
     }
 }
 

@@ -100,3 +100,55 @@ fn missing_broker_binary_says_what_to_install() {
 fn no_lab_named_is_a_usage_error() {
     expect_setup_error(mqlab(&["lab"]).current_dir(root()), "Usage");
 }
+
+#[test]
+fn unknown_variant() {
+    expect_setup_error(
+        mqlab(&["lab", "consumer-crash", "--variant", "nope"]).current_dir(root()),
+        "unknown variant `nope` of lab `consumer-crash` (known: ack-before-commit",
+    );
+}
+
+#[test]
+fn missing_database_binary_says_what_to_install() {
+    expect_setup_error(
+        mqlab(&["lab", "consumer-crash"])
+            .current_dir(root())
+            .env("MQLAB_PG_BIN", "/nonexistent"),
+        "apt-get install postgresql",
+    );
+}
+
+#[test]
+fn a_requested_port_already_in_use() {
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = busy.local_addr().unwrap().port().to_string();
+    expect_setup_error(
+        mqlab(&["lab", "consumer-crash", "--amqp-port", &port]).current_dir(root()),
+        &format!("port {port} on 127.0.0.1 is already in use (requested by --amqp-port)"),
+    );
+}
+
+#[test]
+fn no_system_user_to_run_postgresql_as() {
+    if !nix::unistd::geteuid().is_root() {
+        return; // only root has to switch users
+    }
+    expect_setup_error(
+        mqlab(&["lab", "consumer-crash"])
+            .current_dir(root())
+            .env("MQLAB_PG_USER", "mqlab-no-such-user"),
+        "no `mqlab-no-such-user` system user to run PostgreSQL as",
+    );
+}
+
+/// Credentials exist only in URLs handed to processes, never in what a run writes.
+#[test]
+fn no_credentials_in_snapshots() {
+    for e in std::fs::read_dir(root().join("snapshots")).unwrap() {
+        let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
+        for secret in ["amqp://", "postgres://", "mqlab:mqlab", "password"] {
+            assert!(!text.contains(secret), "`{secret}` in a snapshot");
+        }
+    }
+}

@@ -11,6 +11,7 @@ use anyhow::{bail, Context, Result};
 use nix::sys::signal::Signal;
 use tokio::process::{Child, ChildStdin, Command};
 
+use super::guard::RUN_VAR;
 use super::process;
 use super::{Endpoints, EnvInfo, EnvOptions};
 use crate::{amqp, store};
@@ -97,7 +98,8 @@ fn free_ports(n: usize) -> Result<Vec<u16>> {
 }
 
 pub struct LocalEnv {
-    dir: Option<tempfile::TempDir>,
+    /// Inside the run directory; the run directory's owner removes it.
+    dir: PathBuf,
     epmd: Option<Child>,
     rabbit: Option<Child>,
     /// Held open: RabbitMQ started with RABBITMQ_ALLOW_INPUT halts when it closes.
@@ -115,16 +117,16 @@ impl LocalEnv {
     pub async fn start(opts: &EnvOptions) -> Result<LocalEnv> {
         let started = Instant::now();
         let bins = Binaries::find()?;
-        let dir = tempfile::Builder::new()
-            .prefix("mqlab-")
-            .tempdir_in("/tmp")
-            .context("creating the temporary directory")?;
-        // Traversable (PostgreSQL runs as another user), not writable by others.
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))?;
+        let owner = postgres_owner()?;
+        let dir = opts.dir.join("env");
+        std::fs::create_dir_all(&dir)?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
         let ports = free_ports(5)?;
-        let (amqp_port, dist_port, epmd_port, pg_port) = (ports[0], ports[1], ports[2], ports[3]);
+        let amqp_port = requested(opts.amqp_port, "--amqp-port")?.unwrap_or(ports[0]);
+        let pg_port = requested(opts.pg_port, "--pg-port")?.unwrap_or(ports[3]);
+        let (dist_port, epmd_port) = (ports[1], ports[2]);
         let mut env = LocalEnv {
-            dir: Some(dir),
+            dir,
             epmd: None,
             rabbit: None,
             rabbit_stdin: None,
@@ -147,10 +149,10 @@ impl LocalEnv {
                 ready: Duration::ZERO,
             },
         };
-        let root = env.dir().to_path_buf();
+        let root = env.dir.clone();
         let deadline = Instant::now() + opts.ready_timeout;
         let rabbit = env.spawn_rabbit(&bins, &root, opts, dist_port, epmd_port)?;
-        env.spawn_postgres(&bins, &root, pg_port).await?;
+        env.spawn_postgres(&bins, &root, pg_port, owner).await?;
         let (broker, db) = tokio::join!(
             env.rabbit_ready(&rabbit, opts, deadline),
             env.postgres_ready(&root, deadline)
@@ -159,13 +161,6 @@ impl LocalEnv {
         env.info.db_version = db?;
         env.info.ready = started.elapsed();
         Ok(env)
-    }
-
-    fn dir(&self) -> &Path {
-        self.dir
-            .as_ref()
-            .expect("environment already stopped")
-            .path()
     }
 
     fn spawn_rabbit(
@@ -223,6 +218,7 @@ impl LocalEnv {
             .env("RABBITMQ_MNESIA_BASE", base.join("mnesia"))
             .env("RABBITMQ_LOG_BASE", base.join("log"))
             .env("RABBITMQ_ALLOW_INPUT", "1")
+            .env(RUN_VAR, std::env::var_os(RUN_VAR).unwrap_or_default())
             .env(
                 "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS",
                 "-kernel inet_dist_use_interface {127,0,0,1}",
@@ -236,10 +232,15 @@ impl LocalEnv {
         })
     }
 
-    async fn spawn_postgres(&mut self, bins: &Binaries, root: &Path, port: u16) -> Result<()> {
+    async fn spawn_postgres(
+        &mut self,
+        bins: &Binaries,
+        root: &Path,
+        port: u16,
+        owner: Option<(u32, u32)>,
+    ) -> Result<()> {
         let base = root.join("pg");
         std::fs::create_dir_all(&base)?;
-        let owner = postgres_owner()?;
         if let Some((uid, gid)) = owner {
             nix::unistd::chown(&base, Some(uid.into()), Some(gid.into()))?;
         }
@@ -351,9 +352,6 @@ impl LocalEnv {
         if let Some(mut c) = self.epmd.take() {
             process::stop(&mut c, Signal::SIGKILL, Duration::from_secs(5)).await;
         }
-        if let Some(d) = self.dir.take() {
-            let _ = d.close();
-        }
     }
 }
 
@@ -367,21 +365,30 @@ impl Drop for LocalEnv {
         {
             process::kill_now(c);
         }
-        if let Some(d) = self.dir.take() {
-            let _ = d.close();
-        }
     }
 }
 
-/// PostgreSQL refuses to run as root: as root, run it as the `postgres` user.
+/// PostgreSQL refuses to run as root: as root, run it as the `postgres` user
+/// (or `MQLAB_PG_USER`).
 fn postgres_owner() -> Result<Option<(u32, u32)>> {
     if !nix::unistd::geteuid().is_root() {
         return Ok(None);
     }
-    let user = nix::unistd::User::from_name("postgres")?.context(
-        "running as root, but there is no `postgres` system user to run PostgreSQL as (hint: `apt-get install postgresql` creates it)",
-    )?;
+    let name = std::env::var("MQLAB_PG_USER").unwrap_or_else(|_| "postgres".into());
+    let user = nix::unistd::User::from_name(&name)?.with_context(|| {
+        format!("running as root, but there is no `{name}` system user to run PostgreSQL as (hint: `apt-get install postgresql` creates `postgres`; or set MQLAB_PG_USER)")
+    })?;
     Ok(Some((user.uid.as_raw(), user.gid.as_raw())))
+}
+
+/// A port the user asked for must be free now, or the run stops before anything starts.
+fn requested(port: Option<u16>, flag: &str) -> Result<Option<u16>> {
+    if let Some(p) = port {
+        std::net::TcpListener::bind(("127.0.0.1", p)).with_context(|| {
+            format!("port {p} on 127.0.0.1 is already in use (requested by {flag})")
+        })?;
+    }
+    Ok(port)
 }
 
 /// Vhosts, the lab user and its permissions, imported at boot: no CLI round

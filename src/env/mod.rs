@@ -1,6 +1,7 @@
 //! Environment providers: where the broker and the database come from. The
 //! runner only sees [`Endpoints`] and [`EnvInfo`], never how they were started.
 
+pub mod guard;
 pub mod local;
 pub mod process;
 
@@ -63,7 +64,12 @@ pub struct EnvInfo {
 
 #[derive(Clone, Debug)]
 pub struct EnvOptions {
+    /// The run directory: the environment keeps its servers' files under `env/`.
+    pub dir: std::path::PathBuf,
     pub ready_timeout: Duration,
+    /// Ports the user asked for; free ones are picked otherwise.
+    pub amqp_port: Option<u16>,
+    pub pg_port: Option<u16>,
     /// One isolated vhost per lab run, created at broker boot.
     pub vhosts: Vec<String>,
 }

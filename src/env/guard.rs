@@ -1,0 +1,121 @@
+//! The run directory, and a guard process that outlives the harness just long
+//! enough to clean up after it. Every process a run starts carries
+//! `MQLAB_RUN=<run dir>` in its environment; when the harness goes away,
+//! however it goes (even SIGKILL), the guard's stdin closes and it kills every
+//! process carrying that mark, then removes the directory.
+
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+/// The environment variable that marks a run's processes.
+pub const RUN_VAR: &str = "MQLAB_RUN";
+
+pub struct RunDir {
+    path: PathBuf,
+    guard: Option<(Child, ChildStdin)>,
+}
+
+impl RunDir {
+    /// Creates the directory under the system temp dir (`TMPDIR`), marks this
+    /// process (children inherit the mark) and starts the guard.
+    pub fn create(exe: &Path) -> Result<RunDir> {
+        let path = tempfile::Builder::new()
+            .prefix("mqlab-")
+            .tempdir()
+            .context("creating the run directory")?
+            .keep();
+        // Traversable (PostgreSQL runs as another user), writable by us only.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
+        // Single-threaded at this point: the runtime starts after.
+        std::env::set_var(RUN_VAR, &path);
+        let mut run = RunDir { path, guard: None };
+        let mut cmd = Command::new(exe);
+        cmd.args(["guard", "--dir"])
+            .arg(&run.path)
+            .env_remove(RUN_VAR)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            // Its own group: a terminal's Ctrl-C must not take it down first.
+            .process_group(0);
+        let mut child = cmd.spawn().context("cannot start the cleanup guard")?;
+        let stdin = child.stdin.take().context("guard stdin")?;
+        run.guard = Some((child, stdin));
+        Ok(run)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Normal end: remove what is left and let the guard go.
+    pub fn close(mut self) {
+        self.finish();
+    }
+
+    fn finish(&mut self) {
+        reap(&self.path, Duration::from_secs(5));
+        if let Some((mut child, stdin)) = self.guard.take() {
+            drop(stdin);
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+/// `mqlab guard --dir D`: waits for its stdin to close, then cleans up.
+pub fn guard_main(dir: &Path) -> i32 {
+    let mut sink = Vec::new();
+    let _ = std::io::stdin().read_to_end(&mut sink);
+    reap(dir, Duration::from_secs(10));
+    0
+}
+
+/// Kills every process marked with this run, waits for them to go, then
+/// removes the directory.
+pub fn reap(dir: &Path, patience: Duration) {
+    let mark = dir.to_string_lossy().into_owned();
+    let deadline = Instant::now() + patience;
+    loop {
+        let pids = marked_processes(&mark);
+        if pids.is_empty() || Instant::now() > deadline {
+            break;
+        }
+        for pid in pids {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Live processes whose environment carries `MQLAB_RUN=<mark>` (zombies
+/// have no environment left and are not counted).
+pub fn marked_processes(mark: &str) -> Vec<i32> {
+    let needle = format!("{RUN_VAR}={mark}");
+    let me = std::process::id() as i32;
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| *pid != me)
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .map(|env| env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()))
+                .unwrap_or(false)
+        })
+        .collect()
+}
