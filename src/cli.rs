@@ -41,6 +41,9 @@ enum Cmd {
     Lab(LabArgs),
     /// List the labs with their claims, and the engine's vocabulary
     List,
+    /// Manage an environment left running by `mqlab lab --keep`
+    #[command(subcommand)]
+    Env(EnvCmd),
     /// Internal: cleans up after a run when the harness goes away
     #[command(hide = true)]
     Guard {
@@ -54,6 +57,15 @@ enum Cmd {
         role: RoleKind,
         #[arg(long)]
         config: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum EnvCmd {
+    /// Stop a kept environment and remove its directory
+    Down {
+        /// The run directory `mqlab lab --keep` printed
+        dir: PathBuf,
     },
 }
 
@@ -86,6 +98,10 @@ struct LabArgs {
     /// Run the lab PostgreSQL on this 127.0.0.1 port [default: a free one]
     #[arg(long, value_name = "PORT")]
     pg_port: Option<u16>,
+    /// Leave RabbitMQ and PostgreSQL running afterwards (with the labs' vhosts and
+    /// databases), print how to reach them and the command that stops them
+    #[arg(long)]
+    keep: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -141,6 +157,7 @@ pub fn main() -> i32 {
             }
         }
         Cmd::List => cmd_list(&project),
+        Cmd::Env(EnvCmd::Down { dir }) => cmd_env_down(&dir),
         Cmd::Role { role, config } => return run_role(role, &config),
         Cmd::Guard { dir } => return crate::env::guard::guard_main(&dir),
     };
@@ -286,6 +303,7 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32> {
     let opts = EnvOptions {
         dir: run_dir.path().to_path_buf(),
         ready_timeout: Duration::from_secs(args.ready_timeout),
+        keep: args.keep,
         amqp_port: args.amqp_port,
         pg_port: args.pg_port,
         vhosts: labs
@@ -302,7 +320,7 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32> {
         eprintln!("mqlab: starting RabbitMQ and PostgreSQL (local environment)");
         let env = tokio::select! {
             env = LocalEnv::start(&opts) => env?,
-            sig = interrupted() => return Ok(Err(sig)),
+            sig = interrupted() => return Ok((Err(sig), false)),
         };
         eprintln!(
             "mqlab: environment ready in {:.1} s: {}, {}",
@@ -314,11 +332,29 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32> {
             runs = run_all(&labs, &env, &exe, run_dir.path(), &mut sink) => runs.map(Ok),
             sig = interrupted() => Ok(Err(sig)),
         };
-        env.stop().await;
-        outcome
+        let kept = args.keep && matches!(outcome, Ok(Ok(_)));
+        if kept {
+            keep_running(env, run_dir.path(), &labs)?;
+        } else {
+            env.stop().await;
+        }
+        outcome.map(|o| (o, kept))
     });
     drop(rt);
-    run_dir.close();
+    let outcome = match outcome {
+        Ok((o, true)) => {
+            run_dir.keep();
+            Ok(o)
+        }
+        Ok((o, false)) => {
+            run_dir.close();
+            Ok(o)
+        }
+        Err(e) => {
+            run_dir.close();
+            Err(e)
+        }
+    };
     match outcome? {
         Ok(runs) => report(project, &labs, &runs, &args, started),
         Err(sig) => {
@@ -326,6 +362,64 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32> {
             Ok(exit::INTERRUPTED)
         }
     }
+}
+
+/// Where a kept environment is described; `env down` refuses directories without it.
+const KEPT_FILE: &str = "kept.json";
+
+fn keep_running(env: LocalEnv, dir: &std::path::Path, labs: &[Lab]) -> Result<()> {
+    let e = &env.endpoints;
+    let runs: Vec<_> = labs
+        .iter()
+        .map(|l| {
+            serde_json::json!({
+                "lab": l.run_name(),
+                "amqp": e.amqp_url(&runner::vhost_for(&l.run_name())),
+                "postgres": e.pg_url(&runner::database_for(&l.run_name())),
+            })
+        })
+        .collect();
+    let info = serde_json::json!({
+        "dir": dir,
+        "broker": env.info.broker_version,
+        "database": env.info.db_version,
+        "runs": runs,
+    });
+    std::fs::write(dir.join(KEPT_FILE), serde_json::to_string_pretty(&info)?)?;
+    eprintln!(
+        "mqlab: environment kept running ({}, {})",
+        env.info.broker_version, env.info.db_version
+    );
+    for r in &runs {
+        eprintln!(
+            "  {:<36} {}",
+            r["lab"].as_str().unwrap_or(""),
+            r["amqp"].as_str().unwrap_or("")
+        );
+        eprintln!("  {:<36} {}", "", r["postgres"].as_str().unwrap_or(""));
+    }
+    eprintln!("  stop it with: mqlab env down {}", dir.display());
+    env.detach();
+    Ok(())
+}
+
+fn cmd_env_down(dir: &std::path::Path) -> Result<i32> {
+    if !dir.join(KEPT_FILE).is_file() {
+        bail!(
+            "`{}` is not an environment kept by `mqlab lab --keep` (no {KEPT_FILE} in it)",
+            dir.display()
+        );
+    }
+    crate::env::guard::reap(dir, Duration::from_secs(10));
+    let left = crate::env::guard::marked_processes(&dir.to_string_lossy());
+    if !left.is_empty() || dir.exists() {
+        bail!(
+            "could not stop everything in `{}` (processes {left:?})",
+            dir.display()
+        );
+    }
+    eprintln!("mqlab: stopped and removed {}", dir.display());
+    Ok(exit::OK)
 }
 
 async fn run_all(

@@ -55,7 +55,7 @@ pub fn vhost_for(run: &str) -> String {
     run.to_string()
 }
 
-fn database_for(lab: &str) -> String {
+pub fn database_for(lab: &str) -> String {
     format!("lab_{}", lab.replace(['-', '.', '@'], "_"))
 }
 

@@ -214,3 +214,34 @@ fn sigkill_of_the_harness_leaves_nothing() {
     let (code, _) = run.finish(&dir);
     assert_eq!(code, -1, "killed by a signal");
 }
+
+/// `--keep` leaves both servers reachable after mqlab exits; `mqlab env down`
+/// stops them and removes the directory.
+#[test]
+fn keep_then_env_down() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (code, _, stderr) = run(mqlab(&["lab", "routing", "--keep"])
+        .current_dir(root())
+        .env("TMPDIR", tmp.path()));
+    assert_eq!(code, 0, "{stderr}");
+    let dir = stderr
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("stop it with: mqlab env down "))
+        .expect("the stop command is printed")
+        .to_string();
+    let port = |scheme: &str| -> u16 {
+        let url = stderr
+            .split_whitespace()
+            .find(|w| w.starts_with(scheme))
+            .unwrap();
+        let hostport = url.rsplit_once('@').unwrap().1.split('/').next().unwrap();
+        hostport.rsplit_once(':').unwrap().1.parse().unwrap()
+    };
+    for p in [port("amqp://"), port("postgres://")] {
+        std::net::TcpStream::connect(("127.0.0.1", p)).expect("a kept server accepts connections");
+    }
+    assert!(!marked_processes(&dir).is_empty());
+    let (code, _, stderr) = run(&mut mqlab(&["env", "down", &dir]));
+    assert_eq!(code, 0, "{stderr}");
+    assert_nothing_left(tmp.path(), Path::new(&dir), &stderr);
+}

@@ -61,7 +61,20 @@ impl RunDir {
         self.finish();
     }
 
+    /// `--keep`: tell the guard to leave everything in place, and keep it.
+    pub fn keep(mut self) -> PathBuf {
+        if let Some((mut child, mut stdin)) = self.guard.take() {
+            let _ = std::io::Write::write_all(&mut stdin, KEEP);
+            drop(stdin);
+            let _ = child.wait();
+        }
+        std::mem::take(&mut self.path)
+    }
+
     fn finish(&mut self) {
+        if self.path.as_os_str().is_empty() {
+            return; // kept
+        }
         reap(&self.path, Duration::from_secs(5));
         if let Some((mut child, stdin)) = self.guard.take() {
             drop(stdin);
@@ -76,11 +89,17 @@ impl Drop for RunDir {
     }
 }
 
-/// `mqlab guard --dir D`: waits for its stdin to close, then cleans up.
+/// What the harness writes to the guard when the run is to be kept.
+const KEEP: &[u8] = b"keep\n";
+
+/// `mqlab guard --dir D`: waits for its stdin to close, then cleans up,
+/// unless the harness said the run is kept.
 pub fn guard_main(dir: &Path) -> i32 {
-    let mut sink = Vec::new();
-    let _ = std::io::stdin().read_to_end(&mut sink);
-    reap(dir, Duration::from_secs(10));
+    let mut said = Vec::new();
+    let _ = std::io::stdin().read_to_end(&mut said);
+    if said != KEEP {
+        reap(dir, Duration::from_secs(10));
+    }
     0
 }
 

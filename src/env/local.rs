@@ -105,6 +105,8 @@ pub struct LocalEnv {
     /// Held open: RabbitMQ started with RABBITMQ_ALLOW_INPUT halts when it closes.
     rabbit_stdin: Option<ChildStdin>,
     postgres: Option<Child>,
+    /// `--keep`: the servers outlive mqlab.
+    keep: bool,
     pub endpoints: Endpoints,
     pub info: EnvInfo,
 }
@@ -127,6 +129,7 @@ impl LocalEnv {
         let (dist_port, epmd_port) = (ports[1], ports[2]);
         let mut env = LocalEnv {
             dir,
+            keep: opts.keep,
             epmd: None,
             rabbit: None,
             rabbit_stdin: None,
@@ -193,10 +196,11 @@ impl LocalEnv {
         // Our own epmd, in the foreground: otherwise beam starts `epmd -daemon`, which outlives us.
         let mut epmd = Command::new(&bins.epmd);
         epmd.args(["-port", &epmd_port.to_string(), "-address", "127.0.0.1"]);
-        self.epmd = Some(process::spawn(
+        self.epmd = Some(process::spawn_with(
             &mut epmd,
             &base.join("log/epmd.out"),
             false,
+            self.keep,
         )?);
 
         let node = "mqlab@localhost".to_string();
@@ -224,7 +228,23 @@ impl LocalEnv {
                 "-kernel inet_dist_use_interface {127,0,0,1}",
             )
             .stdin(Stdio::piped());
-        let mut child = process::spawn(&mut cmd, &base.join("log/server.out"), false)?;
+        if self.keep {
+            // The node halts when its stdin closes: a `sleep` that carries the
+            // run's mark holds the pipe open until `mqlab env down`.
+            let (read, write) = nix::unistd::pipe()?;
+            let holder = Command::new("sleep")
+                .arg("infinity")
+                .stdin(Stdio::null())
+                .stdout(Stdio::from(write))
+                .stderr(Stdio::null())
+                .process_group(0)
+                .spawn()
+                .context("cannot start the holder of RabbitMQ's stdin")?;
+            std::mem::forget(holder);
+            cmd.stdin(Stdio::from(read));
+        }
+        let mut child =
+            process::spawn_with(&mut cmd, &base.join("log/server.out"), false, self.keep)?;
         self.rabbit_stdin = child.stdin.take();
         self.rabbit = Some(child);
         Ok(RabbitPaths {
@@ -287,7 +307,7 @@ impl LocalEnv {
                 "full_page_writes=off",
             ]);
         as_owner(&mut pg);
-        self.postgres = Some(process::spawn(&mut pg, &log, false)?);
+        self.postgres = Some(process::spawn_with(&mut pg, &log, false, self.keep)?);
         Ok(())
     }
 
@@ -351,6 +371,18 @@ impl LocalEnv {
         }
         if let Some(mut c) = self.epmd.take() {
             process::stop(&mut c, Signal::SIGKILL, Duration::from_secs(5)).await;
+        }
+    }
+}
+
+impl LocalEnv {
+    /// `--keep`: let go of the servers without stopping them.
+    pub fn detach(mut self) {
+        for c in [self.rabbit.take(), self.postgres.take(), self.epmd.take()]
+            .into_iter()
+            .flatten()
+        {
+            std::mem::forget(c);
         }
     }
 }

@@ -67,6 +67,8 @@ pub struct EnvOptions {
     /// The run directory: the environment keeps its servers' files under `env/`.
     pub dir: std::path::PathBuf,
     pub ready_timeout: Duration,
+    /// Leave the servers running after mqlab exits (`--keep`).
+    pub keep: bool,
     /// Ports the user asked for; free ones are picked otherwise.
     pub amqp_port: Option<u16>,
     pub pg_port: Option<u16>,

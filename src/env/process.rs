@@ -17,6 +17,13 @@ use tokio::process::{Child, Command};
 /// death signal fires when the spawning thread exits.
 /// With `pipe_stdout`, stdout is a pipe for the caller to read instead.
 pub fn spawn(cmd: &mut Command, log: &Path, pipe_stdout: bool) -> Result<Child> {
+    spawn_with(cmd, log, pipe_stdout, false)
+}
+
+/// `kept`: the process is meant to outlive mqlab (`--keep`): no parent-death
+/// signal, no kill on drop. It still carries the run's mark, so
+/// `mqlab env down` finds it.
+pub fn spawn_with(cmd: &mut Command, log: &Path, pipe_stdout: bool, kept: bool) -> Result<Child> {
     let out = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -30,12 +37,14 @@ pub fn spawn(cmd: &mut Command, log: &Path, pipe_stdout: bool) -> Result<Child> 
     }
     cmd.stderr(Stdio::from(err))
         .process_group(0)
-        .kill_on_drop(true);
-    // SAFETY: prctl is async-signal-safe; nothing is allocated in the child.
-    unsafe {
-        cmd.pre_exec(|| {
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
-        });
+        .kill_on_drop(!kept);
+    if !kept {
+        // SAFETY: prctl is async-signal-safe; nothing is allocated in the child.
+        unsafe {
+            cmd.pre_exec(|| {
+                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
+            });
+        }
     }
     let program = format!("{:?}", cmd.as_std().get_program());
     cmd.spawn()
