@@ -55,6 +55,7 @@ fn main() {
             let started = Instant::now();
             let opts = EnvOptions {
                 dir: run_dir.path().to_path_buf(),
+                keep: false,
                 amqp_port: None,
                 pg_port: None,
                 ready_timeout: Duration::from_secs(60),
