@@ -50,3 +50,16 @@ flake-check n="20":
     done
     echo "flake-check: {{n}} runs, $bad failed or differed; outputs in $out"
     [ "$bad" -eq 0 ]
+
+# Regenerate docs/evidence from a real run of the seed labs, with the consumer-crash diagram rendered
+evidence:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    cargo run --release --quiet -- lab consumer-crash retry-dlq routing --evidence docs/evidence
+    mmdc=$(command -v mmdc || echo /opt/mqlab-tools/node_modules/.bin/mmdc)
+    tmp=$(mktemp -d)
+    awk '/^```mermaid/{f=1;next} /^```/{f=0} f' docs/evidence/consumer-crash.md > "$tmp/d.mmd"
+    printf '{"executablePath":"/usr/bin/chromium","args":["--no-sandbox","--disable-gpu","--disable-background-networking","--no-first-run"]}' > "$tmp/p.json"
+    "$mmdc" -q -p "$tmp/p.json" -i "$tmp/d.mmd" -o docs/evidence/consumer-crash.png -b white -s 1.5
+    rm -rf "$tmp"
+    echo "docs/evidence regenerated"

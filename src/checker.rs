@@ -273,9 +273,12 @@ pub fn evaluate(c: &Counter, entries: &[Entry], obs: &Observed) -> Result<String
 }
 
 /// One evaluated assertion or check.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Outcome {
+    /// `assert` or `check`: which section of the transcript it printed in.
+    pub kind: &'static str,
     pub name: String,
+    pub expected: String,
     pub actual: String,
     pub pass: bool,
 }
@@ -451,7 +454,9 @@ mod tests {
     #[test]
     fn verdicts() {
         let o = |n: &str, a: &str, pass| Outcome {
+            kind: "assert",
             name: n.into(),
+            expected: "0".into(),
             actual: a.into(),
             pass,
         };

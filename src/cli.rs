@@ -13,6 +13,7 @@ use crate::checker::LabVerdict;
 use crate::env::guard::RunDir;
 use crate::env::local::LocalEnv;
 use crate::env::EnvOptions;
+use crate::evidence;
 use crate::exit;
 use crate::lab::{Lab, Project};
 use crate::runner::{self, LabRun, Sink};
@@ -98,6 +99,12 @@ struct LabArgs {
     /// Run the lab PostgreSQL on this 127.0.0.1 port [default: a free one]
     #[arg(long, value_name = "PORT")]
     pg_port: Option<u16>,
+    /// Write DIR/<lab>.md (claim, versions, assertions, sequence diagram, log) and DIR/<lab>.json per run
+    #[arg(long, value_name = "DIR")]
+    evidence: Option<PathBuf>,
+    /// Write a JUnit XML report: one testsuite per lab run, one testcase per assertion
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
     /// Leave RabbitMQ and PostgreSQL running afterwards (with the labs' vhosts and
     /// databases), print how to reach them and the command that stops them
     #[arg(long)]
@@ -297,6 +304,13 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create `{}`", dir.display()))?;
     }
+    if let Some(dir) = &args.evidence {
+        evidence::prepare_dir(dir)?;
+    }
+    if let Some(file) = &args.junit {
+        std::fs::write(file, "")
+            .with_context(|| format!("cannot write the JUnit report `{}`", file.display()))?;
+    }
     let exe = std::env::current_exe().context("cannot find the mqlab executable")?;
     let run_dir = RunDir::create(&exe)?;
     eprintln!("mqlab: run directory {}", run_dir.path().display());
@@ -329,7 +343,7 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32> {
             env.info.db_version
         );
         let outcome = tokio::select! {
-            runs = run_all(&labs, &env, &exe, run_dir.path(), &mut sink) => runs.map(Ok),
+            runs = run_all(&labs, &env, &exe, run_dir.path(), &mut sink) => runs.map(|r| Ok((r, env.info.clone()))),
             sig = interrupted() => Ok(Err(sig)),
         };
         let kept = args.keep && matches!(outcome, Ok(Ok(_)));
@@ -356,7 +370,7 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32> {
         }
     };
     match outcome? {
-        Ok(runs) => report(project, &labs, &runs, &args, started),
+        Ok((runs, info)) => report(project, &labs, &runs, &info, &args, started),
         Err(sig) => {
             eprintln!("mqlab: {sig}; environment stopped");
             Ok(exit::INTERRUPTED)
@@ -450,11 +464,13 @@ fn report(
     project: &Project,
     labs: &[Lab],
     runs: &[LabRun],
+    info: &crate::env::EnvInfo,
     args: &LabArgs,
     started: Instant,
 ) -> Result<i32> {
     let mut failed = 0;
     let mut rows = Vec::new();
+    let mut records = Vec::new();
     for (lab, run) in labs.iter().zip(runs) {
         let name = lab.run_name();
         let normalized = run.transcript.normalized();
@@ -472,7 +488,16 @@ fn report(
             }
         };
         // A failed run is still compared: its diff shows where it went wrong.
-        match snapshot::compare(&path, &lab_file, &normalized, args.update && run.passed())? {
+        let compared =
+            snapshot::compare(&path, &lab_file, &normalized, args.update && run.passed())?;
+        let snap = match &compared {
+            snapshot::Outcome::Matched => evidence::SnapshotResult::Matched,
+            snapshot::Outcome::Updated => evidence::SnapshotResult::Updated,
+            snapshot::Outcome::Mismatch(diff) => evidence::SnapshotResult::Mismatch(diff),
+        };
+        let passed = run.passed() && !matches!(compared, snapshot::Outcome::Mismatch(_));
+        records.push(evidence::record(lab, run, info, snap, passed));
+        match compared {
             snapshot::Outcome::Matched => {}
             snapshot::Outcome::Updated => {
                 eprintln!("mqlab: {name}: snapshot updated: {}", path.display())
@@ -491,6 +516,18 @@ fn report(
             failed += 1;
         }
         rows.push((name, lab.variant.is_some(), verdict, run.duration));
+    }
+    if let Some(dir) = &args.evidence {
+        for r in &records {
+            evidence::write(dir, r)?;
+        }
+        evidence::write_index(dir)?;
+        eprintln!("mqlab: evidence written to {}", dir.display());
+    }
+    if let Some(file) = &args.junit {
+        std::fs::write(file, evidence::junit(&records))
+            .with_context(|| format!("cannot write `{}`", file.display()))?;
+        eprintln!("mqlab: JUnit report written to {}", file.display());
     }
     println!();
     println!("{:<36} {:<26} {:>8}", "lab", "verdict", "seconds");

@@ -9,6 +9,7 @@ pub mod amqp;
 pub mod checker;
 pub mod cli;
 pub mod env;
+pub mod evidence;
 pub mod exit;
 pub mod lab;
 pub mod roles;

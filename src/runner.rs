@@ -394,7 +394,9 @@ impl Ctx<'_> {
             let (body, pass) = checker::assert_line(name, "0", &Ok(value.to_string()));
             self.emit(Role::Check, &body);
             self.outcomes.push(Outcome {
+                kind: "check",
                 name: name.to_string(),
+                expected: "0".into(),
                 actual: value.to_string(),
                 pass,
             });
@@ -431,7 +433,9 @@ impl Ctx<'_> {
             let (body, pass) = checker::assert_line(&a.name, &a.expected, &value);
             self.emit(Role::Assert, &body);
             self.outcomes.push(Outcome {
+                kind: "assert",
                 name: a.name.clone(),
+                expected: a.expected.clone(),
                 actual: value.unwrap_or_else(|_| "unknown".into()),
                 pass,
             });
