@@ -104,6 +104,9 @@ pub struct LocalEnv {
     rabbit: Option<Child>,
     /// Held open: RabbitMQ started with RABBITMQ_ALLOW_INPUT halts when it closes.
     rabbit_stdin: Option<ChildStdin>,
+    rabbit_launch: Option<RabbitLaunch>,
+    /// The first vhost, and the ready timeout: what a restart waits with.
+    ready_probe: (String, Duration),
     postgres: Option<Child>,
     /// `--keep`: the servers outlive mqlab.
     keep: bool,
@@ -112,6 +115,14 @@ pub struct LocalEnv {
 }
 
 struct RabbitPaths {
+    log: PathBuf,
+}
+
+/// How the node was started, kept to start it again after a kill.
+struct RabbitLaunch {
+    program: PathBuf,
+    envs: Vec<(String, std::ffi::OsString)>,
+    out: PathBuf,
     log: PathBuf,
 }
 
@@ -133,6 +144,11 @@ impl LocalEnv {
             epmd: None,
             rabbit: None,
             rabbit_stdin: None,
+            rabbit_launch: None,
+            ready_probe: (
+                opts.vhosts.first().cloned().unwrap_or_else(|| "/".into()),
+                opts.ready_timeout,
+            ),
             postgres: None,
             endpoints: Endpoints {
                 amqp_host: "127.0.0.1".into(),
@@ -157,7 +173,7 @@ impl LocalEnv {
         let rabbit = env.spawn_rabbit(&bins, &root, opts, dist_port, epmd_port)?;
         env.spawn_postgres(&bins, &root, pg_port, owner).await?;
         let (broker, db) = tokio::join!(
-            env.rabbit_ready(&rabbit, opts, deadline),
+            env.rabbit_ready(&rabbit.log, deadline),
             env.postgres_ready(&root, deadline)
         );
         env.info.broker_version = broker?;
@@ -204,29 +220,57 @@ impl LocalEnv {
         )?);
 
         let node = "mqlab@localhost".to_string();
-        let mut cmd = Command::new(&bins.rabbitmq_server);
-        cmd.env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", &home)
-            .env("RABBITMQ_NODENAME", &node)
-            .env("RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1")
-            .env("RABBITMQ_NODE_PORT", self.endpoints.amqp_port.to_string())
-            .env("RABBITMQ_DIST_PORT", dist_port.to_string())
-            .env("ERL_EPMD_PORT", epmd_port.to_string())
-            .env("RABBITMQ_CONF_ENV_FILE", "/dev/null")
-            .env("RABBITMQ_CONFIG_FILE", base.join("etc/rabbitmq.conf"))
-            .env(
+        let envs: Vec<(&str, std::ffi::OsString)> = vec![
+            ("PATH", std::env::var_os("PATH").unwrap_or_default()),
+            ("HOME", home.into()),
+            ("RABBITMQ_NODENAME", node.clone().into()),
+            ("RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1".into()),
+            (
+                "RABBITMQ_NODE_PORT",
+                self.endpoints.amqp_port.to_string().into(),
+            ),
+            ("RABBITMQ_DIST_PORT", dist_port.to_string().into()),
+            ("ERL_EPMD_PORT", epmd_port.to_string().into()),
+            ("RABBITMQ_CONF_ENV_FILE", "/dev/null".into()),
+            (
+                "RABBITMQ_CONFIG_FILE",
+                base.join("etc/rabbitmq.conf").into(),
+            ),
+            (
                 "RABBITMQ_ENABLED_PLUGINS_FILE",
-                base.join("etc/enabled_plugins"),
-            )
-            .env("RABBITMQ_MNESIA_BASE", base.join("mnesia"))
-            .env("RABBITMQ_LOG_BASE", base.join("log"))
-            .env("RABBITMQ_ALLOW_INPUT", "1")
-            .env(RUN_VAR, std::env::var_os(RUN_VAR).unwrap_or_default())
-            .env(
+                base.join("etc/enabled_plugins").into(),
+            ),
+            ("RABBITMQ_MNESIA_BASE", base.join("mnesia").into()),
+            ("RABBITMQ_LOG_BASE", base.join("log").into()),
+            ("RABBITMQ_ALLOW_INPUT", "1".into()),
+            (RUN_VAR, std::env::var_os(RUN_VAR).unwrap_or_default()),
+            (
                 "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS",
-                "-kernel inet_dist_use_interface {127,0,0,1}",
-            )
+                "-kernel inet_dist_use_interface {127,0,0,1}".into(),
+            ),
+        ];
+        self.rabbit_launch = Some(RabbitLaunch {
+            program: bins.rabbitmq_server.clone(),
+            envs: envs.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+            out: base.join("log/server.out"),
+            log: base.join(format!("log/{node}.log")),
+        });
+        self.launch_rabbit()?;
+        Ok(RabbitPaths {
+            log: base.join(format!("log/{node}.log")),
+        })
+    }
+
+    /// Starts the node from the stored launch (also after a kill: same ports,
+    /// same data directory).
+    fn launch_rabbit(&mut self) -> Result<()> {
+        let launch = self
+            .rabbit_launch
+            .as_ref()
+            .context("RabbitMQ was never configured")?;
+        let mut cmd = Command::new(&launch.program);
+        cmd.env_clear()
+            .envs(launch.envs.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped());
         if self.keep {
             // The node halts when its stdin closes: a `sleep` that carries the
@@ -243,13 +287,10 @@ impl LocalEnv {
             std::mem::forget(holder);
             cmd.stdin(Stdio::from(read));
         }
-        let mut child =
-            process::spawn_with(&mut cmd, &base.join("log/server.out"), false, self.keep)?;
+        let mut child = process::spawn_with(&mut cmd, &launch.out, false, self.keep)?;
         self.rabbit_stdin = child.stdin.take();
         self.rabbit = Some(child);
-        Ok(RabbitPaths {
-            log: base.join(format!("log/{node}.log")),
-        })
+        Ok(())
     }
 
     async fn spawn_postgres(
@@ -311,19 +352,13 @@ impl LocalEnv {
         Ok(())
     }
 
-    async fn rabbit_ready(
-        &self,
-        p: &RabbitPaths,
-        opts: &EnvOptions,
-        deadline: Instant,
-    ) -> Result<String> {
-        let vhost = opts.vhosts.first().map(String::as_str).unwrap_or("/");
-        let url = self.endpoints.amqp_url(vhost);
+    async fn rabbit_ready(&self, log: &Path, deadline: Instant) -> Result<String> {
+        let url = self.endpoints.amqp_url(&self.ready_probe.0);
         let logs = || {
             format!(
                 "{}\n{}",
-                process::tail(&p.log, 15),
-                process::tail(&p.log.with_file_name("server.out"), 5)
+                process::tail(log, 15),
+                process::tail(&log.with_file_name("server.out"), 5)
             )
         };
         loop {
@@ -334,7 +369,7 @@ impl LocalEnv {
             if Instant::now() > deadline {
                 bail!(
                     "RabbitMQ did not become ready within {} s; last lines of its log:\n{}",
-                    opts.ready_timeout.as_secs(),
+                    self.ready_probe.1.as_secs(),
                     logs()
                 );
             }
@@ -375,7 +410,50 @@ impl LocalEnv {
     }
 }
 
+/// Broker faults for labs: the node is killed, restarted on the same ports
+/// and data directory, or frozen.
 impl LocalEnv {
+    pub async fn kill_broker(&mut self) -> Result<()> {
+        drop(self.rabbit_stdin.take());
+        let mut c = self.rabbit.take().context("the broker is not running")?;
+        // Reap before anything polls the port: a dying beam still accepts for a moment.
+        process::stop(&mut c, Signal::SIGKILL, Duration::from_secs(5)).await;
+        Ok(())
+    }
+
+    pub async fn restart_broker(&mut self) -> Result<()> {
+        if self.rabbit.is_some() {
+            self.kill_broker().await?;
+        }
+        self.launch_rabbit()?;
+        let log = self
+            .rabbit_launch
+            .as_ref()
+            .map(|l| l.log.clone())
+            .unwrap_or_default();
+        self.rabbit_ready(&log, Instant::now() + self.ready_probe.1)
+            .await?;
+        Ok(())
+    }
+
+    pub fn pause_broker(&self) -> Result<()> {
+        self.signal_broker(Signal::SIGSTOP)
+    }
+
+    pub fn resume_broker(&self) -> Result<()> {
+        self.signal_broker(Signal::SIGCONT)
+    }
+
+    fn signal_broker(&self, sig: Signal) -> Result<()> {
+        let pid = self
+            .rabbit
+            .as_ref()
+            .and_then(|c| c.id())
+            .context("the broker is not running")?;
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig)?;
+        Ok(())
+    }
+
     /// `--keep`: let go of the servers without stopping them.
     pub fn detach(mut self) {
         for c in [self.rabbit.take(), self.postgres.take(), self.epmd.take()]
