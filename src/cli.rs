@@ -10,14 +10,29 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::checker::LabVerdict;
+use crate::env::containers::{check_pinned, ContainersEnv, Pins};
 use crate::env::guard::RunDir;
 use crate::env::local::LocalEnv;
 use crate::env::EnvOptions;
+use crate::env::Environment;
 use crate::evidence;
 use crate::exit;
 use crate::lab::{Lab, Project};
 use crate::runner::{self, LabRun, Sink};
 use crate::snapshot;
+
+/// Prints to stdout, ignoring a closed pipe (`mqlab lab ... | head`): the run
+/// goes on and tears down as usual.
+macro_rules! out {
+    () => {{
+        use std::io::Write;
+        let _ = writeln!(std::io::stdout());
+    }};
+    ($($arg:tt)*) => {{
+        use std::io::Write;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
 
 #[derive(Parser)]
 #[command(
@@ -105,6 +120,15 @@ struct LabArgs {
     /// Write a JUnit XML report: one testsuite per lab run, one testcase per assertion
     #[arg(long, value_name = "FILE")]
     junit: Option<PathBuf>,
+    /// RabbitMQ image for --env containers [default: labs/environment.toml]
+    #[arg(long, env = "MQLAB_RABBITMQ_IMAGE", value_name = "REF")]
+    rabbitmq_image: Option<String>,
+    /// PostgreSQL image for --env containers [default: labs/environment.toml]
+    #[arg(long, env = "MQLAB_POSTGRES_IMAGE", value_name = "REF")]
+    postgres_image: Option<String>,
+    /// Accept image references that are not pinned by digest
+    #[arg(long)]
+    allow_floating_images: bool,
     /// Leave RabbitMQ and PostgreSQL running afterwards (with the labs' vhosts and
     /// databases), print how to reach them and the command that stops them
     #[arg(long)]
@@ -113,10 +137,12 @@ struct LabArgs {
 
 #[derive(Clone, Copy, ValueEnum)]
 enum EnvKind {
-    /// The best environment available (today: local)
+    /// Containers when a Docker-compatible engine answers and the pinned images are present, else local
     Auto,
     /// RabbitMQ and PostgreSQL as child processes of mqlab, from the installed packages
     Local,
+    /// RabbitMQ and PostgreSQL from the images pinned in labs/environment.toml, through testcontainers
+    Containers,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -222,28 +248,28 @@ fn run_role(role: RoleKind, config: &str) -> i32 {
 }
 
 fn cmd_list(project: &Project) -> Result<i32> {
-    println!("labs ({}):", project.labs_dir().display());
+    out!("labs ({}):", project.labs_dir().display());
     for name in project.lab_names()? {
         match project.load(&name) {
             Ok(lab) => {
-                println!("  {:<16} {}", lab.name, lab.claim);
+                out!("  {:<16} {}", lab.name, lab.claim);
                 for (v, claim) in project.variants(&name)? {
-                    println!("    --variant {v:<18} counterexample: {claim}");
+                    out!("    --variant {v:<18} counterexample: {claim}");
                 }
             }
-            Err(e) => println!("  {name:<16} INVALID: {e:#}"),
+            Err(e) => out!("  {name:<16} INVALID: {e:#}"),
         }
     }
-    println!("\nconsumer patterns:");
+    out!("\nconsumer patterns:");
     for p in crate::roles::consumer::PATTERNS {
         let safety = if p.safe { "safe" } else { "unsafe" };
-        println!("  {:<26} {safety:<7} {}", p.name, p.doc);
+        out!("  {:<26} {safety:<7} {}", p.name, p.doc);
     }
-    println!("\nfault windows (consumer):");
+    out!("\nfault windows (consumer):");
     for (_, name, doc) in crate::roles::consumer::WINDOWS {
-        println!("  {name:<26} {doc}");
+        out!("  {name:<26} {doc}");
     }
-    println!("\ncounters:");
+    out!("\ncounters:");
     for c in crate::checker::COUNTERS {
         let arg = match c.arg {
             crate::checker::Arg::None => "",
@@ -251,7 +277,7 @@ fn cmd_list(project: &Project) -> Result<i32> {
             crate::checker::Arg::Queue => ":queue",
             crate::checker::Arg::MessageId => ":message",
         };
-        println!("  {:<26} {}", format!("{}{arg}", c.name), c.doc);
+        out!("  {:<26} {}", format!("{}{arg}", c.name), c.doc);
     }
     Ok(exit::OK)
 }
@@ -269,7 +295,7 @@ impl Sink for Terminal {
         }
     }
     fn line(&mut self, line: &str) {
-        println!("{line}");
+        out!("{line}");
     }
 }
 
@@ -311,6 +337,10 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32> {
         std::fs::write(file, "")
             .with_context(|| format!("cannot write the JUnit report `{}`", file.display()))?;
     }
+    let images = images(project, &args)?;
+    if args.keep && matches!(args.env, EnvKind::Containers) {
+        bail!("--keep works with the local environment only");
+    }
     let exe = std::env::current_exe().context("cannot find the mqlab executable")?;
     let run_dir = RunDir::create(&exe)?;
     eprintln!("mqlab: run directory {}", run_dir.path().display());
@@ -331,19 +361,25 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32> {
     let started = Instant::now();
     let rt = runtime()?;
     let outcome = rt.block_on(async {
-        eprintln!("mqlab: starting RabbitMQ and PostgreSQL (local environment)");
+        let containers = choose(args.env, args.keep, &images).await?;
+        let start = async {
+            Ok::<_, anyhow::Error>(match containers {
+                true => Environment::Containers(Box::new(ContainersEnv::start(&opts, &images.0, &images.1).await?)),
+                false => Environment::Local(Box::new(LocalEnv::start(&opts).await?)),
+            })
+        };
         let env = tokio::select! {
-            env = LocalEnv::start(&opts) => env?,
+            env = start => env?,
             sig = interrupted() => return Ok((Err(sig), false)),
         };
         eprintln!(
             "mqlab: environment ready in {:.1} s: {}, {}",
-            env.info.ready.as_secs_f64(),
-            env.info.broker_version,
-            env.info.db_version
+            env.info().ready.as_secs_f64(),
+            env.info().broker_version,
+            env.info().db_version
         );
         let outcome = tokio::select! {
-            runs = run_all(&labs, &env, &exe, run_dir.path(), &mut sink) => runs.map(|r| Ok((r, env.info.clone()))),
+            runs = run_all(&labs, &env, &exe, run_dir.path(), &mut sink) => runs.map(|r| Ok((r, env.info().clone()))),
             sig = interrupted() => Ok(Err(sig)),
         };
         let kept = args.keep && matches!(outcome, Ok(Ok(_)));
@@ -381,7 +417,77 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32> {
 /// Where a kept environment is described; `env down` refuses directories without it.
 const KEPT_FILE: &str = "kept.json";
 
-fn keep_running(env: LocalEnv, dir: &std::path::Path, labs: &[Lab]) -> Result<()> {
+/// The image references: flag or variable, else the committed pins; each
+/// must be pinned by digest unless floating ones are allowed.
+fn images(project: &Project, args: &LabArgs) -> Result<(String, String)> {
+    if matches!(args.env, EnvKind::Local) {
+        return Ok(Default::default());
+    }
+    let pins_file = project.labs_dir().join("environment.toml");
+    let pins = if args.rabbitmq_image.is_some() && args.postgres_image.is_some() {
+        None
+    } else {
+        Some(Pins::load(&pins_file)?)
+    };
+    let pick = |flag: &Option<String>, pinned: fn(&Pins) -> &String| {
+        flag.clone()
+            .unwrap_or_else(|| pins.as_ref().map(pinned).cloned().unwrap_or_default())
+    };
+    let r = pick(&args.rabbitmq_image, |p| &p.rabbitmq);
+    let p = pick(&args.postgres_image, |p| &p.postgres);
+    for reference in [&r, &p] {
+        check_pinned(reference, args.allow_floating_images)?;
+    }
+    Ok((r, p))
+}
+
+/// Which environment runs, said in one line with the reason.
+async fn choose(kind: EnvKind, keep: bool, images: &(String, String)) -> Result<bool> {
+    let host = std::env::var("DOCKER_HOST").unwrap_or_else(|_| "the default socket".into());
+    let containers = match kind {
+        EnvKind::Local => false,
+        EnvKind::Containers => {
+            crate::env::containers::engine().await?;
+            true
+        }
+        EnvKind::Auto if keep => {
+            eprintln!("mqlab: environment: local (--keep keeps local servers only)");
+            return Ok(false);
+        }
+        EnvKind::Auto => {
+            match crate::env::containers::engine().await {
+                Err(e) => {
+                    eprintln!("mqlab: environment: local ({e:#})");
+                    return Ok(false);
+                }
+                Ok(docker) => {
+                    for reference in [&images.0, &images.1] {
+                        if let Err(e) = crate::env::containers::image_id(&docker, reference).await {
+                            eprintln!("mqlab: environment: local (an engine answers at {host}, but {e:#})");
+                            return Ok(false);
+                        }
+                    }
+                    eprintln!("mqlab: environment: containers (an engine answers at {host} and both pinned images are present)");
+                    return Ok(true);
+                }
+            }
+        }
+    };
+    eprintln!(
+        "mqlab: environment: {}",
+        if containers {
+            "containers (--env containers)"
+        } else {
+            "local (--env local)"
+        }
+    );
+    Ok(containers)
+}
+
+fn keep_running(env: Environment, dir: &std::path::Path, labs: &[Lab]) -> Result<()> {
+    let Environment::Local(env) = env else {
+        bail!("--keep works with the local environment only");
+    };
     let e = &env.endpoints;
     let runs: Vec<_> = labs
         .iter()
@@ -438,14 +544,14 @@ fn cmd_env_down(dir: &std::path::Path) -> Result<i32> {
 
 async fn run_all(
     labs: &[Lab],
-    env: &LocalEnv,
+    env: &Environment,
     exe: &std::path::Path,
     run_dir: &std::path::Path,
     sink: &mut dyn Sink,
 ) -> Result<Vec<LabRun>> {
     let mut runs = Vec::new();
     for lab in labs {
-        runs.push(runner::run_lab(lab, &env.endpoints, exe, run_dir, sink).await?);
+        runs.push(runner::run_lab(lab, env.endpoints(), exe, run_dir, sink).await?);
     }
     Ok(runs)
 }
@@ -504,7 +610,7 @@ fn report(
             }
             snapshot::Outcome::Mismatch(diff) => {
                 verdict = "FAIL (snapshot)".to_string();
-                println!("{diff}");
+                out!("{diff}");
                 eprintln!(
                     "mqlab: {name}: transcript differs from {} (actual run written to {}.new; accept with --update or `cargo insta review`)",
                     path.display(),
@@ -529,12 +635,12 @@ fn report(
             .with_context(|| format!("cannot write `{}`", file.display()))?;
         eprintln!("mqlab: JUnit report written to {}", file.display());
     }
-    println!();
-    println!("{:<36} {:<26} {:>8}", "lab", "verdict", "seconds");
+    out!();
+    out!("{:<36} {:<26} {:>8}", "lab", "verdict", "seconds");
     // Safe labs first, then counterexamples: two different kinds of evidence.
     for variants in [false, true] {
         for (name, _, verdict, d) in rows.iter().filter(|r| r.1 == variants) {
-            println!("{name:<36} {verdict:<26} {:>8.2}", d.as_secs_f64());
+            out!("{name:<36} {verdict:<26} {:>8.2}", d.as_secs_f64());
         }
     }
     let holds = rows.iter().filter(|r| r.2 == "safe pattern holds").count();
@@ -542,7 +648,7 @@ fn report(
         .iter()
         .filter(|r| r.2 == "counterexample confirmed")
         .count();
-    println!(
+    out!(
         "{} passed, {failed} failed ({holds} safe pattern holds, {confirmed} counterexample confirmed; {:.1} s wall)",
         rows.len() - failed,
         started.elapsed().as_secs_f64()

@@ -301,6 +301,8 @@ impl Project {
             .filter_map(|e| e.ok())
             .map(|e| e.path())
             .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+            // the image pins of the containers environment, not a lab
+            .filter(|p| p.file_stem().is_some_and(|s| s != "environment"))
             .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
             .collect();
         names.sort();

@@ -11,12 +11,43 @@ use lapin::options::{
 use lapin::types::FieldTable;
 use lapin::BasicProperties;
 use mqlab::amqp;
+use mqlab::env::containers::ContainersEnv;
 use mqlab::env::guard::RunDir;
 use mqlab::env::local::LocalEnv;
 use mqlab::env::EnvOptions;
+use mqlab::env::Environment;
 
 #[test]
-fn kill_restart_keeps_persistent_and_loses_transient_messages() {
+fn local_kill_restart_keeps_persistent_and_loses_transient_messages() {
+    with_env(false);
+}
+
+#[test]
+fn containers_kill_restart_keeps_persistent_and_loses_transient_messages() {
+    with_env(true);
+}
+
+/// One at a time: a run directory marks the whole test process (MQLAB_RUN).
+static ONE_ENV: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn with_env(containers: bool) {
+    let _one = ONE_ENV.lock().unwrap_or_else(|e| e.into_inner());
+    let images = (
+        std::env::var("MQLAB_RABBITMQ_IMAGE"),
+        std::env::var("MQLAB_POSTGRES_IMAGE"),
+    );
+    let images = match (containers, images) {
+        (false, _) => None,
+        (true, (Ok(r), Ok(p))) => Some((r, p)),
+        (true, _) => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must prepare the container images (.ci/run)"
+            );
+            eprintln!("note: no container images prepared; skipped");
+            return;
+        }
+    };
     let run_dir = RunDir::create(std::path::Path::new(env!("CARGO_BIN_EXE_mqlab"))).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -31,8 +62,14 @@ fn kill_restart_keeps_persistent_and_loses_transient_messages() {
             pg_port: None,
             vhosts: vec!["faults".into()],
         };
-        let mut env = LocalEnv::start(&opts).await.unwrap();
-        let url = env.endpoints.amqp_url("faults");
+        let mut env = match &images {
+            None => Environment::Local(Box::new(LocalEnv::start(&opts).await.unwrap())),
+            Some((r, p)) => {
+                Environment::Containers(Box::new(ContainersEnv::start(&opts, r, p).await.unwrap()))
+            }
+        };
+        let port = env.endpoints().amqp_port;
+        let url = env.endpoints().amqp_url("faults");
         let conn = amqp::connect(&url).await.unwrap();
         let ch = conn.create_channel().await.unwrap();
         ch.confirm_select(ConfirmSelectOptions::default())
@@ -66,17 +103,17 @@ fn kill_restart_keeps_persistent_and_loses_transient_messages() {
         assert_eq!(amqp::queue_state(&ch, "durable.q").await.unwrap().0, 4);
 
         // Paused: the broker accepts TCP (the kernel does) but says nothing.
-        env.pause_broker().unwrap();
+        env.pause_broker().await.unwrap();
         let silent = tokio::time::timeout(
             Duration::from_millis(500),
-            amqp::broker_version("127.0.0.1", env.endpoints.amqp_port),
+            amqp::broker_version("127.0.0.1", port),
         )
         .await;
         assert!(silent.is_err(), "a paused broker answered");
-        env.resume_broker().unwrap();
+        env.resume_broker().await.unwrap();
         let version = tokio::time::timeout(
             Duration::from_secs(10),
-            amqp::broker_version("127.0.0.1", env.endpoints.amqp_port),
+            amqp::broker_version("127.0.0.1", port),
         )
         .await;
         assert!(version.unwrap().unwrap().starts_with("RabbitMQ "));

@@ -98,6 +98,14 @@ pub fn guard_main(dir: &Path) -> i32 {
     let mut said = Vec::new();
     let _ = std::io::stdin().read_to_end(&mut said);
     if said != KEEP {
+        // Containers are not processes of ours: remove them through the
+        // engine, before the directory, whose removal says the cleanup is done.
+        if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            rt.block_on(super::containers::remove_labelled(&dir.to_string_lossy()));
+        }
         reap(dir, Duration::from_secs(10));
     }
     0

@@ -13,16 +13,10 @@ use tokio::process::{Child, ChildStdin, Command};
 
 use super::guard::RUN_VAR;
 use super::process;
-use super::{Endpoints, EnvInfo, EnvOptions};
+use super::{
+    definitions_json, free_ports, Endpoints, EnvInfo, EnvOptions, AMQP_PASSWORD, AMQP_USER,
+};
 use crate::{amqp, store};
-
-/// The lab broker's only user. A fixed password is fine for a throwaway node
-/// bound to 127.0.0.1; it never reaches a transcript.
-const AMQP_USER: &str = "mqlab";
-const AMQP_PASSWORD: &str = "mqlab";
-/// `base64(salt ++ sha256(salt ++ "mqlab"))`, salt `mqlb`: RabbitMQ's
-/// `rabbit_password_hashing_sha256` format for the definitions file.
-const AMQP_PASSWORD_HASH: &str = "bXFsYqOmh5m7bntlzLoTNCAJ+VXuXuQBgrO3dSCfBLDxX2PX";
 
 struct Binaries {
     rabbitmq_server: PathBuf,
@@ -79,22 +73,6 @@ fn newest_pg_bindir() -> Option<PathBuf> {
         .collect();
     majors.sort();
     majors.pop().map(|(_, p)| p)
-}
-
-/// Free loopback ports, distinct, outside the range `rabbitmqctl` uses for itself.
-fn free_ports(n: usize) -> Result<Vec<u16>> {
-    let mut held = Vec::new();
-    while held.len() < n {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").context("no free port on 127.0.0.1")?;
-        let port = l.local_addr()?.port();
-        if !(35672..=35682).contains(&port) {
-            held.push(l);
-        }
-    }
-    Ok(held
-        .iter()
-        .map(|l| l.local_addr().unwrap().port())
-        .collect())
 }
 
 pub struct LocalEnv {
@@ -499,21 +477,4 @@ fn requested(port: Option<u16>, flag: &str) -> Result<Option<u16>> {
         })?;
     }
     Ok(port)
-}
-
-/// Vhosts, the lab user and its permissions, imported at boot: no CLI round
-/// trips (each `rabbitmqctl` call costs ~0.7 s).
-fn definitions_json(vhosts: &[String]) -> serde_json::Value {
-    serde_json::json!({
-        "users": [{
-            "name": AMQP_USER,
-            "password_hash": AMQP_PASSWORD_HASH,
-            "hashing_algorithm": "rabbit_password_hashing_sha256",
-            "tags": ["administrator"]
-        }],
-        "vhosts": vhosts.iter().map(|v| serde_json::json!({"name": v})).collect::<Vec<_>>(),
-        "permissions": vhosts.iter().map(|v| serde_json::json!({
-            "user": AMQP_USER, "vhost": v, "configure": ".*", "write": ".*", "read": ".*"
-        })).collect::<Vec<_>>(),
-    })
 }

@@ -1,6 +1,7 @@
 //! Environment providers: where the broker and the database come from. The
 //! runner only sees [`Endpoints`] and [`EnvInfo`], never how they were started.
 
+pub mod containers;
 pub mod guard;
 pub mod local;
 pub mod process;
@@ -74,6 +75,106 @@ pub struct EnvOptions {
     pub pg_port: Option<u16>,
     /// One isolated vhost per lab run, created at broker boot.
     pub vhosts: Vec<String>,
+}
+
+/// The lab broker's only user. A fixed password is fine for a throwaway node
+/// bound to 127.0.0.1; it never reaches a transcript.
+pub const AMQP_USER: &str = "mqlab";
+pub const AMQP_PASSWORD: &str = "mqlab";
+/// `base64(salt ++ sha256(salt ++ "mqlab"))`, salt `mqlb`: RabbitMQ's
+/// `rabbit_password_hashing_sha256` format for the definitions file.
+const AMQP_PASSWORD_HASH: &str = "bXFsYqOmh5m7bntlzLoTNCAJ+VXuXuQBgrO3dSCfBLDxX2PX";
+
+/// Free loopback ports, distinct, outside the range `rabbitmqctl` uses for itself.
+pub fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
+    let mut held = Vec::new();
+    while held.len() < n {
+        let l = std::net::TcpListener::bind("127.0.0.1:0")
+            .map_err(|e| anyhow::anyhow!("no free port on 127.0.0.1: {e}"))?;
+        let port = l.local_addr()?.port();
+        if !(35672..=35682).contains(&port) {
+            held.push(l);
+        }
+    }
+    Ok(held
+        .iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect())
+}
+
+/// Vhosts, the lab user and its permissions, imported at boot: no CLI round
+/// trips (each `rabbitmqctl` call costs ~0.7 s).
+pub fn definitions_json(vhosts: &[String]) -> serde_json::Value {
+    serde_json::json!({
+        "users": [{
+            "name": AMQP_USER,
+            "password_hash": AMQP_PASSWORD_HASH,
+            "hashing_algorithm": "rabbit_password_hashing_sha256",
+            "tags": ["administrator"]
+        }],
+        "vhosts": vhosts.iter().map(|v| serde_json::json!({"name": v})).collect::<Vec<_>>(),
+        "permissions": vhosts.iter().map(|v| serde_json::json!({
+            "user": AMQP_USER, "vhost": v, "configure": ".*", "write": ".*", "read": ".*"
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// The environment a run uses: one enum, so that the runner and the CLI do
+/// not care where the servers come from.
+pub enum Environment {
+    Local(Box<local::LocalEnv>),
+    Containers(Box<containers::ContainersEnv>),
+}
+
+impl Environment {
+    pub fn endpoints(&self) -> &Endpoints {
+        match self {
+            Environment::Local(e) => &e.endpoints,
+            Environment::Containers(e) => &e.endpoints,
+        }
+    }
+
+    pub fn info(&self) -> &EnvInfo {
+        match self {
+            Environment::Local(e) => &e.info,
+            Environment::Containers(e) => &e.info,
+        }
+    }
+
+    pub async fn stop(self) {
+        match self {
+            Environment::Local(e) => e.stop().await,
+            Environment::Containers(mut e) => e.stop().await,
+        }
+    }
+
+    pub async fn kill_broker(&mut self) -> anyhow::Result<()> {
+        match self {
+            Environment::Local(e) => e.kill_broker().await,
+            Environment::Containers(e) => e.kill_broker().await,
+        }
+    }
+
+    pub async fn restart_broker(&mut self) -> anyhow::Result<()> {
+        match self {
+            Environment::Local(e) => e.restart_broker().await,
+            Environment::Containers(e) => e.restart_broker().await,
+        }
+    }
+
+    pub async fn pause_broker(&self) -> anyhow::Result<()> {
+        match self {
+            Environment::Local(e) => e.pause_broker(),
+            Environment::Containers(e) => e.pause_broker().await,
+        }
+    }
+
+    pub async fn resume_broker(&self) -> anyhow::Result<()> {
+        match self {
+            Environment::Local(e) => e.resume_broker(),
+            Environment::Containers(e) => e.resume_broker().await,
+        }
+    }
 }
 
 #[cfg(test)]

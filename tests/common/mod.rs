@@ -1,8 +1,15 @@
 //! Helpers for tests that run the real `mqlab` binary.
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use mqlab::env::guard::marked_processes;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
 
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -50,4 +57,117 @@ fn copy_dir(from: &Path, to: &Path) {
 pub fn snapshot_body(lab: &str) -> String {
     let text = std::fs::read_to_string(root().join(format!("snapshots/{lab}.snap"))).unwrap();
     text.splitn(3, "---\n").nth(2).unwrap().to_string()
+}
+
+/// A run of mqlab in a private TMPDIR, with its stdout lines on a channel.
+pub struct Run {
+    child: Child,
+    tmp: tempfile::TempDir,
+    lines: mpsc::Receiver<String>,
+    stderr: std::thread::JoinHandle<String>,
+}
+
+pub fn start(args: &[&str], env: &[(&str, &str)]) -> Run {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cmd = mqlab(args);
+    cmd.current_dir(root())
+        .env("TMPDIR", tmp.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let (tx, lines) = mpsc::channel();
+    let out = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for l in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let err = child.stderr.take().unwrap();
+    let stderr = std::thread::spawn(move || {
+        let mut s = String::new();
+        for l in BufReader::new(err).lines().map_while(Result::ok) {
+            s.push_str(&l);
+            s.push('\n');
+        }
+        s
+    });
+    Run {
+        child,
+        tmp,
+        lines,
+        stderr,
+    }
+}
+
+impl Run {
+    pub fn run_dir(&self) -> PathBuf {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(e) = std::fs::read_dir(self.tmp.path())
+                .unwrap()
+                .flatten()
+                .find(|e| e.file_name().to_string_lossy().starts_with("mqlab-"))
+            {
+                return e.path();
+            }
+            assert!(Instant::now() < deadline, "no run directory appeared");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn wait_for_line(&self, needle: &str) {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while Instant::now() < deadline {
+            if let Ok(l) = self.lines.recv_timeout(Duration::from_secs(1)) {
+                if l.contains(needle) {
+                    return;
+                }
+            }
+        }
+        panic!("no line containing `{needle}`");
+    }
+
+    pub fn signal(&self, sig: Signal) {
+        kill(Pid::from_raw(self.child.id() as i32), sig).unwrap();
+    }
+
+    /// Waits for mqlab to exit, then for its processes and files to be gone.
+    pub fn finish(mut self, run_dir: &Path) -> (i32, String) {
+        let status = self.child.wait().unwrap();
+        let stderr = self.stderr.join().unwrap();
+        let code = status.code().unwrap_or(-1);
+        assert_nothing_left(self.tmp.path(), run_dir, &stderr);
+        (code, stderr)
+    }
+}
+
+pub fn assert_nothing_left(tmp: &Path, run_dir: &Path, stderr: &str) {
+    let mark = run_dir.to_string_lossy();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let left = marked_processes(&mark);
+        let files: Vec<_> = std::fs::read_dir(tmp)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        if left.is_empty() && files.is_empty() {
+            return;
+        }
+        if Instant::now() > deadline {
+            let cmds: Vec<String> = left
+                .iter()
+                .map(|p| {
+                    std::fs::read_to_string(format!("/proc/{p}/cmdline"))
+                        .unwrap_or_default()
+                        .replace('\0', " ")
+                })
+                .collect();
+            panic!("left behind: processes {cmds:?}, files {files:?}\nstderr:\n{stderr}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

@@ -1,0 +1,179 @@
+//! The containers environment, through a real Docker-compatible engine
+//! (podman's API socket here) and locally built images pinned by digest.
+//! `.ci/run` prepares both and exports MQLAB_RABBITMQ_IMAGE and
+//! MQLAB_POSTGRES_IMAGE; elsewhere these tests say they are skipped, except
+//! the ones that need no engine.
+
+mod common;
+use common::*;
+
+use std::time::{Duration, Instant};
+
+/// The images to use, or None (skipped) where none were prepared; on CI they must be.
+fn images() -> Option<(String, String)> {
+    let r = std::env::var("MQLAB_RABBITMQ_IMAGE").ok();
+    let p = std::env::var("MQLAB_POSTGRES_IMAGE").ok();
+    match (r, p) {
+        (Some(r), Some(p)) => Some((r, p)),
+        _ => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must prepare the container images (.ci/run)"
+            );
+            eprintln!(
+                "note: MQLAB_RABBITMQ_IMAGE/MQLAB_POSTGRES_IMAGE not set; containers tests skipped"
+            );
+            None
+        }
+    }
+}
+
+#[test]
+fn every_lab_passes_in_containers_with_the_local_transcripts() {
+    let Some((r, p)) = images() else { return };
+    let out = tempfile::tempdir().unwrap();
+    let (code, stdout, stderr) = run(mqlab(&[
+        "lab",
+        "--all",
+        "--env",
+        "containers",
+        "--rabbitmq-image",
+        &r,
+        "--postgres-image",
+        &p,
+        "--transcript-dir",
+        out.path().to_str().unwrap(),
+    ])
+    .current_dir(root()));
+    assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(
+        stderr.contains("mqlab: environment: containers"),
+        "{stderr}"
+    );
+    // The binary compared each transcript with the same snapshots the local
+    // runs are compared with; check that it saw them all.
+    assert!(stdout.contains(" 0 failed ("), "{stdout}");
+    assert_eq!(
+        std::fs::read_dir(out.path()).unwrap().count(),
+        std::fs::read_dir(root().join("snapshots")).unwrap().count()
+    );
+}
+
+#[test]
+fn no_engine_is_one_line_and_exit_2() {
+    let started = Instant::now();
+    let (code, _, stderr) = run(mqlab(&[
+        "lab",
+        "routing",
+        "--env",
+        "containers",
+        "--allow-floating-images",
+    ])
+    .current_dir(root())
+    .env("DOCKER_HOST", "unix:///nonexistent/docker.sock"));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("no Docker-compatible engine")
+            && stderr.contains("unix:///nonexistent/docker.sock"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("DOCKER_HOST"), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn a_floating_image_is_refused() {
+    let (code, _, stderr) = run(mqlab(&[
+        "lab",
+        "routing",
+        "--env",
+        "containers",
+        "--rabbitmq-image",
+        "rabbitmq:latest",
+    ])
+    .current_dir(root()));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("image `rabbitmq:latest` is not pinned by digest"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn an_image_that_cannot_be_pulled() {
+    let Some((_, p)) = images() else { return };
+    let missing = format!("localhost/mqlab-absent@sha256:{}", "0".repeat(64));
+    let started = Instant::now();
+    let (code, _, stderr) = run(mqlab(&[
+        "lab",
+        "routing",
+        "--env",
+        "containers",
+        "--rabbitmq-image",
+        &missing,
+        "--postgres-image",
+        &p,
+    ])
+    .current_dir(root()));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "image `{missing}` is not present and cannot be pulled"
+        )),
+        "{stderr}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+/// After a SIGKILL of mqlab, the guard removes the run's containers through the engine.
+#[test]
+fn sigkill_of_mqlab_leaves_no_container() {
+    let Some((r, p)) = images() else { return };
+    let run = start(
+        &[
+            "lab",
+            "consumer-crash",
+            "--env",
+            "containers",
+            "--rabbitmq-image",
+            &r,
+            "--postgres-image",
+            &p,
+        ],
+        &[],
+    );
+    let dir = run.run_dir();
+    run.wait_for_line("[consumer]");
+    run.signal(nix::sys::signal::Signal::SIGKILL);
+    let (code, stderr) = run.finish(&dir);
+    assert_eq!(code, -1);
+    let label = format!("mqlab.run={}", dir.display());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let left = rt.block_on(async {
+        let docker = mqlab::env::containers::engine().await.unwrap();
+        let filters = std::collections::HashMap::from([("label".to_string(), vec![label.clone()])]);
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let opts =
+                testcontainers::bollard::query_parameters::ListContainersOptionsBuilder::default()
+                    .all(true)
+                    .filters(&filters)
+                    .build();
+            let n = docker.list_containers(Some(opts)).await.map(|l| l.len());
+            match n {
+                Ok(0) => return 0,
+                Ok(n) if Instant::now() > deadline => return n,
+                Err(e) if Instant::now() > deadline => panic!("cannot list containers: {e}"),
+                _ => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    });
+    assert_eq!(left, 0, "containers labelled {label} remain\n{stderr}");
+}
