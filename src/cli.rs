@@ -97,7 +97,7 @@ struct LabArgs {
     #[arg(long, value_name = "NAME", conflicts_with = "all")]
     variant: Option<String>,
     /// Where the broker and database come from
-    #[arg(long, value_enum, default_value_t = EnvKind::Auto)]
+    #[arg(long, value_enum, default_value_t = EnvKind::Auto, env = "MQLAB_ENV")]
     env: EnvKind,
     /// Rewrite the stored snapshots with this run's transcripts
     #[arg(long)]

@@ -208,6 +208,13 @@ fn check_evidence(dir: &std::path::Path, transcripts: &std::path::Path, runs: &[
             );
         }
         let md = std::fs::read_to_string(dir.join(format!("{run}.md"))).unwrap();
+        let json = std::fs::read_to_string(dir.join(format!("{run}.json"))).unwrap();
+        for secret in ["amqp://", "postgres://", "mqlab:mqlab"] {
+            assert!(
+                !md.contains(secret) && !json.contains(secret),
+                "`{secret}` in the evidence of {run}"
+            );
+        }
         for needle in [
             "| broker | RabbitMQ ",
             "| database | PostgreSQL ",

@@ -16,9 +16,7 @@ use testcontainers::CopyTargetOptions;
 use testcontainers::{ContainerAsync, GenericImage, ImageExt};
 
 use super::guard::RUN_VAR;
-use super::{
-    definitions_json, free_ports, Endpoints, EnvInfo, EnvOptions, AMQP_PASSWORD, AMQP_USER,
-};
+use super::{definitions_json, free_ports, Endpoints, EnvInfo, EnvOptions};
 use crate::{amqp, store};
 
 /// The label every container of a run carries: the guard removes by it.
@@ -168,15 +166,7 @@ impl ContainersEnv {
         let mut env = ContainersEnv {
             rabbit: None,
             postgres: None,
-            endpoints: Endpoints {
-                amqp_host: "127.0.0.1".into(),
-                amqp_port,
-                amqp_user: AMQP_USER.into(),
-                amqp_password: AMQP_PASSWORD.into(),
-                pg_host: "127.0.0.1".into(),
-                pg_port,
-                pg_user: "postgres".into(),
-            },
+            endpoints: Endpoints::loopback(amqp_port, pg_port),
             info: EnvInfo {
                 kind: "containers",
                 broker_version: String::new(),

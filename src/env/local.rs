@@ -13,9 +13,7 @@ use tokio::process::{Child, ChildStdin, Command};
 
 use super::guard::RUN_VAR;
 use super::process;
-use super::{
-    definitions_json, free_ports, Endpoints, EnvInfo, EnvOptions, AMQP_PASSWORD, AMQP_USER,
-};
+use super::{definitions_json, free_ports, Endpoints, EnvInfo, EnvOptions};
 use crate::{amqp, store};
 
 struct Binaries {
@@ -128,15 +126,7 @@ impl LocalEnv {
                 opts.ready_timeout,
             ),
             postgres: None,
-            endpoints: Endpoints {
-                amqp_host: "127.0.0.1".into(),
-                amqp_port,
-                amqp_user: AMQP_USER.into(),
-                amqp_password: AMQP_PASSWORD.into(),
-                pg_host: "127.0.0.1".into(),
-                pg_port,
-                pg_user: "postgres".into(),
-            },
+            endpoints: Endpoints::loopback(amqp_port, pg_port),
             info: EnvInfo {
                 kind: "local",
                 broker_version: String::new(),

@@ -22,6 +22,19 @@ pub struct Endpoints {
 }
 
 impl Endpoints {
+    /// Both servers on 127.0.0.1, with the lab user and `postgres` (trust auth).
+    pub fn loopback(amqp_port: u16, pg_port: u16) -> Endpoints {
+        Endpoints {
+            amqp_host: "127.0.0.1".into(),
+            amqp_port,
+            amqp_user: AMQP_USER.into(),
+            amqp_password: AMQP_PASSWORD.into(),
+            pg_host: "127.0.0.1".into(),
+            pg_port,
+            pg_user: "postgres".into(),
+        }
+    }
+
     pub fn amqp_url(&self, vhost: &str) -> String {
         format!(
             "amqp://{}:{}@{}:{}/{}",

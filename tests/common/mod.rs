@@ -17,7 +17,11 @@ pub fn root() -> PathBuf {
 
 pub fn mqlab(args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_mqlab"));
-    c.args(args).env_remove("MQLAB_ROOT");
+    // The local environment unless a test asks for containers: CI exports
+    // DOCKER_HOST and images, which `--env auto` would pick up.
+    c.args(args)
+        .env_remove("MQLAB_ROOT")
+        .env("MQLAB_ENV", "local");
     c
 }
 
