@@ -90,10 +90,6 @@ pub struct LocalEnv {
     pub info: EnvInfo,
 }
 
-struct RabbitPaths {
-    log: PathBuf,
-}
-
 /// How the node was started, kept to start it again after a kill.
 struct RabbitLaunch {
     program: PathBuf,
@@ -138,10 +134,10 @@ impl LocalEnv {
         };
         let root = env.dir.clone();
         let deadline = Instant::now() + opts.ready_timeout;
-        let rabbit = env.spawn_rabbit(&bins, &root, opts, dist_port, epmd_port)?;
+        env.spawn_rabbit(&bins, &root, opts, dist_port, epmd_port)?;
         env.spawn_postgres(&bins, &root, pg_port, owner).await?;
         let (broker, db) = tokio::join!(
-            env.rabbit_ready(&rabbit.log, deadline),
+            env.rabbit_ready(deadline),
             env.postgres_ready(&root, deadline)
         );
         env.info.broker_version = broker?;
@@ -157,7 +153,7 @@ impl LocalEnv {
         opts: &EnvOptions,
         dist_port: u16,
         epmd_port: u16,
-    ) -> Result<RabbitPaths> {
+    ) -> Result<()> {
         let base = root.join("rabbit");
         let home = base.join("home");
         for d in ["home", "etc", "mnesia", "log"] {
@@ -223,10 +219,7 @@ impl LocalEnv {
             out: base.join("log/server.out"),
             log: base.join(format!("log/{node}.log")),
         });
-        self.launch_rabbit()?;
-        Ok(RabbitPaths {
-            log: base.join(format!("log/{node}.log")),
-        })
+        self.launch_rabbit()
     }
 
     /// Starts the node from the stored launch (also after a kill: same ports,
@@ -320,7 +313,12 @@ impl LocalEnv {
         Ok(())
     }
 
-    async fn rabbit_ready(&self, log: &Path, deadline: Instant) -> Result<String> {
+    async fn rabbit_ready(&self, deadline: Instant) -> Result<String> {
+        let log = self
+            .rabbit_launch
+            .as_ref()
+            .map(|l| l.log.as_path())
+            .unwrap_or(Path::new(""));
         let url = self.endpoints.amqp_url(&self.ready_probe.0);
         let logs = || {
             format!(
@@ -394,12 +392,7 @@ impl LocalEnv {
             self.kill_broker().await?;
         }
         self.launch_rabbit()?;
-        let log = self
-            .rabbit_launch
-            .as_ref()
-            .map(|l| l.log.clone())
-            .unwrap_or_default();
-        self.rabbit_ready(&log, Instant::now() + self.ready_probe.1)
+        self.rabbit_ready(Instant::now() + self.ready_probe.1)
             .await?;
         Ok(())
     }
