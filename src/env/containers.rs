@@ -126,13 +126,10 @@ impl ContainersEnv {
     pub async fn start(opts: &EnvOptions, rabbitmq: &str, postgres: &str) -> Result<ContainersEnv> {
         let started = Instant::now();
         let docker = engine().await?;
+        // Empty when absent: testcontainers then tries to pull.
         let mut ids = Vec::new();
         for reference in [rabbitmq, postgres] {
-            // Present, or pullable: testcontainers pulls on first use.
-            match image_id(&docker, reference).await {
-                Ok(id) => ids.push(id),
-                Err(_) => ids.push(String::new()),
-            }
+            ids.push(image_id(&docker, reference).await.unwrap_or_default());
         }
         let ports = free_ports(2)?;
         let (amqp_port, pg_port) = (
@@ -159,8 +156,13 @@ impl ContainersEnv {
             .with_env_var("POSTGRES_HOST_AUTH_METHOD", "trust")
             .with_host_config_modifier(bind_loopback("5432/tcp", pg_port))
             .with_startup_timeout(opts.ready_timeout);
-        let not_pullable = |reference: &str, e: testcontainers::TestcontainersError| {
-            anyhow::anyhow!("image `{reference}` is not present and cannot be pulled ({e})")
+        let failed = |reference: &str, present: bool, e: testcontainers::TestcontainersError| {
+            match present {
+                true => anyhow::anyhow!("cannot start a container of image `{reference}`: {e}"),
+                false => {
+                    anyhow::anyhow!("image `{reference}` is not present and cannot be pulled ({e})")
+                }
+            }
         };
         let (r, p) = tokio::join!(rabbit_req.start(), pg_req.start());
         let mut env = ContainersEnv {
@@ -181,8 +183,8 @@ impl ContainersEnv {
             ),
         };
         // Whatever started is owned now, so that an error below still removes it.
-        let rabbit = r.map_err(|e| not_pullable(rabbitmq, e));
-        let pg = p.map_err(|e| not_pullable(postgres, e));
+        let rabbit = r.map_err(|e| failed(rabbitmq, !ids[0].is_empty(), e));
+        let pg = p.map_err(|e| failed(postgres, !ids[1].is_empty(), e));
         match (rabbit, pg) {
             (Ok(rc), Ok(pc)) => {
                 env.rabbit = Some(rc);
