@@ -170,22 +170,7 @@ fn unwritable_evidence_directory() {
 /// The example workflow users copy must be valid for GitHub Actions.
 #[test]
 fn the_example_workflow_passes_actionlint() {
-    let found = std::env::var_os("MQLAB_ACTIONLINT")
-        .map(std::path::PathBuf::from)
-        .into_iter()
-        .chain(
-            std::env::var_os("PATH")
-                .iter()
-                .flat_map(std::env::split_paths)
-                .map(|d| d.join("actionlint")),
-        )
-        .find(|p| p.is_file());
-    let Some(actionlint) = found else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "actionlint is missing on CI: .ci/run installs it"
-        );
-        eprintln!("note: actionlint not installed; skipped here (CI runs it)");
+    let Some(actionlint) = tool("actionlint", &[]) else {
         return;
     };
     let out = std::process::Command::new(actionlint)

@@ -233,28 +233,6 @@ fn check_evidence(dir: &std::path::Path, transcripts: &std::path::Path, runs: &[
     }
 }
 
-/// A checking tool the test needs: on CI it must be there (.ci/run installs it).
-fn tool(name: &str, candidates: &[&str]) -> Option<std::path::PathBuf> {
-    let found = candidates
-        .iter()
-        .map(std::path::PathBuf::from)
-        .chain(
-            std::env::var_os("PATH")
-                .iter()
-                .flat_map(std::env::split_paths)
-                .map(|d| d.join(name)),
-        )
-        .find(|p| p.is_file());
-    if found.is_none() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "`{name}` is missing on CI: .ci/run installs it"
-        );
-        eprintln!("note: `{name}` not installed; that check is skipped here (CI runs it)");
-    }
-    found
-}
-
 /// One testcase per assertion, in the JUnit shape CI viewers read.
 fn check_junit(file: &std::path::Path, dir: &std::path::Path, runs: &[String]) {
     let xml = std::fs::read_to_string(file).unwrap();

@@ -175,3 +175,27 @@ pub fn assert_nothing_left(tmp: &Path, run_dir: &Path, stderr: &str) {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// A checking tool a test needs (`MQLAB_<NAME>`, the candidates, then PATH):
+/// on CI it must be there (.ci/run installs it); elsewhere the check is skipped with a note.
+pub fn tool(name: &str, candidates: &[&str]) -> Option<std::path::PathBuf> {
+    let found = candidates
+        .iter()
+        .map(std::path::PathBuf::from)
+        .chain(std::env::var_os(format!("MQLAB_{}", name.to_uppercase())).map(PathBuf::from))
+        .chain(
+            std::env::var_os("PATH")
+                .iter()
+                .flat_map(std::env::split_paths)
+                .map(|d| d.join(name)),
+        )
+        .find(|p| p.is_file());
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "`{name}` is missing on CI: .ci/run installs it"
+        );
+        eprintln!("note: `{name}` not installed; that check is skipped here (CI runs it)");
+    }
+    found
+}
