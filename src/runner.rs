@@ -89,6 +89,7 @@ pub async fn run_lab(
     let db_name = database_for(&run);
     let mut admin = store::connect(&endpoints.pg_url("postgres")).await?;
     store::create_database(&mut admin, &db_name).await?;
+    drop(admin);
     let mut db = store::connect(&endpoints.pg_url(&db_name)).await?;
     store::migrate(&mut db).await?;
     let conn = crate::amqp::connect(&endpoints.amqp_url(&vhost_for(&run))).await?;
@@ -112,37 +113,13 @@ pub async fn run_lab(
         sink,
         role_seq: 0,
     };
-    let mut error = None;
-    for step in &lab.steps {
-        let phase = step.action.phase();
-        ctx.sink.phase(&lab.name, &phase);
-        failpoint(&phase);
-        let r = match &step.action {
-            Action::Publish(p) => ctx.publish(p).await,
-            Action::Consume(c) => ctx.consume(c, step.fault.as_ref()).await,
-            Action::Inspect(fields) => ctx.inspect(fields).await,
-        };
-        if let Err(e) = r {
-            error = Some(format!("{e:#}"));
-            break;
-        }
-        if let Err(e) = ctx.assert(&step.asserts).await {
-            error = Some(format!("{e:#}"));
-            break;
-        }
-    }
-    if error.is_none() {
-        if let Err(e) = ctx.check().await {
-            error = Some(format!("{e:#}"));
-        }
-    }
+    let error = ctx.run_steps().await.err().map(|e| format!("{e:#}"));
     let verdict = match &error {
         Some(e) => LabVerdict::Failed(e.clone()),
         None => checker::lab_verdict(&ctx.outcomes, lab.variant.as_ref().map(|_| &lab.violations)),
     };
     let (transcript, outcomes) = (ctx.transcript, ctx.outcomes);
     let _ = conn.close(200, "done".into()).await;
-    drop(admin);
     Ok(LabRun {
         transcript,
         outcomes,
@@ -160,6 +137,24 @@ struct RoleProc {
 }
 
 impl Ctx<'_> {
+    /// The steps in order, each followed by its assertions, then the checks;
+    /// the first harness error ends the lab.
+    async fn run_steps(&mut self) -> Result<()> {
+        let lab = self.lab;
+        for step in &lab.steps {
+            let phase = step.action.phase();
+            self.sink.phase(&lab.name, &phase);
+            failpoint(&phase);
+            match &step.action {
+                Action::Publish(p) => self.publish(p).await?,
+                Action::Consume(c) => self.consume(c, step.fault.as_ref()).await?,
+                Action::Inspect(fields) => self.inspect(fields).await?,
+            }
+            self.assert(&step.asserts).await?;
+        }
+        self.check().await
+    }
+
     fn emit(&mut self, role: Role, body: &str) {
         let line = self.transcript.push(role, body).to_string();
         self.sink.line(&line);
