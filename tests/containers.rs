@@ -28,23 +28,35 @@ fn images() -> Option<(String, String)> {
     }
 }
 
+/// `mqlab lab ARGS...` in the containers environment with these images.
+fn in_containers(args: &[&str], rabbitmq: &str, postgres: &str) -> Vec<String> {
+    let mut v = vec!["lab".to_string()];
+    v.extend(args.iter().map(|s| s.to_string()));
+    for (flag, value) in [
+        ("--env", "containers"),
+        ("--rabbitmq-image", rabbitmq),
+        ("--postgres-image", postgres),
+    ] {
+        v.push(flag.into());
+        v.push(value.into());
+    }
+    v
+}
+
+fn as_strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
 #[test]
 fn every_lab_passes_in_containers_with_the_local_transcripts() {
     let Some((r, p)) = images() else { return };
     let out = tempfile::tempdir().unwrap();
-    let (code, stdout, stderr) = run(mqlab(&[
-        "lab",
-        "--all",
-        "--env",
-        "containers",
-        "--rabbitmq-image",
+    let args = in_containers(
+        &["--all", "--transcript-dir", out.path().to_str().unwrap()],
         &r,
-        "--postgres-image",
         &p,
-        "--transcript-dir",
-        out.path().to_str().unwrap(),
-    ])
-    .current_dir(root()));
+    );
+    let (code, stdout, stderr) = run(mqlab(&as_strs(&args)).current_dir(root()));
     assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
     assert!(
         stderr.contains("mqlab: environment: containers"),
@@ -104,17 +116,8 @@ fn an_image_that_cannot_be_pulled() {
     let Some((_, p)) = images() else { return };
     let missing = format!("localhost/mqlab-absent@sha256:{}", "0".repeat(64));
     let started = Instant::now();
-    let (code, _, stderr) = run(mqlab(&[
-        "lab",
-        "routing",
-        "--env",
-        "containers",
-        "--rabbitmq-image",
-        &missing,
-        "--postgres-image",
-        &p,
-    ])
-    .current_dir(root()));
+    let args = in_containers(&["routing"], &missing, &p);
+    let (code, _, stderr) = run(mqlab(&as_strs(&args)).current_dir(root()));
     assert_eq!(code, 2, "{stderr}");
     assert!(
         stderr.contains(&format!(
@@ -133,19 +136,7 @@ fn an_image_that_cannot_be_pulled() {
 #[test]
 fn sigkill_of_mqlab_leaves_no_container() {
     let Some((r, p)) = images() else { return };
-    let run = start(
-        &[
-            "lab",
-            "consumer-crash",
-            "--env",
-            "containers",
-            "--rabbitmq-image",
-            &r,
-            "--postgres-image",
-            &p,
-        ],
-        &[],
-    );
+    let run = start(&as_strs(&in_containers(&["consumer-crash"], &r, &p)), &[]);
     let dir = run.run_dir();
     run.wait_for_line("[consumer]");
     run.signal(nix::sys::signal::Signal::SIGKILL);

@@ -360,22 +360,12 @@ impl Consumer {
         if pattern == Pattern::AckBeforeCommit {
             ack(pattern, d).await?;
             window(&self.cfg, &self.ch, AfterAckBeforeCommit, meta).await;
-            tx.commit().await?;
-            emit(
-                self.line(meta)
-                    .with("attempt", attempt)
-                    .status("business_committed"),
-            );
+            commit(&self.cfg, tx, meta, attempt).await?;
             self.window(AfterAck, meta).await;
             return Ok(Outcome::Settled);
         }
         window(&self.cfg, &self.ch, BeforeCommit, meta).await;
-        tx.commit().await?;
-        emit(
-            self.line(meta)
-                .with("attempt", attempt)
-                .status("business_committed"),
-        );
+        commit(&self.cfg, tx, meta, attempt).await?;
         self.window(AfterCommitBeforeAck, meta).await;
         self.ack(d).await?;
         self.window(AfterAck, meta).await;
@@ -458,6 +448,22 @@ impl Consumer {
         self.ack(d).await?;
         self.settled(meta, attempt, "poison_to_dlq")
     }
+}
+
+/// Commits and says so: the line is printed only once the commit returned.
+async fn commit(
+    cfg: &ConsumerConfig,
+    tx: sqlx::Transaction<'_, sqlx::Postgres>,
+    meta: &MessageMeta,
+    attempt: u32,
+) -> Result<()> {
+    tx.commit().await?;
+    emit(
+        line(cfg, meta)
+            .with("attempt", attempt)
+            .status("business_committed"),
+    );
+    Ok(())
 }
 
 /// An autoAck delivery has nothing to ack: the broker forgot it when it sent it.
