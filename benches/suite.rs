@@ -8,14 +8,9 @@ use std::time::{Duration, Instant};
 use mqlab::env::guard::RunDir;
 use mqlab::env::local::LocalEnv;
 use mqlab::env::EnvOptions;
+use mqlab::events::Quiet;
 use mqlab::lab::Project;
-use mqlab::runner::{self, Sink};
-
-struct Quiet;
-impl Sink for Quiet {
-    fn phase(&mut self, _: &str, _: &str) {}
-    fn line(&mut self, _: &str) {}
-}
+use mqlab::runner::{self, Suite};
 
 fn stats(mut v: Vec<Duration>) -> String {
     v.sort();
@@ -63,15 +58,22 @@ fn main() {
                     .iter()
                     .map(|l| runner::vhost_for(&l.run_name()))
                     .collect(),
+                progress: Default::default(),
             };
             let env = LocalEnv::start(&opts).await.expect("environment");
             ready.push(env.info.ready);
-            for (j, lab) in labs.iter().enumerate() {
-                let run = runner::run_lab(lab, &env.endpoints, exe, run_dir.path(), &mut Quiet)
-                    .await
-                    .expect("lab runs");
-                assert!(run.passed(), "{} failed in run {i}", lab.name);
-                per_lab[j].push(run.duration);
+            let suite = Suite {
+                project: &project,
+                endpoints: &env.endpoints,
+                exe,
+                run_dir: run_dir.path(),
+                update: false,
+            };
+            let mut records = Vec::new();
+            suite.run(&labs, &mut records, &mut Quiet).await;
+            for (j, r) in records.iter().enumerate() {
+                assert!(r.passed(), "{} failed in run {i}", r.run);
+                per_lab[j].push(r.duration);
             }
             let t = Instant::now();
             env.stop().await;

@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 use anyhow::{Context, Result};
 use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
-use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
+use lapin::{Channel, Connection, ConnectionProperties};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::lab::{Exchange, Queue};
+use crate::vocab::{ArgValue, ExchangeKind, Topology};
 
 pub async fn connect(url: &str) -> Result<Connection> {
     Connection::connect(url, ConnectionProperties::default())
@@ -17,13 +17,13 @@ pub async fn connect(url: &str) -> Result<Connection> {
         .context("cannot connect to the broker")
 }
 
-pub async fn declare(channel: &Channel, exchanges: &[Exchange], queues: &[Queue]) -> Result<()> {
-    for x in exchanges {
-        let kind = match x.kind.as_str() {
-            "topic" => ExchangeKind::Topic,
-            "fanout" => ExchangeKind::Fanout,
-            "headers" => ExchangeKind::Headers,
-            _ => ExchangeKind::Direct,
+pub async fn declare(channel: &Channel, topology: &Topology) -> Result<()> {
+    for x in &topology.exchanges {
+        let kind = match x.kind {
+            ExchangeKind::Direct => lapin::ExchangeKind::Direct,
+            ExchangeKind::Topic => lapin::ExchangeKind::Topic,
+            ExchangeKind::Fanout => lapin::ExchangeKind::Fanout,
+            ExchangeKind::Headers => lapin::ExchangeKind::Headers,
         };
         let opts = ExchangeDeclareOptions {
             durable: x.durable,
@@ -34,43 +34,42 @@ pub async fn declare(channel: &Channel, exchanges: &[Exchange], queues: &[Queue]
             .await
             .with_context(|| format!("declaring exchange `{}`", x.name))?;
     }
-    for q in queues {
+    for q in &topology.queues {
         let opts = QueueDeclareOptions {
             durable: q.durable,
             ..Default::default()
         };
         channel
-            .queue_declare(q.name.as_str().into(), opts, queue_arguments(&q.arguments)?)
+            .queue_declare(q.name.as_str().into(), opts, queue_arguments(&q.arguments))
             .await
             .with_context(|| format!("declaring queue `{}`", q.name))?;
-        for b in &q.bind {
+        for (exchange, key) in &q.bindings {
             channel
                 .queue_bind(
                     q.name.as_str().into(),
-                    b.exchange.as_str().into(),
-                    b.key.as_str().into(),
+                    exchange.as_str().into(),
+                    key.as_str().into(),
                     QueueBindOptions::default(),
                     FieldTable::default(),
                 )
                 .await
-                .with_context(|| format!("binding `{}` to `{}`", q.name, b.exchange))?;
+                .with_context(|| format!("binding `{}` to `{exchange}`", q.name))?;
         }
     }
     Ok(())
 }
 
-fn queue_arguments(args: &BTreeMap<String, toml::Value>) -> Result<FieldTable> {
+fn queue_arguments(args: &BTreeMap<String, ArgValue>) -> FieldTable {
     let mut t = FieldTable::default();
     for (k, v) in args {
         let value = match v {
-            toml::Value::String(s) => AMQPValue::LongString(s.as_str().into()),
-            toml::Value::Integer(i) => AMQPValue::LongLongInt(*i),
-            toml::Value::Boolean(b) => AMQPValue::Boolean(*b),
-            other => anyhow::bail!("queue argument `{k}`: unsupported value `{other}`"),
+            ArgValue::Str(s) => AMQPValue::LongString(s.as_str().into()),
+            ArgValue::Int(i) => AMQPValue::LongLongInt(*i),
+            ArgValue::Bool(b) => AMQPValue::Boolean(*b),
         };
         t.insert(ShortString::from(k.as_str()), value);
     }
-    Ok(t)
+    t
 }
 
 /// Ready messages and consumers of a queue, as the broker reports them.

@@ -4,147 +4,16 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use serde::{Deserialize, Serialize};
+
 use crate::store::Ground;
 use crate::transcript::Entry;
+use crate::vocab::{Check, Counter, CounterRef, Role, Status};
 
-/// Whether a counter takes a `:argument`, and what it names.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Arg {
-    None,
-    OptionalQueue,
-    Queue,
-    MessageId,
-}
-
-pub struct CounterDef {
-    pub name: &'static str,
-    pub arg: Arg,
-    pub doc: &'static str,
-}
-
-/// The registry: drives validation of lab files and `mqlab list --counters`.
-pub const COUNTERS: &[CounterDef] = &[
-    CounterDef {
-        name: "confirmed",
-        arg: Arg::None,
-        doc: "messages the broker confirmed to the producer",
-    },
-    CounterDef {
-        name: "received",
-        arg: Arg::OptionalQueue,
-        doc: "deliveries consumers logged as received",
-    },
-    CounterDef {
-        name: "unique",
-        arg: Arg::OptionalQueue,
-        doc: "distinct message ids among those deliveries",
-    },
-    CounterDef {
-        name: "redelivered",
-        arg: Arg::OptionalQueue,
-        doc: "deliveries flagged redelivered by the broker",
-    },
-    CounterDef {
-        name: "duplicatesObserved",
-        arg: Arg::OptionalQueue,
-        doc: "deliveries the inbox recognised and skipped",
-    },
-    CounterDef {
-        name: "duplicatesApplied",
-        arg: Arg::None,
-        doc: "business rows beyond the first per (consumer, message), read from PostgreSQL",
-    },
-    CounterDef {
-        name: "businessRows",
-        arg: Arg::None,
-        doc: "business rows in PostgreSQL",
-    },
-    CounterDef {
-        name: "processedRows",
-        arg: Arg::None,
-        doc: "inbox rows in PostgreSQL",
-    },
-    CounterDef {
-        name: "depthAfter",
-        arg: Arg::Queue,
-        doc: "ready messages in the queue, read from the broker",
-    },
-    CounterDef {
-        name: "attempts",
-        arg: Arg::MessageId,
-        doc: "the attempt numbers with which a message was received, in order",
-    },
-    CounterDef {
-        name: "deliveries",
-        arg: Arg::MessageId,
-        doc: "how many times a message was delivered",
-    },
-    CounterDef {
-        name: "deliveriesBefore",
-        arg: Arg::MessageId,
-        doc: "deliveries of other messages before this one's first (`never` if it never came)",
-    },
-    CounterDef {
-        name: "dlqMoves",
-        arg: Arg::None,
-        doc: "messages a consumer moved to its DLQ after the confirm",
-    },
-    CounterDef {
-        name: "crashExitCode",
-        arg: Arg::None,
-        doc: "exit status of the killed role (128 + signal)",
-    },
-    CounterDef {
-        name: "crashAfterBusinessCommit",
-        arg: Arg::None,
-        doc: "business rows of the faulted message visible in PostgreSQL just before the kill",
-    },
-    CounterDef {
-        name: "consumerExitCode",
-        arg: Arg::None,
-        doc: "exit status of the last consumer process",
-    },
-];
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Counter {
-    pub name: &'static str,
-    pub arg: Option<String>,
-}
-
-impl Counter {
-    pub fn parse(expr: &str) -> Result<Counter, String> {
-        let (name, arg) = match expr.split_once(':') {
-            Some((n, a)) => (n, Some(a.to_string())),
-            None => (expr, None),
-        };
-        let Some(def) = COUNTERS.iter().find(|d| d.name == name) else {
-            let known: Vec<_> = COUNTERS.iter().map(|d| d.name).collect();
-            return Err(format!(
-                "unknown counter `{name}` (known: {}; or alias it in [counters])",
-                known.join(", ")
-            ));
-        };
-        match (def.arg, &arg) {
-            (Arg::None, Some(_)) => Err(format!("counter `{name}` takes no `:argument`")),
-            (Arg::Queue | Arg::MessageId, None) => Err(format!(
-                "counter `{name}` needs an argument: `{name}:<{}>`",
-                if def.arg == Arg::Queue {
-                    "queue"
-                } else {
-                    "message id"
-                }
-            )),
-            _ => Ok(Counter {
-                name: def.name,
-                arg,
-            }),
-        }
-    }
-}
-
-/// Facts the runner gathered by watching processes and asking the servers.
-#[derive(Clone, Debug, Default)]
+/// Facts the runner gathered by watching processes and asking the servers;
+/// stored with the run, so that `mqlab check` can re-judge it offline.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Observed {
     pub crash_exit_code: Option<i32>,
     pub crash_business_rows: Option<i64>,
@@ -152,9 +21,6 @@ pub struct Observed {
     pub depths: BTreeMap<String, u32>,
     pub ground: Ground,
 }
-
-/// The total-queue checks every lab ends with, each expected to be 0.
-pub const CHECKS: &[&str] = &["lost", "duplicatesApplied", "unexpected"];
 
 /// Per message id, from the producer's confirms, the business rows in
 /// PostgreSQL and what still sits in the lab's queues (a DLQ, or a queue it
@@ -166,10 +32,10 @@ pub fn total_queue(
     entries: &[Entry],
     ground: &Ground,
     queued: &BTreeSet<String>,
-) -> Vec<(&'static str, usize)> {
+) -> Vec<(Check, usize)> {
     let confirmed: BTreeSet<&str> = entries
         .iter()
-        .filter(|e| e.is("producer", "confirmed"))
+        .filter(|e| e.is(Role::Producer, Status::Confirmed))
         .filter_map(|e| e.get("messageId"))
         .collect();
     let applied: BTreeSet<&str> = ground.business.iter().map(|(_, m)| m.as_str()).collect();
@@ -178,11 +44,19 @@ pub fn total_queue(
         .filter(|m| !applied.contains(*m) && !queued.contains(**m))
         .count();
     let unexpected = applied.iter().filter(|m| !confirmed.contains(*m)).count();
-    vec![
-        ("lost", lost),
-        ("duplicatesApplied", duplicates_applied(ground)),
-        ("unexpected", unexpected),
-    ]
+    Check::ALL
+        .iter()
+        .map(|(c, _, _)| {
+            (
+                *c,
+                match c {
+                    Check::Lost => lost,
+                    Check::DuplicatesApplied => duplicates_applied(ground),
+                    Check::Unexpected => unexpected,
+                },
+            )
+        })
+        .collect()
 }
 
 fn duplicates_applied(ground: &Ground) -> usize {
@@ -193,47 +67,46 @@ fn duplicates_applied(ground: &Ground) -> usize {
     per.values().map(|n| n - 1).sum()
 }
 
-/// A value, or why it cannot be known (which fails the assertion).
-pub fn evaluate(c: &Counter, entries: &[Entry], obs: &Observed) -> Result<String, String> {
+/// A value, or why it cannot be known (which fails the assertion). An
+/// exhaustive match: a counter without an evaluator does not compile.
+pub fn evaluate(c: &CounterRef, entries: &[Entry], obs: &Observed) -> Result<String, String> {
     let q = c.arg.as_deref();
-    let received = || {
-        entries
-            .iter()
-            .filter(|e| e.is("consumer", "received"))
-            .filter(move |e| q.is_none() || e.get("destination") == q)
-    };
-    let count_status = |status: &str| {
-        entries
-            .iter()
-            .filter(|e| e.is("consumer", status))
-            .filter(|e| q.is_none() || e.get("destination") == q)
-            .count()
-    };
+    let consumer = |status: Status| entries.iter().filter(move |e| e.is(Role::Consumer, status));
+    let on_queue = move |e: &&Entry| q.is_none() || e.get("destination") == q;
+    let of_message = move |e: &&Entry| e.get("messageId") == q;
     let known = |v: Option<i64>, what: &str| {
         v.map(|n| n.to_string())
             .ok_or_else(|| format!("no {what} was observed"))
     };
-    Ok(match c.name {
-        "confirmed" => entries
+    Ok(match c.counter {
+        Counter::Confirmed => entries
             .iter()
-            .filter(|e| e.is("producer", "confirmed"))
+            .filter(|e| e.is(Role::Producer, Status::Confirmed))
             .count()
             .to_string(),
-        "received" => received().count().to_string(),
-        "unique" => received()
+        Counter::Received => consumer(Status::Received)
+            .filter(on_queue)
+            .count()
+            .to_string(),
+        Counter::Unique => consumer(Status::Received)
+            .filter(on_queue)
             .filter_map(|e| e.get("messageId"))
             .collect::<BTreeSet<_>>()
             .len()
             .to_string(),
-        "redelivered" => received()
+        Counter::Redelivered => consumer(Status::Received)
+            .filter(on_queue)
             .filter(|e| e.get("redelivered") == Some("true"))
             .count()
             .to_string(),
-        "duplicatesObserved" => count_status("duplicate_skipped").to_string(),
-        "duplicatesApplied" => duplicates_applied(&obs.ground).to_string(),
-        "businessRows" => obs.ground.business.len().to_string(),
-        "processedRows" => obs.ground.processed_rows.to_string(),
-        "depthAfter" => {
+        Counter::DuplicatesObserved => consumer(Status::DuplicateSkipped)
+            .filter(on_queue)
+            .count()
+            .to_string(),
+        Counter::DuplicatesApplied => duplicates_applied(&obs.ground).to_string(),
+        Counter::BusinessRows => obs.ground.business.len().to_string(),
+        Counter::ProcessedRows => obs.ground.processed_rows.to_string(),
+        Counter::DepthAfter => {
             let queue = q.unwrap_or_default();
             return obs
                 .depths
@@ -241,49 +114,58 @@ pub fn evaluate(c: &Counter, entries: &[Entry], obs: &Observed) -> Result<String
                 .map(|d| d.to_string())
                 .ok_or_else(|| format!("queue `{queue}` was not inspected"));
         }
-        "attempts" => {
-            let attempts: Vec<&str> = entries
-                .iter()
-                .filter(|e| e.is("consumer", "received") && e.get("messageId") == q)
-                .filter_map(|e| e.get("attempt"))
-                .collect();
-            attempts.join(",")
-        }
-        "deliveries" => entries
-            .iter()
-            .filter(|e| e.is("consumer", "received") && e.get("messageId") == q)
+        Counter::Attempts => consumer(Status::Received)
+            .filter(of_message)
+            .filter_map(|e| e.get("attempt"))
+            .collect::<Vec<_>>()
+            .join(","),
+        Counter::Deliveries => consumer(Status::Received)
+            .filter(of_message)
             .count()
             .to_string(),
-        "deliveriesBefore" => {
-            let all: Vec<&Entry> = entries
-                .iter()
-                .filter(|e| e.is("consumer", "received"))
-                .collect();
-            match all.iter().position(|e| e.get("messageId") == q) {
+        Counter::DeliveriesBefore => {
+            match consumer(Status::Received).position(|e| e.get("messageId") == q) {
                 Some(i) => i.to_string(),
                 None => "never".into(),
             }
         }
-        "dlqMoves" => count_status("poison_to_dlq").to_string(),
-        "crashExitCode" => return known(obs.crash_exit_code.map(i64::from), "crash"),
-        "crashAfterBusinessCommit" => return known(obs.crash_business_rows, "crash"),
-        "consumerExitCode" => return known(obs.consumer_exit_code.map(i64::from), "consumer exit"),
-        other => return Err(format!("counter `{other}` has no evaluator")),
+        Counter::DlqMoves => consumer(Status::PoisonToDlq).count().to_string(),
+        Counter::CrashExitCode => return known(obs.crash_exit_code.map(i64::from), "crash"),
+        Counter::CrashAfterBusinessCommit => return known(obs.crash_business_rows, "crash"),
+        Counter::ConsumerExitCode => {
+            return known(obs.consumer_exit_code.map(i64::from), "consumer exit")
+        }
     })
 }
 
+/// Which section of the transcript an outcome printed in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutcomeKind {
+    Assert,
+    Check,
+}
+
+impl OutcomeKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            OutcomeKind::Assert => "assert",
+            OutcomeKind::Check => "check",
+        }
+    }
+}
+
 /// One evaluated assertion or check.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Outcome {
-    /// `assert` or `check`: which section of the transcript it printed in.
-    pub kind: &'static str,
+    pub kind: OutcomeKind,
     pub name: String,
     pub expected: String,
     pub actual: String,
     pub pass: bool,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LabVerdict {
     /// The safe lab: every assertion and check passed.
     Holds,
@@ -333,6 +215,114 @@ pub fn lab_verdict(
     }
 }
 
+/// What the runner judged at one moment of a run, with the observations it
+/// judged on: Jepsen's history. Stored with the run's JSON, so that
+/// [`rejudge`] (`mqlab check`) re-evaluates a run offline.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct History {
+    pub points: Vec<Point>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum Point {
+    /// A step's assertions, on the first `after_line` transcript lines.
+    #[serde(rename_all = "camelCase")]
+    Assert {
+        after_line: usize,
+        observed: Observed,
+        assertions: Vec<Asserted>,
+    },
+    /// The total-queue checks at the end, on PostgreSQL and the queues.
+    #[serde(rename_all = "camelCase")]
+    Checks {
+        after_line: usize,
+        ground: Ground,
+        /// Message ids still sitting in the lab's queues.
+        queued: BTreeSet<String>,
+    },
+}
+
+/// One assertion as the lab file defines it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Asserted {
+    pub name: String,
+    pub counter: CounterRef,
+    pub expected: String,
+}
+
+impl Point {
+    pub fn after_line(&self) -> usize {
+        match self {
+            Point::Assert { after_line, .. } | Point::Checks { after_line, .. } => *after_line,
+        }
+    }
+}
+
+/// The outcomes of one point, with the line each prints, from the transcript
+/// entries that existed when it was taken.
+pub fn judge(point: &Point, entries: &[Entry]) -> Vec<(Outcome, String)> {
+    match point {
+        Point::Assert {
+            observed,
+            assertions,
+            ..
+        } => assertions
+            .iter()
+            .map(|a| {
+                let value = evaluate(&a.counter, entries, observed);
+                let (line, pass) = assert_line(&a.name, &a.expected, &value);
+                let outcome = Outcome {
+                    kind: OutcomeKind::Assert,
+                    name: a.name.clone(),
+                    expected: a.expected.clone(),
+                    actual: value.unwrap_or_else(|_| "unknown".into()),
+                    pass,
+                };
+                (outcome, line)
+            })
+            .collect(),
+        Point::Checks { ground, queued, .. } => total_queue(entries, ground, queued)
+            .into_iter()
+            .map(|(check, value)| {
+                let (line, pass) = assert_line(check.name(), "0", &Ok(value.to_string()));
+                let outcome = Outcome {
+                    kind: OutcomeKind::Check,
+                    name: check.name().to_string(),
+                    expected: "0".into(),
+                    actual: value.to_string(),
+                    pass,
+                };
+                (outcome, line)
+            })
+            .collect(),
+    }
+}
+
+/// Re-judges a stored run: every point on the transcript prefix it saw.
+pub fn rejudge(
+    history: &History,
+    transcript: &[String],
+    violations: Option<&BTreeMap<String, String>>,
+) -> (Vec<Outcome>, LabVerdict) {
+    let entries: Vec<(usize, Entry)> = transcript
+        .iter()
+        .enumerate()
+        .filter_map(|(i, l)| Some((i, Entry::parse(l)?)))
+        .collect();
+    let mut outcomes = Vec::new();
+    for p in &history.points {
+        let seen: Vec<Entry> = entries
+            .iter()
+            .filter(|(i, _)| *i < p.after_line())
+            .map(|(_, e)| e.clone())
+            .collect();
+        outcomes.extend(judge(p, &seen).into_iter().map(|(o, _)| o));
+    }
+    let verdict = lab_verdict(&outcomes, violations);
+    (outcomes, verdict)
+}
+
 /// One `[assert]` line body: `name=value PASS`, or `FAIL expected=...`.
 pub fn assert_line(name: &str, expected: &str, actual: &Result<String, String>) -> (String, bool) {
     match actual {
@@ -363,7 +353,7 @@ mod tests {
     ];
 
     fn eval(expr: &str, lines: &[&str], obs: &Observed) -> String {
-        evaluate(&Counter::parse(expr).unwrap(), &entries(lines), obs).unwrap()
+        evaluate(&expr.parse().unwrap(), &entries(lines), obs).unwrap()
     }
 
     #[test]
@@ -395,9 +385,9 @@ mod tests {
 
     #[test]
     fn missing_observations_fail_instead_of_defaulting() {
-        let c = Counter::parse("crashExitCode").unwrap();
+        let c: CounterRef = "crashExitCode".parse().unwrap();
         assert!(evaluate(&c, &[], &Observed::default()).is_err());
-        let d = Counter::parse("depthAfter:q").unwrap();
+        let d: CounterRef = "depthAfter:q".parse().unwrap();
         assert!(evaluate(&d, &[], &Observed::default()).is_err());
         let (line, pass) =
             assert_line("crashExitCode", "137", &Err("no crash was observed".into()));
@@ -454,7 +444,7 @@ mod tests {
     #[test]
     fn verdicts() {
         let o = |n: &str, a: &str, pass| Outcome {
-            kind: "assert",
+            kind: OutcomeKind::Assert,
             name: n.into(),
             expected: "0".into(),
             actual: a.into(),
@@ -499,18 +489,5 @@ mod tests {
             assert_line("x", "0", &Ok("1".into())),
             ("x=1 FAIL expected=0".into(), false)
         );
-    }
-
-    #[test]
-    fn counter_parse_errors() {
-        assert!(Counter::parse("nope")
-            .unwrap_err()
-            .contains("unknown counter"));
-        assert!(Counter::parse("depthAfter")
-            .unwrap_err()
-            .contains("needs an argument"));
-        assert!(Counter::parse("confirmed:q")
-            .unwrap_err()
-            .contains("takes no"));
     }
 }

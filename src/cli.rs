@@ -1,37 +1,35 @@
 //! The command line: a thin front end. Parses, validates everything that can
-//! be checked without servers (labs, fixtures, snapshots), then hands over to
-//! the environment and the runner.
+//! be checked without servers (labs, fixtures, snapshots, output paths),
+//! then hands over to the environment and the runner, whose events the
+//! sinks turn into output.
 
-use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::checker::LabVerdict;
 use crate::env::containers::{check_pinned, ContainersEnv, Pins};
 use crate::env::guard::RunDir;
 use crate::env::local::LocalEnv;
-use crate::env::EnvOptions;
-use crate::env::Environment;
+use crate::env::{EnvOptions, Environment, Progress};
+use crate::error::{Error, UsageContext};
+use crate::events::{Event, Fanout, Sink};
 use crate::evidence;
 use crate::exit;
 use crate::lab::{Lab, Project};
-use crate::runner::{self, LabRun, Sink};
+use crate::runner::{self, RunRecord, Suite};
+use crate::sinks::{self, out};
 use crate::snapshot;
 
-/// Prints to stdout, ignoring a closed pipe (`mqlab lab ... | head`): the run
-/// goes on and tears down as usual.
+/// Prints a line to stdout, ignoring a closed pipe.
 macro_rules! out {
-    () => {{
-        use std::io::Write;
-        let _ = writeln!(std::io::stdout());
-    }};
-    ($($arg:tt)*) => {{
-        use std::io::Write;
-        let _ = writeln!(std::io::stdout(), $($arg)*);
-    }};
+    () => {
+        out("")
+    };
+    ($($arg:tt)*) => {
+        out(&format!($($arg)*))
+    };
 }
 
 #[derive(Parser)]
@@ -57,6 +55,14 @@ enum Cmd {
     Lab(LabArgs),
     /// List the labs with their claims, and the engine's vocabulary
     List,
+    /// Re-judge a stored run offline from its evidence JSON (`--evidence DIR`
+    /// writes DIR/<run>.json): the assertions and checks are evaluated again
+    /// on the recorded transcript and observations
+    Check {
+        /// `<run>.json` files written by `mqlab lab --evidence`
+        #[arg(required = true, value_name = "RUN_JSON")]
+        files: Vec<PathBuf>,
+    },
     /// Manage an environment left running by `mqlab lab --keep`
     #[command(subcommand)]
     Env(EnvCmd),
@@ -69,8 +75,6 @@ enum Cmd {
     /// Internal: a producer or consumer process started by the runner
     #[command(hide = true)]
     Role {
-        #[arg(value_enum)]
-        role: RoleKind,
         #[arg(long)]
         config: String,
     },
@@ -145,12 +149,6 @@ enum EnvKind {
     Containers,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-enum RoleKind {
-    Producer,
-    Consumer,
-}
-
 pub fn main() -> i32 {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -189,16 +187,24 @@ pub fn main() -> i32 {
                 Err(_) => return exit::INTERNAL,
             }
         }
-        Cmd::List => cmd_list(&project),
-        Cmd::Env(EnvCmd::Down { dir }) => cmd_env_down(&dir),
-        Cmd::Role { role, config } => return run_role(role, &config),
+        Cmd::List => cmd_list(&project).usage(),
+        Cmd::Check { files } => cmd_check(&files),
+        Cmd::Env(EnvCmd::Down { dir }) => cmd_env_down(&dir).usage(),
+        Cmd::Role { config } => return run_role(&config),
         Cmd::Guard { dir } => return crate::env::guard::guard_main(&dir),
     };
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
-            exit::SETUP
+            match &e {
+                Error::Interrupted(why) => eprintln!("mqlab: {why}; environment stopped"),
+                _ => {
+                    for line in e.lines() {
+                        eprintln!("error: {line}");
+                    }
+                }
+            }
+            e.exit_code()
         }
     }
 }
@@ -221,20 +227,18 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-fn run_role(role: RoleKind, config: &str) -> i32 {
+fn run_role(config: &str) -> i32 {
+    // The role's log is a file: no colour codes in it (they reach JUnit).
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(false)
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .try_init();
     let result = runtime().and_then(|rt| {
         rt.block_on(async {
-            match role {
-                RoleKind::Producer => {
-                    crate::roles::producer::run(serde_json::from_str(config)?).await
-                }
-                RoleKind::Consumer => {
-                    crate::roles::consumer::run(serde_json::from_str(config)?).await
-                }
+            match crate::protocol::Envelope::from_json(config)?.config {
+                crate::protocol::RoleConfig::Producer(c) => crate::roles::producer::run(c).await,
+                crate::protocol::RoleConfig::Consumer(c) => crate::roles::consumer::run(c).await,
             }
         })
     });
@@ -260,46 +264,42 @@ fn cmd_list(project: &Project) -> Result<i32> {
             Err(e) => out!("  {name:<16} INVALID: {e:#}"),
         }
     }
-    out!("\nconsumer patterns:");
-    for p in crate::roles::consumer::PATTERNS {
+    use crate::vocab::{Counter, InspectField, Target, PATTERNS};
+    out!("\nconsumer patterns (their steps; the fault windows follow from them):");
+    for p in PATTERNS {
         let safety = if p.safe { "safe" } else { "unsafe" };
-        out!("  {:<26} {safety:<7} {}", p.name, p.doc);
+        out!("  {:<26} {safety:<7} {}", p.pattern.name(), p.pattern.doc());
+        out!("  {:<26} {:<7} {}", "", "", p.path());
     }
-    out!("\nfault windows (consumer):");
-    for (_, name, doc) in crate::roles::consumer::WINDOWS {
+    out!("\nfault targets and windows:");
+    for (t, name, doc) in Target::ALL {
         out!("  {name:<26} {doc}");
+        match t {
+            Target::Consumer => {
+                for (w, wname, wdoc) in crate::vocab::Window::ALL {
+                    let used: Vec<&str> = PATTERNS
+                        .iter()
+                        .filter(|p| p.windows().contains(w))
+                        .map(|p| p.pattern.name())
+                        .collect();
+                    out!("    {wname:<24} {wdoc} [{}]", used.join(", "));
+                }
+            }
+        }
     }
     out!("\ncounters:");
-    for c in crate::checker::COUNTERS {
-        let arg = match c.arg {
-            crate::checker::Arg::None => "",
-            crate::checker::Arg::OptionalQueue => "[:queue]",
-            crate::checker::Arg::Queue => ":queue",
-            crate::checker::Arg::MessageId => ":message",
-        };
-        out!("  {:<26} {}", format!("{}{arg}", c.name), c.doc);
+    for (c, _, doc) in Counter::ALL {
+        out!("  {:<26} {doc}", c.usage());
+    }
+    out!("\ninspect fields:");
+    for (_, name, doc) in InspectField::ALL {
+        out!("  {name:<26} {doc}");
     }
     Ok(exit::OK)
 }
 
-/// Terminal output: transcript lines on stdout as they happen; phases on
-/// stderr, only when a person is watching.
-struct Terminal {
-    progress: bool,
-}
-
-impl Sink for Terminal {
-    fn phase(&mut self, lab: &str, phase: &str) {
-        if self.progress {
-            eprintln!("mqlab: {lab}: {phase}");
-        }
-    }
-    fn line(&mut self, line: &str) {
-        out!("{line}");
-    }
-}
-
-fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32> {
+/// Everything that can be wrong without a server, checked before any boot.
+fn plan(project: &Project, args: &LabArgs) -> Result<Vec<Lab>> {
     let names = if args.all {
         let mut runs = Vec::new();
         for lab in project.lab_names()? {
@@ -315,7 +315,6 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32> {
     if names.is_empty() {
         bail!("no labs found in `{}`", project.labs_dir().display());
     }
-    // Everything that can be wrong without a server fails here, before any boot.
     let labs: Vec<Lab> = names
         .iter()
         .map(|n| project.load(n))
@@ -337,13 +336,21 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32> {
         std::fs::write(file, "")
             .with_context(|| format!("cannot write the JUnit report `{}`", file.display()))?;
     }
-    let images = images(project, &args)?;
     if args.keep && matches!(args.env, EnvKind::Containers) {
         bail!("--keep works with the local environment only");
     }
-    let exe = std::env::current_exe().context("cannot find the mqlab executable")?;
-    let run_dir = RunDir::create(&exe)?;
-    eprintln!("mqlab: run directory {}", run_dir.path().display());
+    Ok(labs)
+}
+
+fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32, Error> {
+    let labs = plan(project, &args).usage()?;
+    let images = images(project, &args).usage()?;
+    let exe = std::env::current_exe()
+        .context("cannot find the mqlab executable")
+        .usage()?;
+    let run_dir = RunDir::create(&exe).map_err(Error::Environment)?;
+    let terminal = sinks::Terminal::new(project.snapshots_dir());
+    let bar = terminal.progress();
     let opts = EnvOptions {
         dir: run_dir.path().to_path_buf(),
         ready_timeout: Duration::from_secs(args.ready_timeout),
@@ -354,64 +361,164 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32> {
             .iter()
             .map(|l| runner::vhost_for(&l.run_name()))
             .collect(),
+        progress: Progress::new(move |what| bar.set_message(format!("environment: {what}"))),
     };
-    let mut sink = Terminal {
-        progress: std::io::stderr().is_terminal(),
-    };
+    let mut sink = Fanout::default();
+    sink.push(terminal);
+    sink.push(sinks::Summary);
+    if let Some(dir) = &args.transcript_dir {
+        sink.push(sinks::TranscriptDir(dir.clone()));
+    }
+    if let Some(dir) = &args.evidence {
+        sink.push(sinks::Evidence {
+            dir: dir.clone(),
+            info: None,
+        });
+    }
+    if let Some(file) = &args.junit {
+        sink.push(sinks::Junit::new(file));
+    }
+    eprintln!("mqlab: run directory {}", run_dir.path().display());
     let started = Instant::now();
-    let rt = runtime()?;
-    let outcome = rt.block_on(async {
-        let containers = choose(args.env, args.keep, &images).await?;
+    let rt = runtime().map_err(Error::Environment)?;
+    let mut records: Vec<RunRecord> = Vec::new();
+    let outcome: Result<bool, Error> = rt.block_on(async {
+        let (containers, why) = choose(args.env, args.keep, &images)
+            .await
+            .map_err(Error::Environment)?;
+        let kind = if containers { "containers" } else { "local" };
+        sink.on(&Event::EnvChosen { kind, why: &why }).ok();
         let start = async {
             Ok::<_, anyhow::Error>(match containers {
-                true => Environment::Containers(Box::new(ContainersEnv::start(&opts, &images.0, &images.1).await?)),
+                true => Environment::Containers(Box::new(
+                    ContainersEnv::start(&opts, &images.0, &images.1).await?,
+                )),
                 false => Environment::Local(Box::new(LocalEnv::start(&opts).await?)),
             })
         };
         let env = tokio::select! {
-            env = start => env?,
-            sig = interrupted() => return Ok((Err(sig), false)),
+            env = start => env.map_err(Error::Environment)?,
+            sig = interrupted() => return Err(Error::Interrupted(sig)),
         };
-        eprintln!(
-            "mqlab: environment ready in {:.1} s: {}, {}",
-            env.info().ready.as_secs_f64(),
-            env.info().broker_version,
-            env.info().db_version
-        );
-        let outcome = tokio::select! {
-            runs = run_all(&labs, &env, &exe, run_dir.path(), &mut sink) => runs.map(|r| Ok((r, env.info().clone()))),
-            sig = interrupted() => Ok(Err(sig)),
+        sink.on(&Event::EnvReady(env.info())).ok();
+        let suite = Suite {
+            project,
+            endpoints: env.endpoints(),
+            exe: &exe,
+            run_dir: run_dir.path(),
+            update: args.update,
         };
-        let kept = args.keep && matches!(outcome, Ok(Ok(_)));
+        let interrupted_by = tokio::select! {
+            _ = suite.run(&labs, &mut records, &mut sink) => None,
+            sig = interrupted() => Some(sig),
+        };
+        let kept = args.keep && interrupted_by.is_none();
         if kept {
-            keep_running(env, run_dir.path(), &labs)?;
+            keep_running(env, run_dir.path(), &labs).map_err(Error::Environment)?;
         } else {
             env.stop().await;
         }
-        outcome.map(|o| (o, kept))
+        // What ended is reported, even when the suite was interrupted.
+        sink.on(&Event::SuiteFinished {
+            records: &records,
+            wall: started.elapsed(),
+        })
+        .ok();
+        match interrupted_by {
+            Some(sig) => Err(Error::Interrupted(sig)),
+            None => Ok(kept),
+        }
     });
     drop(rt);
-    let outcome = match outcome {
-        Ok((o, true)) => {
+    match &outcome {
+        Ok(true) => {
             run_dir.keep();
-            Ok(o)
         }
-        Ok((o, false)) => {
-            run_dir.close();
-            Ok(o)
+        _ => run_dir.close(),
+    }
+    outcome?;
+    if !sink.errors.is_empty() {
+        for e in &sink.errors {
+            eprintln!("error: {e:#}");
         }
-        Err(e) => {
-            run_dir.close();
-            Err(e)
+        return Ok(exit::SETUP);
+    }
+    Ok(if sinks::all_passed(&records) {
+        exit::OK
+    } else {
+        exit::LAB_FAILED
+    })
+}
+
+/// `mqlab check RUN.json...`: the stored history judged again, offline.
+fn cmd_check(files: &[PathBuf]) -> Result<i32, Error> {
+    let mut failed = 0;
+    for file in files {
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("cannot read `{}`", file.display()))
+            .usage()?;
+        let r: evidence::Record = serde_json::from_str(&text)
+            .with_context(|| format!("`{}` is not a run's evidence JSON", file.display()))
+            .usage()?;
+        if r.history.points.is_empty() {
+            return Err(Error::Usage(anyhow::anyhow!(
+                "`{}` holds no history to re-judge (written by an mqlab older than `mqlab check`?)",
+                file.display()
+            )));
         }
-    };
-    match outcome? {
-        Ok((runs, info)) => report(project, &labs, &runs, &info, &args, started),
-        Err(sig) => {
-            eprintln!("mqlab: {sig}; environment stopped");
-            Ok(exit::INTERRUPTED)
+        let declared = r.variant.as_ref().map(|_| &r.declared_violations);
+        let (outcomes, verdict) = crate::checker::rejudge(&r.history, &r.transcript, declared);
+        for o in &outcomes {
+            out(&format!(
+                "[{}] {}={} {}",
+                o.kind.name(),
+                o.name,
+                o.actual,
+                if o.pass { "PASS" } else { "FAIL" }
+            ));
+        }
+        let stored: Vec<(&str, &str, &str)> = r
+            .assertions
+            .iter()
+            .filter(|a| a.kind == "assert" || a.kind == "check")
+            .map(|a| (a.name.as_str(), a.actual.as_str(), a.result.as_str()))
+            .collect();
+        let again: Vec<(&str, &str, &str)> = outcomes
+            .iter()
+            .map(|o| {
+                (
+                    o.name.as_str(),
+                    o.actual.as_str(),
+                    if o.pass { "PASS" } else { "FAIL" },
+                )
+            })
+            .collect();
+        let text = match &verdict {
+            crate::checker::LabVerdict::Holds => "safe pattern holds".to_string(),
+            crate::checker::LabVerdict::CounterexampleConfirmed => {
+                "counterexample confirmed".to_string()
+            }
+            crate::checker::LabVerdict::Failed(why) => format!("FAIL: {why}"),
+        };
+        let same = if stored == again {
+            "as recorded"
+        } else {
+            "DIFFERS from the recorded outcomes"
+        };
+        out(&format!(
+            "{}: {text} ({} outcomes re-judged, {same})",
+            r.run,
+            outcomes.len()
+        ));
+        if matches!(verdict, crate::checker::LabVerdict::Failed(_)) || stored != again {
+            failed += 1;
         }
     }
+    Ok(if failed == 0 {
+        exit::OK
+    } else {
+        exit::LAB_FAILED
+    })
 }
 
 /// Where a kept environment is described; `env down` refuses directories without it.
@@ -441,50 +548,38 @@ fn images(project: &Project, args: &LabArgs) -> Result<(String, String)> {
     Ok((r, p))
 }
 
-/// Which environment runs, said in one line with the reason.
-async fn choose(kind: EnvKind, keep: bool, images: &(String, String)) -> Result<bool> {
-    let host = std::env::var("DOCKER_HOST").unwrap_or_else(|_| "the default socket".into());
-    let containers = match kind {
-        EnvKind::Local => false,
+/// Which environment runs, and why, in a few words.
+async fn choose(kind: EnvKind, keep: bool, images: &(String, String)) -> Result<(bool, String)> {
+    let host =
+        std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".into());
+    Ok(match kind {
+        EnvKind::Local => (false, "--env local".into()),
         EnvKind::Containers => {
             crate::env::containers::engine().await?;
-            true
+            (true, "--env containers".into())
         }
-        EnvKind::Auto if keep => {
-            eprintln!("mqlab: environment: local (--keep keeps local servers only)");
-            return Ok(false);
-        }
-        EnvKind::Auto => {
-            match crate::env::containers::engine().await {
-                Err(e) => {
-                    eprintln!("mqlab: environment: local ({e:#})");
-                    return Ok(false);
-                }
-                Ok(docker) => {
-                    for reference in [&images.0, &images.1] {
-                        if let Err(e) = crate::env::containers::image_id(&docker, reference).await {
-                            eprintln!("mqlab: environment: local (an engine answers at {host}, but {e:#})");
-                            return Ok(false);
-                        }
+        EnvKind::Auto if keep => (false, "--keep keeps local servers only".into()),
+        EnvKind::Auto => match crate::env::containers::engine().await {
+            Err(_) => (false, format!("no container engine answers at {host}")),
+            Ok(docker) => {
+                for reference in [&images.0, &images.1] {
+                    if crate::env::containers::image_id(&docker, reference)
+                        .await
+                        .is_err()
+                    {
+                        return Ok((false, format!("image `{reference}` is not present")));
                     }
-                    eprintln!("mqlab: environment: containers (an engine answers at {host} and both pinned images are present)");
-                    return Ok(true);
                 }
+                (
+                    true,
+                    format!("an engine answers at {host} and both pinned images are present"),
+                )
             }
-        }
-    };
-    eprintln!(
-        "mqlab: environment: {}",
-        if containers {
-            "containers (--env containers)"
-        } else {
-            "local (--env local)"
-        }
-    );
-    Ok(containers)
+        },
+    })
 }
 
-fn keep_running(env: Environment, dir: &std::path::Path, labs: &[Lab]) -> Result<()> {
+fn keep_running(env: Environment, dir: &Path, labs: &[Lab]) -> Result<()> {
     let Environment::Local(env) = env else {
         bail!("--keep works with the local environment only");
     };
@@ -523,7 +618,7 @@ fn keep_running(env: Environment, dir: &std::path::Path, labs: &[Lab]) -> Result
     Ok(())
 }
 
-fn cmd_env_down(dir: &std::path::Path) -> Result<i32> {
+fn cmd_env_down(dir: &Path) -> Result<i32> {
     if !dir.join(KEPT_FILE).is_file() {
         bail!(
             "`{}` is not an environment kept by `mqlab lab --keep` (no {KEPT_FILE} in it)",
@@ -542,20 +637,6 @@ fn cmd_env_down(dir: &std::path::Path) -> Result<i32> {
     Ok(exit::OK)
 }
 
-async fn run_all(
-    labs: &[Lab],
-    env: &Environment,
-    exe: &std::path::Path,
-    run_dir: &std::path::Path,
-    sink: &mut dyn Sink,
-) -> Result<Vec<LabRun>> {
-    let mut runs = Vec::new();
-    for lab in labs {
-        runs.push(runner::run_lab(lab, env.endpoints(), exe, run_dir, sink).await?);
-    }
-    Ok(runs)
-}
-
 async fn interrupted() -> String {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
@@ -564,98 +645,4 @@ async fn interrupted() -> String {
         _ = term.recv() => "terminated (SIGTERM)".into(),
         _ = int.recv() => "interrupted (SIGINT)".into(),
     }
-}
-
-fn report(
-    project: &Project,
-    labs: &[Lab],
-    runs: &[LabRun],
-    info: &crate::env::EnvInfo,
-    args: &LabArgs,
-    started: Instant,
-) -> Result<i32> {
-    let mut failed = 0;
-    let mut rows = Vec::new();
-    let mut records = Vec::new();
-    for (lab, run) in labs.iter().zip(runs) {
-        let name = lab.run_name();
-        let normalized = run.transcript.normalized();
-        if let Some(dir) = &args.transcript_dir {
-            std::fs::write(dir.join(format!("{name}.log")), &normalized)?;
-        }
-        let lab_file = format!("labs/{}.toml", lab.name);
-        let path = snapshot::path_for(&project.snapshots_dir(), &name);
-        let mut verdict = match &run.verdict {
-            LabVerdict::Holds => "safe pattern holds".to_string(),
-            LabVerdict::CounterexampleConfirmed => "counterexample confirmed".to_string(),
-            LabVerdict::Failed(why) => {
-                eprintln!("mqlab: {name}: {why}");
-                "FAIL".to_string()
-            }
-        };
-        // A failed run is still compared: its diff shows where it went wrong.
-        let compared =
-            snapshot::compare(&path, &lab_file, &normalized, args.update && run.passed())?;
-        let snap = match &compared {
-            snapshot::Outcome::Matched => evidence::SnapshotResult::Matched,
-            snapshot::Outcome::Updated => evidence::SnapshotResult::Updated,
-            snapshot::Outcome::Mismatch(diff) => evidence::SnapshotResult::Mismatch(diff),
-        };
-        let passed = run.passed() && !matches!(compared, snapshot::Outcome::Mismatch(_));
-        records.push(evidence::record(lab, run, info, snap, passed));
-        match compared {
-            snapshot::Outcome::Matched => {}
-            snapshot::Outcome::Updated => {
-                eprintln!("mqlab: {name}: snapshot updated: {}", path.display())
-            }
-            snapshot::Outcome::Mismatch(diff) => {
-                verdict = "FAIL (snapshot)".to_string();
-                out!("{diff}");
-                eprintln!(
-                    "mqlab: {name}: transcript differs from {} (actual run written to {}.new; accept with --update or `cargo insta review`)",
-                    path.display(),
-                    path.display()
-                );
-            }
-        }
-        if verdict.starts_with("FAIL") {
-            failed += 1;
-        }
-        rows.push((name, lab.variant.is_some(), verdict, run.duration));
-    }
-    if let Some(dir) = &args.evidence {
-        for r in &records {
-            evidence::write(dir, r)?;
-        }
-        evidence::write_index(dir)?;
-        eprintln!("mqlab: evidence written to {}", dir.display());
-    }
-    if let Some(file) = &args.junit {
-        std::fs::write(file, evidence::junit(&records))
-            .with_context(|| format!("cannot write `{}`", file.display()))?;
-        eprintln!("mqlab: JUnit report written to {}", file.display());
-    }
-    out!();
-    out!("{:<36} {:<26} {:>8}", "lab", "verdict", "seconds");
-    // Safe labs first, then counterexamples: two different kinds of evidence.
-    for variants in [false, true] {
-        for (name, _, verdict, d) in rows.iter().filter(|r| r.1 == variants) {
-            out!("{name:<36} {verdict:<26} {:>8.2}", d.as_secs_f64());
-        }
-    }
-    let holds = rows.iter().filter(|r| r.2 == "safe pattern holds").count();
-    let confirmed = rows
-        .iter()
-        .filter(|r| r.2 == "counterexample confirmed")
-        .count();
-    out!(
-        "{} passed, {failed} failed ({holds} safe pattern holds, {confirmed} counterexample confirmed; {:.1} s wall)",
-        rows.len() - failed,
-        started.elapsed().as_secs_f64()
-    );
-    Ok(if failed == 0 {
-        exit::OK
-    } else {
-        exit::LAB_FAILED
-    })
 }

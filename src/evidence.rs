@@ -2,27 +2,28 @@
 //! lab run, and a JUnit file for CI viewers. Everything here is derived from
 //! the run's outcome; nothing is re-measured.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use crate::checker::LabVerdict;
+use crate::checker::History;
 use crate::env::EnvInfo;
-use crate::lab::Lab;
-use crate::runner::LabRun;
+use crate::runner::{RunRecord, SnapshotResult};
 use crate::transcript::{Entry, PRODUCT};
+use crate::vocab::{Role, Status};
 
 /// Bumped when a field changes meaning or disappears (`docs/evidence/schema.json`).
 pub const SCHEMA_VERSION: u32 = 1;
 pub const CLIENT_LIBRARY: &str = "lapin";
 pub const CLIENT_VERSION: &str = env!("MQLAB_LAPIN_VERSION");
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Record {
     pub schema_version: u32,
-    pub product: &'static str,
+    pub product: String,
     pub lab: String,
     pub variant: Option<String>,
     pub run: String,
@@ -32,39 +33,45 @@ pub struct Record {
     pub broker: Server,
     pub database: Server,
     pub client: Client,
-    pub environment: &'static str,
+    pub environment: String,
     pub captured_at: String,
     pub duration_ms: u64,
     pub assertions: Vec<Assertion>,
     pub error: Option<String>,
     pub transcript: Vec<String>,
+    /// For a counterexample: the violations its lab file declares.
+    #[serde(default)]
+    pub declared_violations: BTreeMap<String, String>,
+    /// What the runner judged, on which observations: `mqlab check` re-judges it.
+    #[serde(default)]
+    pub history: History,
     /// A rendered `<run>.png` sits next to the page (not part of the JSON).
     #[serde(skip)]
     pub diagram_image: bool,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Server {
     pub version: String,
     pub source: String,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Client {
-    pub library: &'static str,
-    pub version: &'static str,
+    pub library: String,
+    pub version: String,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Assertion {
     /// `assert`, `check`, `snapshot` or `harness`.
-    pub kind: &'static str,
+    pub kind: String,
     pub name: String,
     pub expected: String,
     pub actual: String,
     /// As printed in the transcript.
-    pub result: &'static str,
+    pub result: String,
     /// For a counterexample: this FAIL was declared, so it confirms the claim.
     pub expected_violation: bool,
     /// Whether this line supports the run's verdict (what JUnit reports).
@@ -73,82 +80,68 @@ pub struct Assertion {
     pub detail: Option<String>,
 }
 
-/// The snapshot comparison as the runner's caller saw it.
-pub enum SnapshotResult<'a> {
-    Matched,
-    Updated,
-    Mismatch(&'a str),
-}
-
-pub fn record(
-    lab: &Lab,
-    run: &LabRun,
-    info: &EnvInfo,
-    snapshot: SnapshotResult,
-    passed: bool,
-) -> Record {
-    let mut assertions: Vec<Assertion> = run
+pub fn record(r: &RunRecord, info: &EnvInfo) -> Record {
+    let pass_fail = |p: bool| if p { "PASS" } else { "FAIL" }.to_string();
+    let mut assertions: Vec<Assertion> = r
         .outcomes
         .iter()
         .map(|o| {
             // A counterexample's declared violation is the line that proves it.
-            let declared = lab.variant.as_ref().and(lab.violations.get(&o.name));
+            let declared = r.variant.as_ref().and(r.violations.get(&o.name));
             let ok = match declared {
                 Some(v) => !o.pass && o.actual == *v,
                 None => o.pass,
             };
             Assertion {
-                kind: o.kind,
+                kind: o.kind.name().to_string(),
                 name: o.name.clone(),
                 expected: o.expected.clone(),
                 actual: o.actual.clone(),
-                result: if o.pass { "PASS" } else { "FAIL" },
+                result: pass_fail(o.pass),
                 expected_violation: ok && declared.is_some(),
                 ok,
                 detail: declared.map(|v| format!("declared violation: {}={v}", o.name)),
             }
         })
         .collect();
-    let snap_file = format!("snapshots/{}.snap", lab.run_name());
-    let (actual, pass, detail) = match snapshot {
+    let snap_file = format!("snapshots/{}.snap", r.run);
+    let (actual, pass, detail) = match &r.snapshot {
         SnapshotResult::Matched => ("matched", true, None),
         SnapshotResult::Updated => ("updated", true, None),
-        SnapshotResult::Mismatch(diff) => ("differs", false, Some(diff.to_string())),
+        SnapshotResult::Mismatch(diff) => ("differs", false, Some(diff.clone())),
+        SnapshotResult::Error(e) => ("unreadable", false, Some(e.clone())),
     };
     assertions.push(Assertion {
-        kind: "snapshot",
+        kind: "snapshot".into(),
         name: format!("transcript matches {snap_file}"),
         expected: "matched".into(),
         actual: actual.into(),
-        result: if pass { "PASS" } else { "FAIL" },
+        result: pass_fail(pass),
         expected_violation: false,
         ok: pass,
         detail,
     });
-    if let Some(e) = &run.error {
+    if let Some(e) = &r.error {
         assertions.push(Assertion {
-            kind: "harness",
+            kind: "harness".into(),
             name: "the lab ran to its end".into(),
             expected: "completed".into(),
             actual: "stopped".into(),
-            result: "FAIL",
+            result: "FAIL".into(),
             expected_violation: false,
             ok: false,
             detail: Some(e.clone()),
         });
     }
+    let passed = r.passed();
     Record {
         schema_version: SCHEMA_VERSION,
-        product: PRODUCT,
-        lab: lab.name.clone(),
-        variant: lab.variant.clone(),
-        run: lab.run_name(),
-        claim: lab.claim.clone(),
-        verdict: match (&run.verdict, passed) {
-            (LabVerdict::Holds, true) => "safe pattern holds".into(),
-            (LabVerdict::CounterexampleConfirmed, true) => "counterexample confirmed".into(),
-            _ => "FAIL".into(),
-        },
+        product: PRODUCT.into(),
+        lab: r.lab.clone(),
+        variant: r.variant.clone(),
+        run: r.run.clone(),
+        claim: r.claim.clone(),
+        verdict: if passed { r.verdict_text() } else { "FAIL" }.into(),
         exit_code: if passed { 0 } else { 1 },
         broker: Server {
             version: info.broker_version.clone(),
@@ -159,20 +152,26 @@ pub fn record(
             source: info.db_source.clone(),
         },
         client: Client {
-            library: CLIENT_LIBRARY,
-            version: CLIENT_VERSION,
+            library: CLIENT_LIBRARY.into(),
+            version: CLIENT_VERSION.into(),
         },
-        environment: info.kind,
+        environment: info.kind.into(),
         captured_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
-        duration_ms: run.duration.as_millis() as u64,
+        duration_ms: r.duration.as_millis() as u64,
         assertions,
-        error: run.error.clone(),
-        transcript: run
+        error: r.error.clone(),
+        transcript: r
             .transcript
             .normalized()
             .lines()
             .map(str::to_string)
             .collect(),
+        declared_violations: if r.variant.is_some() {
+            r.violations.clone()
+        } else {
+            BTreeMap::new()
+        },
+        history: r.history.clone(),
         diagram_image: false,
     }
 }
@@ -335,19 +334,27 @@ pub fn mermaid(lines: &[String]) -> String {
     };
     for e in &entries {
         let mid = e.get("messageId").unwrap_or("");
-        let status = e.get("status").unwrap_or("");
-        match e.role.as_str() {
-            "producer"
-                if status == "confirmed" || status == "nacked" || status == "unconfirmed" =>
-            {
-                let q = queue(e.get("destination").unwrap_or("?"), &mut queues);
-                body.push(format!(
-                    "    P->>{q}: {mid} [{}] {status}",
-                    e.get("routingKey").unwrap_or("")
-                ));
+        let (Ok(role), Some(Ok(status))) = (
+            e.role.parse::<Role>(),
+            e.get("status").map(str::parse::<Status>),
+        ) else {
+            continue;
+        };
+        match role {
+            Role::Producer => {
+                if matches!(
+                    status,
+                    Status::Confirmed | Status::Nacked | Status::Unconfirmed
+                ) {
+                    let q = queue(e.get("destination").unwrap_or("?"), &mut queues);
+                    body.push(format!(
+                        "    P->>{q}: {mid} [{}] {status}",
+                        e.get("routingKey").unwrap_or("")
+                    ));
+                }
             }
-            "consumer" => {
-                if next_is_new_process && status == "received" {
+            Role::Consumer => {
+                if next_is_new_process && status == Status::Received {
                     consumers += 1;
                     next_is_new_process = false;
                 }
@@ -356,7 +363,7 @@ pub fn mermaid(lines: &[String]) -> String {
                 let q = queue(dest, &mut queues);
                 let attempt = e.get("attempt").unwrap_or("1");
                 match status {
-                    "received" => {
+                    Status::Received => {
                         let re = if e.get("redelivered") == Some("true") {
                             ", redelivered"
                         } else {
@@ -364,44 +371,47 @@ pub fn mermaid(lines: &[String]) -> String {
                         };
                         body.push(format!("    {q}->>{c}: {mid} (attempt {attempt}{re})"));
                     }
-                    "business_committed" => {
+                    Status::BusinessCommitted => {
                         has_db = true;
                         body.push(format!("    {c}->>DB: commit the business row for {mid}"));
                     }
-                    "duplicate_skipped" => {
+                    Status::DuplicateSkipped => {
                         has_db = true;
                         body.push(format!(
                             "    {c}->>DB: inbox hit for {mid}: duplicate, rolled back"
                         ));
                         body.push(format!("    {c}-->>{q}: ack {mid}"));
                     }
-                    "retry" => {
+                    Status::Retry => {
                         body.push(format!("    {c}-->>{q}: reject {mid} (to the retry queue)"))
                     }
-                    "requeued" => body.push(format!("    {c}-->>{q}: nack {mid}, requeue=true")),
-                    "rejected" => body.push(format!("    {c}-->>{q}: reject {mid}")),
-                    "poison_to_dlq" => {
+                    Status::Requeued => {
+                        body.push(format!("    {c}-->>{q}: nack {mid}, requeue=true"))
+                    }
+                    Status::Rejected => body.push(format!("    {c}-->>{q}: reject {mid}")),
+                    Status::PoisonToDlq => {
                         has_dlq = true;
                         body.push(format!("    {c}->>DLQ: publish {mid} (attempt {attempt})"));
                         body.push(format!("    {c}-->>{q}: ack {mid}"));
                     }
-                    "crash_injected" => {
+                    Status::CrashInjected => {
                         body.push(format!(
                             "    Note over {c}: SIGKILL at the fault window ({mid})"
                         ));
                         next_is_new_process = true;
                     }
-                    "done" => {
+                    Status::Done => {
                         body.push(format!(
                             "    Note over {c}: exits after {} deliveries",
                             e.get("received").unwrap_or("?")
                         ));
                         next_is_new_process = true;
                     }
-                    _ => {}
+                    Status::Confirmed | Status::Nacked | Status::Unconfirmed | Status::Snapshot => {
+                    }
                 }
             }
-            _ => {}
+            Role::Inspect | Role::Assert | Role::Check => {}
         }
     }
     let mut out = String::from("sequenceDiagram\n    participant P as producer\n");
@@ -424,80 +434,54 @@ pub fn mermaid(lines: &[String]) -> String {
     out
 }
 
-fn xml(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
-/// JUnit XML: one testsuite per lab run, one testcase per assertion.
-pub fn junit(records: &[Record]) -> String {
-    let total: usize = records.iter().map(|r| r.assertions.len()).sum();
-    let failures: usize = records
-        .iter()
-        .flat_map(|r| &r.assertions)
-        .filter(|a| !a.ok)
-        .count();
-    let time: f64 = records.iter().map(|r| r.duration_ms as f64 / 1000.0).sum();
-    let mut x = format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"mqlab\" tests=\"{total}\" failures=\"{failures}\" errors=\"0\" time=\"{time:.3}\">\n"
-    );
+/// JUnit XML (quick-junit): one testsuite per lab run, one testcase per
+/// assertion. A counterexample's declared violation is a passing testcase.
+pub fn junit(records: &[Record]) -> Result<String> {
+    use quick_junit::{NonSuccessKind, Property, Report, TestCase, TestCaseStatus, TestSuite};
+    let mut report = Report::new("mqlab");
+    let total_ms: u64 = records.iter().map(|r| r.duration_ms).sum();
+    report.set_time(std::time::Duration::from_millis(total_ms));
     for r in records {
-        let fails = r.assertions.iter().filter(|a| !a.ok).count();
-        x.push_str(&format!(
-            "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{fails}\" errors=\"0\" skipped=\"0\" time=\"{:.3}\" timestamp=\"{}\">\n",
-            xml(&r.run),
-            r.assertions.len(),
-            r.duration_ms as f64 / 1000.0,
-            xml(r.captured_at.trim_end_matches('Z')),
-        ));
-        x.push_str("    <properties>\n");
+        let mut suite = TestSuite::new(r.run.as_str());
+        suite.set_time(std::time::Duration::from_millis(r.duration_ms));
+        if let Ok(t) = humantime::parse_rfc3339(&r.captured_at) {
+            let t: chrono::DateTime<chrono::Utc> = t.into();
+            suite.set_timestamp(t);
+        }
         for (k, v) in [
-            ("claim", r.claim.as_str()),
-            ("verdict", r.verdict.as_str()),
-            ("broker", r.broker.version.as_str()),
-            ("database", r.database.version.as_str()),
+            ("claim", r.claim.clone()),
+            ("verdict", r.verdict.clone()),
+            ("broker", r.broker.version.clone()),
+            ("database", r.database.version.clone()),
             (
                 "client",
-                &format!("{} {}", r.client.library, r.client.version),
+                format!("{} {}", r.client.library, r.client.version),
             ),
         ] {
-            x.push_str(&format!(
-                "      <property name=\"{k}\" value=\"{}\"/>\n",
-                xml(v)
-            ));
+            suite.add_property(Property::new(k, v));
         }
-        x.push_str("    </properties>\n");
         for a in &r.assertions {
-            let name = format!("{} {}", a.kind, a.name);
-            x.push_str(&format!(
-                "    <testcase classname=\"mqlab.{}\" name=\"{}\" time=\"0\"",
-                xml(&r.run),
-                xml(&name)
-            ));
-            if a.ok {
-                match (&a.detail, a.expected_violation) {
-                    (Some(d), true) => x.push_str(&format!(
-                        ">\n      <system-out>{}: observed, as the counterexample claims</system-out>\n    </testcase>\n",
-                        xml(d)
-                    )),
-                    _ => x.push_str("/>\n"),
-                }
+            let status = if a.ok {
+                TestCaseStatus::success()
             } else {
+                let mut s = TestCaseStatus::non_success(NonSuccessKind::Failure);
                 let message = format!("{}={} (expected {})", a.name, a.actual, a.expected);
-                x.push_str(&format!(
-                    ">\n      <failure message=\"{}\" type=\"{}\">{}</failure>\n    </testcase>\n",
-                    xml(&message),
-                    a.kind,
-                    xml(a.detail.as_deref().unwrap_or(&message))
-                ));
+                s.set_type(a.kind.as_str());
+                s.set_description(a.detail.clone().unwrap_or_else(|| message.clone()));
+                s.set_message(message);
+                s
+            };
+            let mut case = TestCase::new(format!("{} {}", a.kind, a.name), status);
+            case.set_classname(format!("mqlab.{}", r.run));
+            case.set_time(std::time::Duration::ZERO);
+            if let (true, Some(d)) = (a.expected_violation, &a.detail) {
+                case.set_system_out(format!("{d}: observed, as the counterexample claims"));
             }
+            suite.add_test_case(case);
         }
-        x.push_str("  </testsuite>\n");
+        report.add_test_suite(suite);
     }
-    x.push_str("</testsuites>\n");
-    x
+    Ok(report.to_string()?)
 }
 
 #[cfg(test)]
@@ -525,10 +509,5 @@ mod tests {
         assert!(m.contains("Note over C1: SIGKILL at the fault window (mid-1)"));
         assert!(m.contains("Q1->>C2: mid-1 (attempt 1, redelivered)"));
         assert!(m.contains("C2->>DB: inbox hit for mid-1"));
-    }
-
-    #[test]
-    fn xml_escapes() {
-        assert_eq!(xml("a<b & \"c\">"), "a&lt;b &amp; &quot;c&quot;&gt;");
     }
 }

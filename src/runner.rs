@@ -1,8 +1,11 @@
-//! Executes a lab's steps in order on a running environment. The only place
-//! that knows about phases and faults: it spawns the roles, reads their lines
-//! into the transcript, kills at the selected window, reads broker and
-//! database state, and evaluates the assertions.
+//! Executes labs on a running environment. The only place that knows about
+//! phases and faults: it spawns the roles, reads their lines into the
+//! transcript, kills at the selected window, reads broker and database
+//! state, judges the assertions, compares the snapshot, and says all of it
+//! as [`Event`]s. A failure inside one lab (even its setup) fails that lab
+//! only; the next lab runs.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -15,38 +18,70 @@ use sqlx::PgConnection;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 
-use crate::checker::{self, LabVerdict, Observed, Outcome};
+use crate::checker::{self, Asserted, History, LabVerdict, Observed, Outcome, Point};
 use crate::env::{process, Endpoints};
-use crate::lab::{Action, Assertion, Consume, Lab, Publish};
-use crate::roles::consumer::{ConsumerConfig, FaultPoint, CRASH_MARKER};
-use crate::roles::producer::ProducerConfig;
+use crate::events::{Event, Sink};
+use crate::lab::{Action, Assertion, Consume, Fault, Lab, Project, Publish};
+use crate::protocol::{
+    ConsumerConfig, Envelope, FaultPoint, OutMessage, ProducerConfig, RetryPolicy, RoleConfig,
+};
+use crate::snapshot;
 use crate::store;
-use crate::transcript::{Entry, Record, Role, Transcript};
+use crate::transcript::{Entry, Record, Transcript};
+use crate::vocab::{Role, Status};
 
-/// Receives what happens, as it happens: the terminal is one sink; others
-/// (evidence, JUnit) can be added without touching the runner.
-pub trait Sink {
-    fn phase(&mut self, lab: &str, phase: &str);
-    fn line(&mut self, line: &str);
+/// The snapshot comparison of one run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SnapshotResult {
+    Matched,
+    Updated,
+    /// The unified diff, stored then actual; the actual is left as `.snap.new`.
+    Mismatch(String),
+    /// The snapshot could not be read or written.
+    Error(String),
 }
 
-pub struct LabRun {
+/// Everything known about one lab run once it is over: what the sinks get.
+#[derive(Clone, Debug)]
+pub struct RunRecord {
+    pub run: String,
+    pub lab: String,
+    pub variant: Option<String>,
+    pub claim: String,
+    /// For a variant: the declared violations (name → value).
+    pub violations: BTreeMap<String, String>,
     pub transcript: Transcript,
     /// Every assertion and check evaluated, in order.
     pub outcomes: Vec<Outcome>,
-    /// A harness-level failure (deadline, role crash) that ended the lab early.
+    pub history: History,
+    /// A harness-level failure (deadline, role crash, setup) that ended the lab early.
     pub error: Option<String>,
     pub verdict: LabVerdict,
+    pub snapshot: SnapshotResult,
     pub duration: Duration,
 }
 
-impl LabRun {
-    /// The safe pattern held, or the counterexample showed exactly its violations.
+impl RunRecord {
+    /// The verdict holds (safe pattern, or counterexample confirmed) and the
+    /// transcript matched.
     pub fn passed(&self) -> bool {
         matches!(
             self.verdict,
             LabVerdict::Holds | LabVerdict::CounterexampleConfirmed
+        ) && matches!(
+            self.snapshot,
+            SnapshotResult::Matched | SnapshotResult::Updated
         )
+    }
+
+    /// The one-word verdict the summary and the evidence print.
+    pub fn verdict_text(&self) -> &'static str {
+        match (&self.verdict, &self.snapshot) {
+            (_, SnapshotResult::Mismatch(_)) if self.error.is_none() => "FAIL (snapshot)",
+            _ if !self.passed() => "FAIL",
+            (LabVerdict::Holds, _) => "safe pattern holds",
+            _ => "counterexample confirmed",
+        }
     }
 }
 
@@ -59,74 +94,121 @@ pub fn database_for(lab: &str) -> String {
     format!("lab_{}", lab.replace(['-', '.', '@'], "_"))
 }
 
+/// Where a suite runs and what it may touch.
+pub struct Suite<'a> {
+    pub project: &'a Project,
+    pub endpoints: &'a Endpoints,
+    pub exe: &'a Path,
+    /// Role logs go under `run_dir/roles/<run>/`.
+    pub run_dir: &'a Path,
+    /// Rewrite the snapshot of a run that passed and differs.
+    pub update: bool,
+}
+
+impl Suite<'_> {
+    /// Runs the labs one after the other; each ends in a [`RunRecord`],
+    /// pushed as soon as it is over (an interrupted suite keeps what ended).
+    pub async fn run(&self, labs: &[Lab], records: &mut Vec<RunRecord>, sink: &mut dyn Sink) {
+        for (index, lab) in labs.iter().enumerate() {
+            let run = lab.run_name();
+            let _ = sink.on(&Event::LabStarted {
+                run: &run,
+                index,
+                total: labs.len(),
+            });
+            let record = self.run_one(lab, sink).await;
+            let _ = sink.on(&Event::LabFinished(&record));
+            records.push(record);
+        }
+    }
+
+    async fn run_one(&self, lab: &Lab, sink: &mut dyn Sink) -> RunRecord {
+        let started = Instant::now();
+        let run = lab.run_name();
+        let mut ctx = Ctx {
+            lab,
+            run: run.clone(),
+            endpoints: self.endpoints,
+            exe: self.exe,
+            logs: self.run_dir.join("roles").join(&run),
+            conns: None,
+            transcript: Transcript::default(),
+            observed: Observed::default(),
+            outcomes: Vec::new(),
+            history: History::default(),
+            sink,
+            role_seq: 0,
+        };
+        let error = match ctx.run_steps().await {
+            Ok(()) => None,
+            Err(e) => Some(format!("{e:#}")),
+        };
+        if let Some(c) = ctx.conns.take() {
+            let _ = c.amqp.close(200, "done".into()).await;
+        }
+        let verdict = match &error {
+            Some(e) => LabVerdict::Failed(e.clone()),
+            None => {
+                checker::lab_verdict(&ctx.outcomes, lab.variant.as_ref().map(|_| &lab.violations))
+            }
+        };
+        let (transcript, outcomes, history) = (ctx.transcript, ctx.outcomes, ctx.history);
+        let passed = matches!(
+            verdict,
+            LabVerdict::Holds | LabVerdict::CounterexampleConfirmed
+        );
+        // A failed run is still compared: its diff shows where it went wrong.
+        let path = snapshot::path_for(&self.project.snapshots_dir(), &run);
+        let lab_file = format!("labs/{}.toml", lab.name);
+        let normalized = transcript.normalized();
+        let snapshot = match snapshot::compare(&path, &lab_file, &normalized, self.update && passed)
+        {
+            Ok(snapshot::Outcome::Matched) => SnapshotResult::Matched,
+            Ok(snapshot::Outcome::Updated) => SnapshotResult::Updated,
+            Ok(snapshot::Outcome::Mismatch(diff)) => SnapshotResult::Mismatch(diff),
+            Err(e) => SnapshotResult::Error(format!("{e:#}")),
+        };
+        let _ = sink.on(&Event::SnapshotCompared {
+            run: &run,
+            result: &snapshot,
+        });
+        RunRecord {
+            run,
+            lab: lab.name.clone(),
+            variant: lab.variant.clone(),
+            claim: lab.claim.clone(),
+            violations: lab.violations.clone(),
+            transcript,
+            outcomes,
+            history,
+            error,
+            verdict,
+            snapshot,
+            duration: started.elapsed(),
+        }
+    }
+}
+
+/// The harness's own connections to the lab's vhost and database.
+struct Conns {
+    amqp: lapin::Connection,
+    channel: Channel,
+    db: PgConnection,
+}
+
 struct Ctx<'a> {
     lab: &'a Lab,
+    run: String,
     endpoints: &'a Endpoints,
     exe: &'a Path,
     logs: PathBuf,
-    run: String,
-    conn: &'a lapin::Connection,
-    channel: Channel,
-    db: PgConnection,
+    conns: Option<Conns>,
     transcript: Transcript,
     observed: Observed,
     outcomes: Vec<Outcome>,
+    history: History,
     sink: &'a mut dyn Sink,
     role_seq: usize,
-}
-
-/// Runs one lab; role logs go under `run_dir/roles/<run>/`.
-pub async fn run_lab(
-    lab: &Lab,
-    endpoints: &Endpoints,
-    exe: &Path,
-    run_dir: &Path,
-    sink: &mut dyn Sink,
-) -> Result<LabRun> {
-    let started = Instant::now();
-    sink.phase(&lab.name, "prepare");
-    let run = lab.run_name();
-    let db_name = database_for(&run);
-    let mut admin = store::connect(&endpoints.pg_url("postgres")).await?;
-    store::create_database(&mut admin, &db_name).await?;
-    drop(admin);
-    let mut db = store::connect(&endpoints.pg_url(&db_name)).await?;
-    store::migrate(&mut db).await?;
-    let conn = crate::amqp::connect(&endpoints.amqp_url(&vhost_for(&run))).await?;
-    let channel = conn.create_channel().await?;
-    crate::amqp::declare(&channel, &lab.exchanges, &lab.queues).await?;
-    let logs = run_dir.join("roles").join(&run);
-    std::fs::create_dir_all(&logs)?;
-
-    let mut ctx = Ctx {
-        lab,
-        endpoints,
-        exe,
-        logs,
-        run,
-        conn: &conn,
-        channel,
-        db,
-        transcript: Transcript::default(),
-        observed: Observed::default(),
-        outcomes: Vec::new(),
-        sink,
-        role_seq: 0,
-    };
-    let error = ctx.run_steps().await.err().map(|e| format!("{e:#}"));
-    let verdict = match &error {
-        Some(e) => LabVerdict::Failed(e.clone()),
-        None => checker::lab_verdict(&ctx.outcomes, lab.variant.as_ref().map(|_| &lab.violations)),
-    };
-    let (transcript, outcomes) = (ctx.transcript, ctx.outcomes);
-    let _ = conn.close(200, "done".into()).await;
-    Ok(LabRun {
-        transcript,
-        outcomes,
-        error,
-        verdict,
-        duration: started.elapsed(),
-    })
 }
 
 /// A role process with its stdout lines.
@@ -137,13 +219,42 @@ struct RoleProc {
 }
 
 impl Ctx<'_> {
+    fn phase(&mut self, phase: &str) {
+        let _ = self.sink.on(&Event::Phase {
+            run: &self.run,
+            phase,
+        });
+    }
+
+    /// The lab's own database and vhost objects, fresh.
+    async fn prepare(&mut self) -> Result<()> {
+        self.phase("prepare");
+        let db_name = database_for(&self.run);
+        let mut admin = store::connect(&self.endpoints.pg_url("postgres")).await?;
+        store::create_database(&mut admin, &db_name).await?;
+        drop(admin);
+        let mut db = store::connect(&self.endpoints.pg_url(&db_name)).await?;
+        store::migrate(&mut db).await?;
+        let amqp = crate::amqp::connect(&self.endpoints.amqp_url(&vhost_for(&self.run))).await?;
+        let channel = amqp.create_channel().await?;
+        crate::amqp::declare(&channel, &self.lab.topology).await?;
+        std::fs::create_dir_all(&self.logs)?;
+        self.conns = Some(Conns { amqp, channel, db });
+        Ok(())
+    }
+
+    fn conns(&mut self) -> &mut Conns {
+        self.conns.as_mut().expect("prepared before any step")
+    }
+
     /// The steps in order, each followed by its assertions, then the checks;
     /// the first harness error ends the lab.
     async fn run_steps(&mut self) -> Result<()> {
+        self.prepare().await?;
         let lab = self.lab;
         for step in &lab.steps {
             let phase = step.action.phase();
-            self.sink.phase(&lab.name, &phase);
+            self.phase(&phase);
             failpoint(&phase);
             match &step.action {
                 Action::Publish(p) => self.publish(p).await?,
@@ -157,14 +268,18 @@ impl Ctx<'_> {
 
     fn emit(&mut self, role: Role, body: &str) {
         let line = self.transcript.push(role, body).to_string();
-        self.sink.line(&line);
+        let _ = self.sink.on(&Event::Line(&line));
     }
 
-    fn spawn_role(&mut self, role: &str, config: String) -> Result<RoleProc> {
+    fn spawn_role(&mut self, config: RoleConfig) -> Result<RoleProc> {
+        let role = match &config {
+            RoleConfig::Producer(_) => "producer",
+            RoleConfig::Consumer(_) => "consumer",
+        };
         self.role_seq += 1;
         let log = self.logs.join(format!("{}-{role}.log", self.role_seq));
         let mut cmd = Command::new(self.exe);
-        cmd.args(["role", role, "--config", &config])
+        cmd.args(["role", "--config", &Envelope::new(config).to_json()])
             .env("RUST_LOG", "warn");
         let mut child = process::spawn(&mut cmd, &log, true)?;
         let stdout = child.stdout.take().context("role stdout")?;
@@ -218,12 +333,20 @@ impl Ctx<'_> {
             amqp_url: self.endpoints.amqp_url(&vhost_for(&self.run)),
             exchange: p.exchange.clone(),
             destination: p.destination().to_string(),
-            messages: p.messages.clone(),
+            messages: p
+                .messages
+                .iter()
+                .map(|m| OutMessage {
+                    meta: m.meta.clone(),
+                    routing_key: m.routing_key.clone(),
+                    body: m.body.clone(),
+                })
+                .collect(),
         };
         let phase = format!("publish({})", p.destination());
         let secs = p.deadline_secs;
         let deadline = Instant::now() + Duration::from_secs(secs);
-        let mut proc = self.spawn_role("producer", serde_json::to_string(&cfg)?)?;
+        let mut proc = self.spawn_role(RoleConfig::Producer(cfg))?;
         while let Some(line) = self.next_line(&mut proc, &phase, deadline, secs).await? {
             self.emit(Role::Producer, &line);
         }
@@ -237,18 +360,11 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    async fn consume(&mut self, c: &Consume, fault: Option<&crate::lab::Fault>) -> Result<()> {
-        let phase = format!("consume({})", c.queue);
-        let deadline = Instant::now() + Duration::from_secs(c.deadline_secs);
-        let (amqp_url, database_url) = (
-            self.endpoints.amqp_url(&vhost_for(&self.run)),
-            self.endpoints.pg_url(&database_for(&self.run)),
-        );
-        let lab_name = self.lab.name.clone();
-        let config = |fault: Option<FaultPoint>| ConsumerConfig {
-            lab: lab_name.clone(),
-            amqp_url: amqp_url.clone(),
-            database_url: database_url.clone(),
+    fn consumer_config(&self, c: &Consume, fault: Option<FaultPoint>) -> ConsumerConfig {
+        ConsumerConfig {
+            lab: self.lab.name.clone(),
+            amqp_url: self.endpoints.amqp_url(&vhost_for(&self.run)),
+            database_url: self.endpoints.pg_url(&database_for(&self.run)),
             queue: c.queue.clone(),
             consumer: "consumer-1".into(),
             inbox_name: format!("{}:{}", crate::transcript::SERVICE, c.queue),
@@ -256,66 +372,25 @@ impl Ctx<'_> {
             prefetch: c.prefetch,
             settle: c.settle,
             max_deliveries: c.max_deliveries,
-            retry: c.retry.clone(),
+            retry: c.retry.as_ref().map(|r| RetryPolicy {
+                max_attempts: r.max_attempts,
+                dlq: r.dlq.clone(),
+            }),
             fault,
-        };
-        if let Some(f) = fault {
-            let cfg = config(Some(FaultPoint {
-                window: f.window,
-                message: f.message.clone(),
-            }));
-            let mut proc = self.spawn_role("consumer", serde_json::to_string(&cfg)?)?;
-            let mut marked = false;
-            while let Some(line) = self
-                .next_line(&mut proc, &phase, deadline, c.deadline_secs)
-                .await?
-            {
-                self.emit(Role::Consumer, &line);
-                if Entry::parse(&format!("[consumer] {line}"))
-                    .is_some_and(|e| e.is("consumer", CRASH_MARKER))
-                {
-                    marked = true;
-                    break;
-                }
-            }
-            if !marked {
-                let code = self
-                    .wait_exit(&mut proc, &phase, deadline, c.deadline_secs)
-                    .await?;
-                bail!(
-                    "the consumer exited with {code} before reaching window `{:?}` for {}; last lines of its log:\n{}",
-                    f.window,
-                    f.message,
-                    process::tail(&proc.log, 10)
-                );
-            }
-            if let Some(depth) = f.kill_at_depth {
-                self.await_depth(&c.queue, depth, &phase, deadline).await?;
-            }
-            // Ground truth at the moment of the kill, before anything can change it.
-            self.observed.crash_business_rows =
-                Some(store::business_rows_for(&mut self.db, &f.message).await?);
-            let pid = proc.child.id().context("consumer already reaped")?;
-            signal::kill(Pid::from_raw(pid as i32), Signal::SIGKILL)?;
-            let code = self
-                .wait_exit(&mut proc, &phase, deadline, c.deadline_secs)
-                .await?;
-            while let Some(line) = self
-                .next_line(&mut proc, &phase, deadline, c.deadline_secs)
-                .await?
-            {
-                self.emit(Role::Consumer, &line);
-            }
-            self.observed.crash_exit_code = Some(code);
-            self.assert(&f.asserts).await?;
-            self.await_consumers_gone(&c.queue, &phase, deadline)
-                .await?;
         }
-        let mut cfg = config(None);
+    }
+
+    async fn consume(&mut self, c: &Consume, fault: Option<&Fault>) -> Result<()> {
+        let phase = format!("consume({})", c.queue);
+        let deadline = Instant::now() + Duration::from_secs(c.deadline_secs);
+        if let Some(f) = fault {
+            self.kill_at_window(c, f, &phase, deadline).await?;
+        }
+        let mut cfg = self.consumer_config(c, None);
         if let Some(n) = fault.and_then(|f| f.restart_settle) {
             cfg.settle = n;
         }
-        let mut proc = self.spawn_role("consumer", serde_json::to_string(&cfg)?)?;
+        let mut proc = self.spawn_role(RoleConfig::Consumer(cfg))?;
         while let Some(line) = self
             .next_line(&mut proc, &phase, deadline, c.deadline_secs)
             .await?
@@ -335,17 +410,80 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// A consumer that blocks at the fault's window, killed there; then the
+    /// broker must have dropped it before the next consumer starts.
+    async fn kill_at_window(
+        &mut self,
+        c: &Consume,
+        f: &Fault,
+        phase: &str,
+        deadline: Instant,
+    ) -> Result<()> {
+        let cfg = self.consumer_config(
+            c,
+            Some(FaultPoint {
+                window: f.window,
+                message: f.message.clone(),
+            }),
+        );
+        let mut proc = self.spawn_role(RoleConfig::Consumer(cfg))?;
+        let mut marked = false;
+        while let Some(line) = self
+            .next_line(&mut proc, phase, deadline, c.deadline_secs)
+            .await?
+        {
+            self.emit(Role::Consumer, &line);
+            if Entry::parse(&format!("[consumer] {line}"))
+                .is_some_and(|e| e.is(Role::Consumer, Status::CrashInjected))
+            {
+                marked = true;
+                break;
+            }
+        }
+        if !marked {
+            let code = self
+                .wait_exit(&mut proc, phase, deadline, c.deadline_secs)
+                .await?;
+            bail!(
+                "the consumer exited with {code} before reaching window `{}` for {}; last lines of its log:\n{}",
+                f.window,
+                f.message,
+                process::tail(&proc.log, 10)
+            );
+        }
+        if let Some(depth) = f.kill_at_depth {
+            self.await_depth(&c.queue, depth, phase, deadline).await?;
+        }
+        // Ground truth at the moment of the kill, before anything can change it.
+        self.observed.crash_business_rows =
+            Some(store::business_rows_for(&mut self.conns().db, &f.message).await?);
+        let pid = proc.child.id().context("consumer already reaped")?;
+        signal::kill(Pid::from_raw(pid as i32), Signal::SIGKILL)?;
+        let code = self
+            .wait_exit(&mut proc, phase, deadline, c.deadline_secs)
+            .await?;
+        while let Some(line) = self
+            .next_line(&mut proc, phase, deadline, c.deadline_secs)
+            .await?
+        {
+            self.emit(Role::Consumer, &line);
+        }
+        self.observed.crash_exit_code = Some(code);
+        self.assert(&f.asserts).await?;
+        self.await_consumers_gone(&c.queue, phase, deadline).await
+    }
+
     /// After a kill the broker requeues the dead channel's unacked messages
     /// when it removes its consumer; a new consumer started before that would
     /// see them out of order.
     async fn await_consumers_gone(
-        &self,
+        &mut self,
         queue: &str,
         phase: &str,
         deadline: Instant,
     ) -> Result<()> {
         loop {
-            let (_, consumers) = crate::amqp::queue_state(&self.channel, queue).await?;
+            let (_, consumers) = crate::amqp::queue_state(&self.conns().channel, queue).await?;
             if consumers == 0 {
                 return Ok(());
             }
@@ -359,14 +497,14 @@ impl Ctx<'_> {
     }
 
     async fn await_depth(
-        &self,
+        &mut self,
         queue: &str,
         depth: u32,
         phase: &str,
         deadline: Instant,
     ) -> Result<()> {
         loop {
-            let (ready, _) = crate::amqp::queue_state(&self.channel, queue).await?;
+            let (ready, _) = crate::amqp::queue_state(&self.conns().channel, queue).await?;
             if ready == depth {
                 return Ok(());
             }
@@ -377,35 +515,41 @@ impl Ctx<'_> {
         }
     }
 
+    /// Judges one point of the history now, prints its lines and keeps it.
+    fn judge(&mut self, point: Point, role: Role) {
+        let entries = self.transcript.entries();
+        for (outcome, line) in checker::judge(&point, &entries) {
+            self.emit(role, &line);
+            let _ = self.sink.on(&Event::Outcome(&outcome));
+            self.outcomes.push(outcome);
+        }
+        self.history.points.push(point);
+    }
+
     /// The total-queue checks, from ground truth read now: `[check]` lines.
     async fn check(&mut self) -> Result<()> {
-        let ground = store::read_ground(&mut self.db).await?;
-        let mut queued = std::collections::BTreeSet::new();
-        for q in &self.lab.queues {
-            queued.extend(crate::amqp::peek_message_ids(self.conn, &q.name).await?);
+        let ground = store::read_ground(&mut self.conns().db).await?;
+        let mut queued = BTreeSet::new();
+        let queues: Vec<String> = self.lab.queue_names().map(str::to_string).collect();
+        for q in &queues {
+            queued.extend(crate::amqp::peek_message_ids(&self.conns().amqp, q).await?);
         }
-        let entries = self.transcript.entries();
-        for (name, value) in checker::total_queue(&entries, &ground, &queued) {
-            let (body, pass) = checker::assert_line(name, "0", &Ok(value.to_string()));
-            self.emit(Role::Check, &body);
-            self.outcomes.push(Outcome {
-                kind: "check",
-                name: name.to_string(),
-                expected: "0".into(),
-                actual: value.to_string(),
-                pass,
-            });
-        }
+        let point = Point::Checks {
+            after_line: self.transcript.lines().len(),
+            ground,
+            queued,
+        };
+        self.judge(point, Role::Check);
         Ok(())
     }
 
-    async fn inspect(&mut self, fields: &[String]) -> Result<()> {
-        let ground = store::read_ground(&mut self.db).await?;
+    async fn inspect(&mut self, fields: &[crate::vocab::InspectField]) -> Result<()> {
+        let ground = store::read_ground(&mut self.conns().db).await?;
         let mut r = Record::new(&self.lab.name);
         for f in fields {
-            r = r.with(f, ground.field(f));
+            r = r.with(f.name(), ground.field(*f));
         }
-        self.emit(Role::Inspect, &r.status("snapshot"));
+        self.emit(Role::Inspect, &r.status(Status::Snapshot));
         Ok(())
     }
 
@@ -415,26 +559,27 @@ impl Ctx<'_> {
         if asserts.is_empty() {
             return Ok(());
         }
-        self.observed.ground = store::read_ground(&mut self.db).await?;
-        for q in &self.lab.queues {
-            let (ready, _) = crate::amqp::queue_state(&self.channel, &q.name)
+        self.observed.ground = store::read_ground(&mut self.conns().db).await?;
+        let queues: Vec<String> = self.lab.queue_names().map(str::to_string).collect();
+        for q in queues {
+            let (ready, _) = crate::amqp::queue_state(&self.conns().channel, &q)
                 .await
                 .map_err(|e| anyhow!("{e:#}"))?;
-            self.observed.depths.insert(q.name.clone(), ready);
+            self.observed.depths.insert(q, ready);
         }
-        let entries = self.transcript.entries();
-        for a in asserts {
-            let value = checker::evaluate(&a.counter, &entries, &self.observed);
-            let (body, pass) = checker::assert_line(&a.name, &a.expected, &value);
-            self.emit(Role::Assert, &body);
-            self.outcomes.push(Outcome {
-                kind: "assert",
-                name: a.name.clone(),
-                expected: a.expected.clone(),
-                actual: value.unwrap_or_else(|_| "unknown".into()),
-                pass,
-            });
-        }
+        let point = Point::Assert {
+            after_line: self.transcript.lines().len(),
+            observed: self.observed.clone(),
+            assertions: asserts
+                .iter()
+                .map(|a| Asserted {
+                    name: a.name.clone(),
+                    counter: a.counter.clone(),
+                    expected: a.expected.clone(),
+                })
+                .collect(),
+        };
+        self.judge(point, Role::Assert);
         Ok(())
     }
 }

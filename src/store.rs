@@ -2,11 +2,10 @@
 //! ground truth the checker reads back.
 
 use anyhow::{Context, Result};
-use serde::Deserialize;
-use sqlx::{Connection, PgConnection, Postgres, Transaction};
+use serde::{Deserialize, Serialize};
+use sqlx::{Connection, PgConnection};
 
-/// Fields an `inspect` step can print.
-pub const INSPECT_FIELDS: &[&str] = &["business_rows", "processed_rows"];
+use crate::vocab::InspectField;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!();
 
@@ -66,32 +65,43 @@ pub fn event_id(body: &[u8], message_id: &str) -> String {
         .unwrap_or_else(|| message_id.to_string())
 }
 
+/// Transaction control as plain statements on the one connection: the
+/// consumer's steps open, commit or roll back in the order its pattern says.
+pub async fn begin(conn: &mut PgConnection) -> Result<()> {
+    sqlx::raw_sql("BEGIN").execute(conn).await?;
+    Ok(())
+}
+
+pub async fn commit(conn: &mut PgConnection) -> Result<()> {
+    sqlx::raw_sql("COMMIT").execute(conn).await?;
+    Ok(())
+}
+
+pub async fn rollback(conn: &mut PgConnection) -> Result<()> {
+    sqlx::raw_sql("ROLLBACK").execute(conn).await?;
+    Ok(())
+}
+
 /// `true` when this (consumer, event) was new; `false` means a duplicate.
-pub async fn insert_inbox(
-    tx: &mut Transaction<'_, Postgres>,
-    consumer: &str,
-    event_id: &str,
-) -> Result<bool> {
+pub async fn insert_inbox(conn: &mut PgConnection, consumer: &str, event_id: &str) -> Result<bool> {
     let r = sqlx::query(
         "INSERT INTO inbox_messages (consumer_name, event_id, processed_at) VALUES ($1, $2, now()) \
          ON CONFLICT (consumer_name, event_id) DO NOTHING",
     )
     .bind(consumer)
     .bind(event_id)
-    .execute(&mut **tx)
+    .execute(conn)
     .await?;
     Ok(r.rows_affected() == 1)
 }
 
+/// The inbox row alone, committed at once (outside any open transaction).
 pub async fn insert_inbox_autocommit(
     conn: &mut PgConnection,
     consumer: &str,
     event_id: &str,
 ) -> Result<bool> {
-    let mut tx = conn.begin().await?;
-    let new = insert_inbox(&mut tx, consumer, event_id).await?;
-    tx.commit().await?;
-    Ok(new)
+    insert_inbox(conn, consumer, event_id).await
 }
 
 pub async fn reserve_inventory(
@@ -116,7 +126,8 @@ pub async fn reserve_inventory(
 }
 
 /// What PostgreSQL holds after (or during) a run.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Ground {
     /// One (consumer, message id) pair per business row.
     pub business: Vec<(String, String)>,
@@ -124,11 +135,10 @@ pub struct Ground {
 }
 
 impl Ground {
-    pub fn field(&self, name: &str) -> i64 {
-        match name {
-            "business_rows" => self.business.len() as i64,
-            "processed_rows" => self.processed_rows,
-            _ => 0,
+    pub fn field(&self, f: InspectField) -> i64 {
+        match f {
+            InspectField::BusinessRows => self.business.len() as i64,
+            InspectField::ProcessedRows => self.processed_rows,
         }
     }
 }

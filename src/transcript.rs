@@ -4,6 +4,8 @@
 use std::fmt::Display;
 use std::time::SystemTime;
 
+use crate::vocab::{Role, Status};
+
 pub const SERVICE: &str = "order-service";
 pub const PRODUCT: &str = "rabbitmq";
 
@@ -53,11 +55,7 @@ impl Record {
         let value = value.to_string();
         self.text.push_str(key);
         self.text.push('=');
-        if value.is_empty() || value.contains([' ', '"', '=']) {
-            self.text.push_str(&format!("{value:?}"));
-        } else {
-            self.text.push_str(&value);
-        }
+        self.text.push_str(&quote(&value));
     }
 
     pub fn with(mut self, key: &str, value: impl Display) -> Self {
@@ -75,31 +73,24 @@ impl Record {
     }
 
     /// `status` is always the last field: it is what a reader scans for.
-    pub fn status(mut self, status: &str) -> String {
-        self.push("status", status);
+    pub fn status(mut self, status: Status) -> String {
+        self.push("status", status.name());
         self.text
     }
 }
 
-/// The roles whose lines make up a transcript, in the `[role]` prefix form.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
-    Producer,
-    Consumer,
-    Inspect,
-    Assert,
-    Check,
-}
-
-impl Role {
-    pub fn tag(self) -> &'static str {
-        match self {
-            Role::Producer => "producer",
-            Role::Consumer => "consumer",
-            Role::Inspect => "inspect",
-            Role::Assert => "assert",
-            Role::Check => "check",
-        }
+/// A logfmt value: bare when it is one plain token, else a JSON string, so
+/// that a space, a quote, an `=`, a newline or any control character can
+/// neither split a field nor a line ([`unquote`] reverses it).
+pub fn quote(value: &str) -> String {
+    let plain = !value.is_empty()
+        && !value
+            .chars()
+            .any(|c| c == ' ' || c == '"' || c == '=' || c == '\\' || c.is_control());
+    if plain {
+        value.to_string()
+    } else {
+        serde_json::to_string(value).expect("a string serializes")
     }
 }
 
@@ -135,12 +126,12 @@ impl Entry {
             .map(|(_, v)| v.as_str())
     }
 
-    pub fn is(&self, role: &str, status: &str) -> bool {
-        self.role == role && self.get("status") == Some(status)
+    pub fn is(&self, role: Role, status: Status) -> bool {
+        self.role == role.name() && self.get("status") == Some(status.name())
     }
 }
 
-fn unquote(v: &str) -> String {
+pub fn unquote(v: &str) -> String {
     if v.len() >= 2 && v.starts_with('"') && v.ends_with('"') {
         serde_json::from_str(v).unwrap_or_else(|_| v[1..v.len() - 1].to_string())
     } else {
@@ -211,7 +202,7 @@ pub struct Transcript {
 
 impl Transcript {
     pub fn push(&mut self, role: Role, body: &str) -> &str {
-        self.lines.push(format!("[{}] {}", role.tag(), body));
+        self.lines.push(format!("[{}] {}", role.name(), body));
         self.lines.last().unwrap()
     }
 
@@ -265,7 +256,7 @@ mod tests {
             "[consumer] {}",
             Record::new("x")
                 .with("error", "missing field `amount`")
-                .status("retry")
+                .status(Status::Retry)
         );
         let e = Entry::parse(&line).unwrap();
         assert_eq!(e.get("error"), Some("missing field `amount`"));

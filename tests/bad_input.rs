@@ -60,13 +60,15 @@ fn malformed_lab_file_reports_file_and_line() {
     );
 }
 
+/// Semantic errors are all reported at once, one line each, with the file
+/// position and the key path.
 #[test]
 fn semantic_errors_name_the_key_path() {
     let p = scratch_project();
     let lab = p.path().join("labs/consumer-crash.toml");
     let text = std::fs::read_to_string(&lab).unwrap();
     let broken = text
-        .replace("after-commit-before-ack", "after-lunch")
+        .replace("message = \"mid-1\"", "message = \"mid-9\"")
         .replace("\"order-1003\"", "\"order-9999\"");
     std::fs::write(&lab, broken).unwrap();
     let (code, _, stderr) = run(&mut mqlab(&[
@@ -76,13 +78,40 @@ fn semantic_errors_name_the_key_path() {
         p.path().to_str().unwrap(),
     ]));
     assert_eq!(code, 2);
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("error: "))
+        .collect();
+    assert_eq!(lines.len(), 2, "{stderr}");
     assert!(
-        stderr.contains("step[1].fault.window: unknown fault window `after-lunch`"),
+        lines.iter().any(|l| l.contains("consumer-crash.toml:14:")
+            && l.contains(": step[1].fault.message: `mid-9` is not published before this step")),
         "{stderr}"
     );
     assert!(
-        stderr.contains("step[0].publish.messages[2]: fixture `"),
+        lines
+            .iter()
+            .any(|l| l.contains(": step[0].publish.messages[2]: fixture `")),
         "{stderr}"
+    );
+}
+
+/// A name the vocabulary does not know stops the parse at once, with its
+/// position and key path.
+#[test]
+fn an_unknown_window_names_the_known_ones() {
+    let p = scratch_project();
+    let lab = p.path().join("labs/consumer-crash.toml");
+    let text = std::fs::read_to_string(&lab).unwrap();
+    std::fs::write(&lab, text.replace("after-commit-before-ack", "after-lunch")).unwrap();
+    expect_setup_error(
+        &mut mqlab(&[
+            "lab",
+            "consumer-crash",
+            "--root",
+            p.path().to_str().unwrap(),
+        ]),
+        ": step[1].fault.window: unknown fault window `after-lunch` (known: after-receive,",
     );
 }
 

@@ -61,6 +61,7 @@ fn with_env(containers: bool) {
             amqp_port: None,
             pg_port: None,
             vhosts: vec!["faults".into()],
+            progress: Default::default(),
         };
         let mut env = match &images {
             None => Environment::Local(Box::new(LocalEnv::start(&opts).await.unwrap())),

@@ -233,16 +233,30 @@ fn check_evidence(dir: &std::path::Path, transcripts: &std::path::Path, runs: &[
     }
 }
 
-/// One testcase per assertion, in the JUnit shape CI viewers read.
+/// One testsuite per run and one testcase per assertion, read back as XML:
+/// each suite's failure count is its run's failing assertions.
 fn check_junit(file: &std::path::Path, dir: &std::path::Path, runs: &[String]) {
     let xml = std::fs::read_to_string(file).unwrap();
-    let assertions: usize = runs
-        .iter()
-        .map(|r| record(dir, r)["assertions"].as_array().unwrap().len())
-        .sum();
-    assert_eq!(xml.matches("<testcase ").count(), assertions);
-    assert_eq!(xml.matches("<testsuite ").count(), runs.len());
-    assert!(xml.contains("failures=\"0\""), "{xml}");
+    let report = quick_junit::Report::deserialize_from_str(&xml).unwrap();
+    assert_eq!(report.test_suites.len(), runs.len());
+    for suite in &report.test_suites {
+        let r = record(dir, suite.name.as_str());
+        let assertions = r["assertions"].as_array().unwrap();
+        assert_eq!(
+            suite.test_cases.len(),
+            assertions.len(),
+            "{}",
+            suite.name.as_str()
+        );
+        let failing = assertions.iter().filter(|a| a["ok"] == false).count();
+        assert_eq!(suite.failures, failing, "{}", suite.name.as_str());
+        assert_eq!(
+            failing,
+            0,
+            "{}: every run of --all passes",
+            suite.name.as_str()
+        );
+    }
     if let Some(xmllint) = tool("xmllint", &[]) {
         let out = std::process::Command::new(xmllint)
             .args(["--noout", "--schema"])

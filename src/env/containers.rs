@@ -164,7 +164,10 @@ impl ContainersEnv {
                 }
             }
         };
+        opts.progress
+            .say("starting the RabbitMQ and PostgreSQL containers");
         let (r, p) = tokio::join!(rabbit_req.start(), pg_req.start());
+        opts.progress.say("waiting for RabbitMQ and PostgreSQL");
         let mut env = ContainersEnv {
             rabbit: None,
             postgres: None,

@@ -134,11 +134,22 @@ impl LocalEnv {
         };
         let root = env.dir.clone();
         let deadline = Instant::now() + opts.ready_timeout;
+        let say = &opts.progress;
         env.spawn_rabbit(&bins, &root, opts, dist_port, epmd_port)?;
+        say.say("RabbitMQ booting, PostgreSQL initdb");
         env.spawn_postgres(&bins, &root, pg_port, owner).await?;
+        say.say("RabbitMQ booting, PostgreSQL starting");
         let (broker, db) = tokio::join!(
-            env.rabbit_ready(deadline),
-            env.postgres_ready(&root, deadline)
+            async {
+                let r = env.rabbit_ready(deadline).await;
+                say.say("RabbitMQ ready");
+                r
+            },
+            async {
+                let r = env.postgres_ready(&root, deadline).await;
+                say.say("PostgreSQL ready, RabbitMQ booting");
+                r
+            }
         );
         env.info.broker_version = broker?;
         env.info.db_version = db?;

@@ -76,6 +76,31 @@ pub struct EnvInfo {
     pub ready: Duration,
 }
 
+/// Where an environment reports its boot steps (a terminal's progress
+/// line); silent by default.
+#[derive(Clone, Default)]
+pub struct Progress(Option<std::sync::Arc<Say>>);
+
+type Say = dyn Fn(&str) + Send + Sync;
+
+impl Progress {
+    pub fn new(f: impl Fn(&str) + Send + Sync + 'static) -> Progress {
+        Progress(Some(std::sync::Arc::new(f)))
+    }
+
+    pub fn say(&self, what: &str) {
+        if let Some(f) = &self.0 {
+            f(what);
+        }
+    }
+}
+
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Progress")
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct EnvOptions {
     /// The run directory: the environment keeps its servers' files under `env/`.
@@ -88,6 +113,7 @@ pub struct EnvOptions {
     pub pg_port: Option<u16>,
     /// One isolated vhost per lab run, created at broker boot.
     pub vhosts: Vec<String>,
+    pub progress: Progress,
 }
 
 /// The lab broker's only user. A fixed password is fine for a throwaway node

@@ -15,212 +15,14 @@ use lapin::options::{
 };
 use lapin::types::FieldTable;
 use lapin::{Channel, Confirmation};
-use serde::{Deserialize, Serialize};
-use sqlx::{Connection, PgConnection};
+use sqlx::PgConnection;
 
 use super::{emit, meta_of};
 use crate::amqp;
-use crate::lab::Retry;
+use crate::protocol::ConsumerConfig;
 use crate::store::{self, OrderCreated};
 use crate::transcript::{MessageMeta, Record};
-
-/// Consumer behaviours a lab or a variant can select.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Pattern {
-    Inbox,
-    NoInbox,
-    AckBeforeCommit,
-    AutoAck,
-    DedupOutsideTx,
-    RequeueForever,
-    UnconfirmedDlq,
-}
-
-/// Named points in the consumer's code path where a fault can be injected.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Window {
-    AfterReceive,
-    AfterInboxCommit,
-    BeforeCommit,
-    AfterAckBeforeCommit,
-    AfterCommitBeforeAck,
-    AfterAck,
-}
-
-pub struct PatternDef {
-    pub pattern: Pattern,
-    pub name: &'static str,
-    pub safe: bool,
-    pub doc: &'static str,
-    /// The windows this pattern's code path passes through: a lab naming any
-    /// other is rejected, so no fault point is silently ignored.
-    pub windows: &'static [Window],
-}
-
-use Window::*;
-
-/// One registry drives validation, `mqlab list` and the docs.
-pub const PATTERNS: &[PatternDef] = &[
-    PatternDef {
-        pattern: Pattern::Inbox,
-        name: "inbox",
-        safe: true,
-        doc: "inbox row + business row in one transaction, ack only after commit",
-        windows: &[AfterReceive, BeforeCommit, AfterCommitBeforeAck, AfterAck],
-    },
-    PatternDef {
-        pattern: Pattern::NoInbox,
-        name: "no-inbox",
-        safe: false,
-        doc: "business write without the inbox row: a redelivery applies twice",
-        windows: &[AfterReceive, BeforeCommit, AfterCommitBeforeAck, AfterAck],
-    },
-    PatternDef {
-        pattern: Pattern::AckBeforeCommit,
-        name: "ack-before-commit",
-        safe: false,
-        doc: "acks, then commits: a crash between them loses the message",
-        windows: &[AfterReceive, AfterAckBeforeCommit, AfterAck],
-    },
-    PatternDef {
-        pattern: Pattern::AutoAck,
-        name: "auto-ack",
-        safe: false,
-        doc: "autoAck consumer: the broker forgets a message once sent",
-        windows: &[AfterReceive, BeforeCommit],
-    },
-    PatternDef {
-        pattern: Pattern::DedupOutsideTx,
-        name: "dedup-outside-tx",
-        safe: false,
-        doc: "inbox row committed in its own transaction before the business write",
-        windows: &[
-            AfterReceive,
-            AfterInboxCommit,
-            BeforeCommit,
-            AfterCommitBeforeAck,
-            AfterAck,
-        ],
-    },
-    PatternDef {
-        pattern: Pattern::RequeueForever,
-        name: "requeue-forever",
-        safe: false,
-        doc: "a failed message is nacked with requeue=true: it loops at the head of the queue",
-        windows: &[AfterReceive, BeforeCommit, AfterCommitBeforeAck, AfterAck],
-    },
-    PatternDef {
-        pattern: Pattern::UnconfirmedDlq,
-        name: "unconfirmed-dlq",
-        safe: false,
-        doc: "DLQ publish without confirms, then ack: an unroutable DLQ loses the message",
-        windows: &[AfterReceive, BeforeCommit, AfterCommitBeforeAck, AfterAck],
-    },
-];
-
-pub const WINDOWS: &[(Window, &str, &str)] = &[
-    (
-        AfterReceive,
-        "after-receive",
-        "the delivery is logged, nothing is written yet",
-    ),
-    (
-        AfterInboxCommit,
-        "after-inbox-commit",
-        "the inbox row is committed on its own, the business row is not written",
-    ),
-    (
-        BeforeCommit,
-        "before-commit",
-        "the business row is written, the transaction is still open",
-    ),
-    (
-        AfterAckBeforeCommit,
-        "after-ack-before-commit",
-        "the ack is sent, the transaction is still open",
-    ),
-    (
-        AfterCommitBeforeAck,
-        "after-commit-before-ack",
-        "the transaction has committed, the ack is not sent",
-    ),
-    (AfterAck, "after-ack", "the ack has been sent"),
-];
-
-impl Pattern {
-    pub fn parse(s: &str) -> Result<Pattern, String> {
-        PATTERNS
-            .iter()
-            .find(|d| d.name == s)
-            .map(|d| d.pattern)
-            .ok_or_else(|| {
-                let known: Vec<_> = PATTERNS.iter().map(|d| d.name).collect();
-                format!(
-                    "unknown consumer pattern `{s}` (known: {})",
-                    known.join(", ")
-                )
-            })
-    }
-
-    pub fn def(self) -> &'static PatternDef {
-        PATTERNS
-            .iter()
-            .find(|d| d.pattern == self)
-            .expect("every pattern is registered")
-    }
-}
-
-impl Window {
-    pub fn parse(s: &str) -> Result<Window, String> {
-        WINDOWS
-            .iter()
-            .find(|(_, n, _)| *n == s)
-            .map(|(w, _, _)| *w)
-            .ok_or_else(|| {
-                let known: Vec<_> = WINDOWS.iter().map(|(_, n, _)| *n).collect();
-                format!("unknown fault window `{s}` (known: {})", known.join(", "))
-            })
-    }
-
-    pub fn name(self) -> &'static str {
-        WINDOWS
-            .iter()
-            .find(|(w, _, _)| *w == self)
-            .map(|(_, n, _)| *n)
-            .unwrap_or("?")
-    }
-}
-
-/// The status a role prints when it reaches a selected window.
-pub const CRASH_MARKER: &str = "crash_injected";
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct FaultPoint {
-    pub window: Window,
-    pub message: String,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct ConsumerConfig {
-    pub lab: String,
-    pub amqp_url: String,
-    pub database_url: String,
-    pub queue: String,
-    /// The name in the log lines.
-    pub consumer: String,
-    /// The inbox key's consumer part: stable across restarts, distinct per queue.
-    pub inbox_name: String,
-    pub pattern: Pattern,
-    pub prefetch: u16,
-    /// Exit after this many distinct messages reached a final outcome.
-    pub settle: usize,
-    /// Exit after this many deliveries whatever their outcome (a budget for loops).
-    pub max_deliveries: Option<usize>,
-    pub retry: Option<Retry>,
-    pub fault: Option<FaultPoint>,
-}
+use crate::vocab::{OnFailure, PatternDef, Status, Step, Window};
 
 enum Outcome {
     Settled,
@@ -266,7 +68,7 @@ pub async fn run(cfg: ConsumerConfig) -> Result<i32> {
                 me.cfg.queue.as_str().into(),
                 me.cfg.consumer.as_str().into(),
                 BasicConsumeOptions {
-                    no_ack: me.cfg.pattern == Pattern::AutoAck,
+                    no_ack: me.def().auto_ack,
                     ..Default::default()
                 },
                 FieldTable::default(),
@@ -287,9 +89,8 @@ pub async fn run(cfg: ConsumerConfig) -> Result<i32> {
                     .with("consumer", &me.cfg.consumer)
                     .with("attempt", attempt)
                     .with("redelivered", d.redelivered)
-                    .status("received"),
+                    .status(Status::Received),
             );
-            me.window(AfterReceive, &meta).await;
             if let Outcome::Settled = me.handle(&d, &meta, attempt).await? {
                 settled.insert(meta.message_id);
             }
@@ -299,76 +100,96 @@ pub async fn run(cfg: ConsumerConfig) -> Result<i32> {
         Record::new(&me.cfg.lab)
             .with("queue", &me.cfg.queue)
             .with("received", received)
-            .status("done"),
+            .status(Status::Done),
     );
     conn.close(200, "done".into()).await.ok();
     Ok(0)
 }
 
 impl Consumer {
+    fn def(&self) -> &'static PatternDef {
+        self.cfg.pattern.def()
+    }
+
     fn line(&self, meta: &MessageMeta) -> Record {
         line(&self.cfg, meta)
     }
 
-    async fn window(&self, w: Window, meta: &MessageMeta) {
-        window(&self.cfg, &self.ch, w, meta).await
-    }
-
     async fn ack(&self, d: &Delivery) -> Result<()> {
-        ack(self.cfg.pattern, d).await
+        ack(self.def(), d).await
     }
 
-    fn settled(&self, meta: &MessageMeta, attempt: u32, status: &str) -> Result<Outcome> {
+    fn settled(&self, meta: &MessageMeta, attempt: u32, status: Status) -> Result<Outcome> {
         emit(self.line(meta).with("attempt", attempt).status(status));
         Ok(Outcome::Settled)
     }
 
-    /// LABS.md's transaction: begin; inbox insert ON CONFLICT DO NOTHING;
-    /// duplicate → rollback + ack; else business write, commit, then ack.
-    /// Each unsafe pattern removes or reorders exactly one of those steps.
+    /// Walks the pattern's steps in order (LABS.md's transaction for the
+    /// safe one; each unsafe pattern removes or reorders one step), stopping
+    /// at the window after each step when the lab selected it.
     async fn handle(&mut self, d: &Delivery, meta: &MessageMeta, attempt: u32) -> Result<Outcome> {
-        let pattern = self.cfg.pattern;
+        let def = self.def();
         let event_id = store::event_id(&d.data, &meta.message_id);
-        if pattern == Pattern::DedupOutsideTx {
-            if !store::insert_inbox_autocommit(&mut self.db, &self.cfg.inbox_name, &event_id)
-                .await?
-            {
-                self.ack(d).await?;
-                return self.settled(meta, attempt, "duplicate_skipped");
+        // BEGIN on first use; the statements run on the one connection.
+        let mut open = false;
+        for (i, step) in def.steps.iter().enumerate() {
+            match step {
+                // The caller took and logged the delivery.
+                Step::Receive => {}
+                Step::InboxOwnTx => {
+                    if !store::insert_inbox_autocommit(
+                        &mut self.db,
+                        &self.cfg.inbox_name,
+                        &event_id,
+                    )
+                    .await?
+                    {
+                        ack(def, d).await?;
+                        return settled(&self.cfg, meta, attempt, Status::DuplicateSkipped);
+                    }
+                }
+                Step::InboxInsert => {
+                    begin(&mut open, &mut self.db).await?;
+                    if !store::insert_inbox(&mut self.db, &self.cfg.inbox_name, &event_id).await? {
+                        store::rollback(&mut self.db).await?;
+                        ack(def, d).await?;
+                        return settled(&self.cfg, meta, attempt, Status::DuplicateSkipped);
+                    }
+                }
+                Step::Write => {
+                    begin(&mut open, &mut self.db).await?;
+                    let write = match OrderCreated::parse(&d.data) {
+                        Ok(order) => store::reserve_inventory(
+                            &mut self.db,
+                            &self.cfg.inbox_name,
+                            &meta.message_id,
+                            &order,
+                        )
+                        .await
+                        .map_err(|e| e.to_string()),
+                        Err(e) => Err(e),
+                    };
+                    if let Err(error) = write {
+                        store::rollback(&mut self.db).await?;
+                        return self.failed(d, meta, attempt, &error).await;
+                    }
+                }
+                Step::Commit => {
+                    anyhow::ensure!(open, "a pattern commits before it writes");
+                    store::commit(&mut self.db).await?;
+                    // Printed only once the commit returned.
+                    emit(
+                        line(&self.cfg, meta)
+                            .with("attempt", attempt)
+                            .status(Status::BusinessCommitted),
+                    );
+                }
+                Step::Ack => ack(def, d).await?,
             }
-            self.window(AfterInboxCommit, meta).await;
-        }
-        let mut tx = self.db.begin().await?;
-        let uses_tx_inbox = !matches!(pattern, Pattern::NoInbox | Pattern::DedupOutsideTx);
-        if uses_tx_inbox && !store::insert_inbox(&mut tx, &self.cfg.inbox_name, &event_id).await? {
-            tx.rollback().await?;
-            self.ack(d).await?;
-            return self.settled(meta, attempt, "duplicate_skipped");
-        }
-        let write = match OrderCreated::parse(&d.data) {
-            Ok(order) => {
-                store::reserve_inventory(&mut tx, &self.cfg.inbox_name, &meta.message_id, &order)
-                    .await
-                    .map_err(|e| e.to_string())
+            if let Some(w) = def.window_after(i) {
+                window(&self.cfg, &self.ch, w, meta).await;
             }
-            Err(e) => Err(e),
-        };
-        if let Err(error) = write {
-            tx.rollback().await?;
-            return self.failed(d, meta, attempt, &error).await;
         }
-        if pattern == Pattern::AckBeforeCommit {
-            ack(pattern, d).await?;
-            window(&self.cfg, &self.ch, AfterAckBeforeCommit, meta).await;
-            commit(&self.cfg, tx, meta, attempt).await?;
-            self.window(AfterAck, meta).await;
-            return Ok(Outcome::Settled);
-        }
-        window(&self.cfg, &self.ch, BeforeCommit, meta).await;
-        commit(&self.cfg, tx, meta, attempt).await?;
-        self.window(AfterCommitBeforeAck, meta).await;
-        self.ack(d).await?;
-        self.window(AfterAck, meta).await;
         Ok(Outcome::Settled)
     }
 
@@ -386,18 +207,29 @@ impl Consumer {
             requeue,
             multiple: false,
         };
-        if self.cfg.pattern == Pattern::RequeueForever {
-            d.acker.nack(reject(true)).await?;
-            emit(self.line(meta).with("attempt", attempt).status("requeued"));
-            return Ok(Outcome::Pending);
-        }
+        let confirmed = match self.def().on_failure {
+            OnFailure::RequeueForever => {
+                d.acker.nack(reject(true)).await?;
+                emit(
+                    self.line(meta)
+                        .with("attempt", attempt)
+                        .status(Status::Requeued),
+                );
+                return Ok(Outcome::Pending);
+            }
+            OnFailure::RetryThenDlq { confirmed } => confirmed,
+        };
         let Some(retry) = self.cfg.retry.clone() else {
             d.acker.nack(reject(false)).await?;
-            return self.settled(meta, attempt, "rejected");
+            return self.settled(meta, attempt, Status::Rejected);
         };
         if attempt < retry.max_attempts {
             d.acker.nack(reject(false)).await?;
-            emit(self.line(meta).with("attempt", attempt).status("retry"));
+            emit(
+                self.line(meta)
+                    .with("attempt", attempt)
+                    .status(Status::Retry),
+            );
             return Ok(Outcome::Pending);
         }
         let mut headers = d.properties.headers().clone().unwrap_or_default();
@@ -411,7 +243,7 @@ impl Consumer {
             headers.insert(k.into(), lapin::types::AMQPValue::LongString(v.into()));
         }
         let properties = d.properties.clone().with_headers(headers);
-        if self.cfg.pattern == Pattern::UnconfirmedDlq {
+        if !confirmed {
             // Fire and forget: no confirm, no mandatory flag; an unroutable DLQ drops it.
             self.unconfirmed
                 .basic_publish(
@@ -446,29 +278,31 @@ impl Consumer {
             }
         }
         self.ack(d).await?;
-        self.settled(meta, attempt, "poison_to_dlq")
+        self.settled(meta, attempt, Status::PoisonToDlq)
     }
 }
 
-/// Commits and says so: the line is printed only once the commit returned.
-async fn commit(
-    cfg: &ConsumerConfig,
-    tx: sqlx::Transaction<'_, sqlx::Postgres>,
-    meta: &MessageMeta,
-    attempt: u32,
-) -> Result<()> {
-    tx.commit().await?;
-    emit(
-        line(cfg, meta)
-            .with("attempt", attempt)
-            .status("business_committed"),
-    );
+async fn begin(open: &mut bool, db: &mut PgConnection) -> Result<()> {
+    if !*open {
+        store::begin(db).await?;
+        *open = true;
+    }
     Ok(())
 }
 
+fn settled(
+    cfg: &ConsumerConfig,
+    meta: &MessageMeta,
+    attempt: u32,
+    status: Status,
+) -> Result<Outcome> {
+    emit(line(cfg, meta).with("attempt", attempt).status(status));
+    Ok(Outcome::Settled)
+}
+
 /// An autoAck delivery has nothing to ack: the broker forgot it when it sent it.
-async fn ack(pattern: Pattern, d: &Delivery) -> Result<()> {
-    if pattern != Pattern::AutoAck {
+async fn ack(def: &PatternDef, d: &Delivery) -> Result<()> {
+    if !def.auto_ack {
         d.acker.ack(BasicAckOptions::default()).await?;
     }
     Ok(())
@@ -491,7 +325,7 @@ async fn window(cfg: &ConsumerConfig, ch: &Channel, w: Window, meta: &MessageMet
             if let Err(e) = ch.basic_qos(cfg.prefetch, BasicQosOptions::default()).await {
                 tracing::warn!("window barrier failed: {e}");
             }
-            emit(line(cfg, meta).status(CRASH_MARKER));
+            emit(line(cfg, meta).status(Status::CrashInjected));
             std::future::pending::<()>().await;
         }
     }

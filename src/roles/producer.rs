@@ -6,22 +6,12 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::Confirmation;
-use serde::{Deserialize, Serialize};
 
 use super::{emit, properties_of};
 use crate::amqp;
-use crate::lab::Message;
+use crate::protocol::ProducerConfig;
 use crate::transcript::Record;
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct ProducerConfig {
-    pub lab: String,
-    pub amqp_url: String,
-    pub exchange: String,
-    /// What the lines call `destination` (the exchange, or the queue behind the default exchange).
-    pub destination: String,
-    pub messages: Vec<Message>,
-}
+use crate::vocab::Status;
 
 pub async fn run(cfg: ProducerConfig) -> Result<i32> {
     let conn = amqp::connect(&cfg.amqp_url).await?;
@@ -45,10 +35,10 @@ pub async fn run(cfg: ProducerConfig) -> Result<i32> {
         let status = match confirm {
             Confirmation::Ack(_) => {
                 confirmed += 1;
-                "confirmed"
+                Status::Confirmed
             }
-            Confirmation::Nack(_) => "nacked",
-            Confirmation::NotRequested => "unconfirmed",
+            Confirmation::Nack(_) => Status::Nacked,
+            Confirmation::NotRequested => Status::Unconfirmed,
         };
         emit(
             Record::new(&cfg.lab)
@@ -63,7 +53,7 @@ pub async fn run(cfg: ProducerConfig) -> Result<i32> {
         Record::new(&cfg.lab)
             .with("destination", &cfg.destination)
             .with("confirmed", confirmed)
-            .status("done"),
+            .status(Status::Done),
     );
     conn.close(200, "done".into()).await.ok();
     Ok(if confirmed == cfg.messages.len() {

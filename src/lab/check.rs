@@ -1,0 +1,866 @@
+//! From the raw file to the validated [`Lab`]: one method per section, each
+//! collecting typed errors, so one edit-run cycle shows every problem.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
+use std::path::Path;
+
+use toml::Spanned;
+
+use super::schema::{RawConsume, RawLab, RawMessage, RawPublish, RawStep, RawVariant};
+use super::{
+    Action, Assertion, Consume, Fault, Lab, LabError, LabErrors, Message, Publish, Retry, Step,
+};
+use crate::transcript::MessageMeta;
+use crate::vocab::{
+    check_queue_argument, ArgValue, Check, CounterRef, ExchangeDecl, Pattern, QueueDecl, Topology,
+    Window,
+};
+
+/// What is wrong, with a hint where the fix is known.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ErrorKind {
+    #[error("{0}")]
+    Parse(String),
+    #[error("cannot read the file: {0}")]
+    Read(String),
+    #[error("`name` is `{name}` but the file is `{stem}.toml`")]
+    NameMismatch { name: String, stem: String },
+    #[error("unknown variant `{name}` of lab `{lab}` (known: {known})")]
+    UnknownVariant {
+        name: String,
+        lab: String,
+        known: String,
+    },
+    #[error("no exchange `{0}` is declared")]
+    UnknownExchange(String),
+    #[error("no queue `{0}` is declared")]
+    UnknownQueue(String),
+    #[error("queue `{0}` is declared twice")]
+    DuplicateQueue(String),
+    #[error("{0}")]
+    QueueArgument(String),
+    #[error("a quorum queue is always durable")]
+    QuorumNotDurable,
+    #[error("a step has exactly one of `publish`, `consume`, `inspect`")]
+    StepActions,
+    #[error("no `routing_key` (set it on the message or the step)")]
+    NoRoutingKey,
+    #[error("fixture `{file}`: {why}")]
+    Fixture { file: String, why: String },
+    #[error("a fault belongs to a `consume` step")]
+    FaultOutsideConsume,
+    #[error("`{message}` is not published before this step (published: {published})")]
+    UnpublishedMessage { message: String, published: String },
+    #[error("pattern `{pattern}` never reaches window `{window}` (it passes: {passes})")]
+    WindowNotReached {
+        pattern: Pattern,
+        window: Window,
+        passes: String,
+    },
+    #[error("`{name}`: {why}")]
+    Counter { name: String, why: String },
+    #[error("`{0}` has no expected value in [expect]")]
+    NoExpectedValue(String),
+    #[error("`{0}` is never asserted by a step")]
+    ExpectedNeverAsserted(String),
+    #[error("alias `{0}` is never asserted (no [expect] value)")]
+    UnusedAlias(String),
+    #[error("a counterexample declares at least one violation")]
+    NoViolations,
+    #[error("`{0}` is neither an assertion of this lab nor a check ({checks})", checks = Check::names().join(", "))]
+    NotAnAssertion(String),
+    #[error("`{0}` is a safe pattern, but a counterexample runs a consumer missing a safety step")]
+    SafePatternInVariant(Pattern),
+}
+
+impl ErrorKind {
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            ErrorKind::SafePatternInVariant(_) => Some(format!(
+                "unsafe patterns: {}",
+                crate::vocab::PATTERNS
+                    .iter()
+                    .filter(|p| !p.safe)
+                    .map(|p| p.pattern.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+            ErrorKind::UnknownQueue(_) => Some("declare it in a [[queue]] table".into()),
+            ErrorKind::UnknownExchange(_) => Some("declare it in an [[exchange]] table".into()),
+            ErrorKind::NoExpectedValue(n) => Some(format!("add `{n} = <value>` under [expect]")),
+            ErrorKind::QuorumNotDurable => Some("drop `durable = false`".into()),
+            _ => None,
+        }
+    }
+}
+
+pub fn parse(path: &Path) -> Result<(RawLab, String), LabErrors> {
+    let text = std::fs::read_to_string(path).map_err(|e| LabErrors {
+        file: path.to_path_buf(),
+        text: String::new(),
+        errors: vec![LabError {
+            path: String::new(),
+            span: None,
+            kind: ErrorKind::Read(e.to_string()),
+        }],
+    })?;
+    let raw = parse_text(path, &text)?;
+    Ok((raw, text))
+}
+
+/// serde stops at the first error; its key path comes from
+/// `serde_path_to_error`, its position from the TOML parser.
+pub fn parse_text(path: &Path, text: &str) -> Result<RawLab, LabErrors> {
+    let de = toml::Deserializer::new(text);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        // Spanned values show up as a private field in the path.
+        let key = e
+            .path()
+            .to_string()
+            .replace(".$__serde_spanned_private_value", "");
+        let inner = e.into_inner();
+        LabErrors {
+            file: path.to_path_buf(),
+            text: text.to_string(),
+            errors: vec![LabError {
+                path: if key == "." { String::new() } else { key },
+                span: inner.span(),
+                kind: ErrorKind::Parse(inner.message().trim().to_string()),
+            }],
+        }
+    })
+}
+
+pub struct Checker<'a> {
+    path: &'a Path,
+    fixtures: &'a Path,
+    errs: Vec<LabError>,
+}
+
+fn span<T>(s: &Spanned<T>) -> Option<Range<usize>> {
+    Some(s.span())
+}
+
+impl<'a> Checker<'a> {
+    pub fn new(path: &'a Path, _text: &'a str, fixtures: &'a Path) -> Checker<'a> {
+        Checker {
+            path,
+            fixtures,
+            errs: Vec::new(),
+        }
+    }
+
+    fn err(&mut self, path: impl Into<String>, span: Option<Range<usize>>, kind: ErrorKind) {
+        self.errs.push(LabError {
+            path: path.into(),
+            span,
+            kind,
+        });
+    }
+
+    pub fn lab(mut self, raw: RawLab, variant: Option<&str>) -> Result<Lab, Vec<LabError>> {
+        let (raw, variant_def) = match variant {
+            None => (raw, None),
+            Some(v) => match raw.variant.get(v).cloned() {
+                Some(def) => (apply_variant(raw, &def), Some((v, def))),
+                None => {
+                    let known: Vec<_> = raw.variant.keys().cloned().collect();
+                    self.err(
+                        "",
+                        None,
+                        ErrorKind::UnknownVariant {
+                            name: v.into(),
+                            lab: raw.name.get_ref().clone(),
+                            known: if known.is_empty() {
+                                "none".into()
+                            } else {
+                                known.join(", ")
+                            },
+                        },
+                    );
+                    return Err(self.errs);
+                }
+            },
+        };
+        self.name(&raw);
+        // A variant may aim its DLQ at a queue that does not exist: that is its point.
+        let missing_ok: Option<String> = variant_def
+            .as_ref()
+            .and_then(|(_, d)| d.dlq.as_ref().map(|s| s.get_ref().clone()));
+        let topology = self.topology(&raw);
+        let steps = self.steps(&raw, &topology, missing_ok.as_deref());
+        self.counters(&raw, &steps);
+        let violations = match &variant_def {
+            Some((name, def)) => self.variant(name, def, &steps),
+            None => BTreeMap::new(),
+        };
+        if !self.errs.is_empty() {
+            return Err(self.errs);
+        }
+        Ok(Lab {
+            name: raw.name.into_inner(),
+            variant: variant.map(str::to_string),
+            claim: raw.claim,
+            path: self.path.to_path_buf(),
+            topology,
+            steps,
+            violations,
+        })
+    }
+
+    fn name(&mut self, raw: &RawLab) {
+        let stem = self
+            .path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if raw.name.get_ref() != &stem {
+            self.err(
+                "name",
+                span(&raw.name),
+                ErrorKind::NameMismatch {
+                    name: raw.name.get_ref().clone(),
+                    stem,
+                },
+            );
+        }
+    }
+
+    fn topology(&mut self, raw: &RawLab) -> Topology {
+        let exchanges: Vec<ExchangeDecl> = raw
+            .exchanges
+            .iter()
+            .map(|x| ExchangeDecl {
+                name: x.name.clone(),
+                kind: x.kind,
+                durable: x.durable,
+            })
+            .collect();
+        let mut seen = BTreeSet::new();
+        let mut queues = Vec::new();
+        for (i, q) in raw.queues.iter().enumerate() {
+            let key = format!("queue[{i}]");
+            if !seen.insert(q.name.get_ref().as_str()) {
+                self.err(
+                    format!("{key}.name"),
+                    span(&q.name),
+                    ErrorKind::DuplicateQueue(q.name.get_ref().clone()),
+                );
+            }
+            for (j, b) in q.bind.iter().enumerate() {
+                if !exchanges.iter().any(|x| &x.name == b.exchange.get_ref()) {
+                    self.err(
+                        format!("{key}.bind[{j}].exchange"),
+                        span(&b.exchange),
+                        ErrorKind::UnknownExchange(b.exchange.get_ref().clone()),
+                    );
+                }
+            }
+            for (name, value) in &q.arguments {
+                if let Err(why) = check_queue_argument(name, value.get_ref()) {
+                    self.err(
+                        format!("{key}.arguments.{name}"),
+                        span(value),
+                        ErrorKind::QueueArgument(why),
+                    );
+                }
+            }
+            let quorum = q
+                .arguments
+                .get("x-queue-type")
+                .is_some_and(|v| v.get_ref() == &ArgValue::Str("quorum".into()));
+            if quorum && !q.durable {
+                self.err(
+                    format!("{key}.durable"),
+                    span(&q.name),
+                    ErrorKind::QuorumNotDurable,
+                );
+            }
+            queues.push(QueueDecl {
+                name: q.name.get_ref().clone(),
+                durable: q.durable,
+                arguments: q
+                    .arguments
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.get_ref().clone()))
+                    .collect(),
+                bindings: q
+                    .bind
+                    .iter()
+                    .map(|b| (b.exchange.get_ref().clone(), b.key.clone()))
+                    .collect(),
+            });
+        }
+        Topology { exchanges, queues }
+    }
+
+    fn steps(&mut self, raw: &RawLab, topology: &Topology, missing_ok: Option<&str>) -> Vec<Step> {
+        let mut published: Vec<String> = Vec::new();
+        let mut next_id = 1;
+        let mut steps = Vec::new();
+        for (i, s) in raw.steps.iter().enumerate() {
+            let key = format!("step[{i}]");
+            let action = match (&s.publish, &s.consume, &s.inspect) {
+                (Some(p), None, None) => {
+                    // Ids are positional: a message whose fixture is broken
+                    // still has one, so a fault naming it is not a second error.
+                    published.extend((0..p.messages.len()).map(|j| format!("mid-{}", next_id + j)));
+                    Action::Publish(self.publish(&key, p, raw, &mut next_id))
+                }
+                (None, Some(c), None) => {
+                    Action::Consume(self.consume(&key, c, topology, missing_ok))
+                }
+                (None, None, Some(fields)) => Action::Inspect(fields.clone()),
+                _ => {
+                    self.err(key, None, ErrorKind::StepActions);
+                    continue;
+                }
+            };
+            let fault = self.fault(&key, s, &action, &published, raw);
+            let asserts = self.asserts(&format!("{key}.assert"), &s.assert, raw);
+            steps.push(Step {
+                action,
+                fault,
+                asserts,
+            });
+        }
+        steps
+    }
+
+    fn publish(&mut self, key: &str, p: &RawPublish, raw: &RawLab, next_id: &mut usize) -> Publish {
+        let mut messages = Vec::new();
+        for (j, m) in p.messages.iter().enumerate() {
+            let mkey = format!("{key}.publish.messages[{j}]");
+            let (fixture, rk) = match m.get_ref() {
+                RawMessage::Fixture(f) => (f.clone(), p.routing_key.clone()),
+                RawMessage::Full {
+                    fixture,
+                    routing_key,
+                } => (fixture.clone(), Some(routing_key.clone())),
+            };
+            let n = *next_id;
+            *next_id += 1;
+            let Some(routing_key) = rk else {
+                self.err(mkey, span(m), ErrorKind::NoRoutingKey);
+                continue;
+            };
+            match load_fixture(self.fixtures, &fixture, n) {
+                Ok((meta, body)) => messages.push(Message {
+                    meta,
+                    routing_key,
+                    fixture,
+                    body,
+                }),
+                Err(kind) => self.err(mkey, span(m), kind),
+            }
+        }
+        let exchange = p
+            .exchange
+            .as_ref()
+            .map(|x| x.get_ref().clone())
+            .unwrap_or_default();
+        if let Some(x) = &p.exchange {
+            if !x.get_ref().is_empty() && !raw.exchanges.iter().any(|d| &d.name == x.get_ref()) {
+                self.err(
+                    format!("{key}.publish.exchange"),
+                    span(x),
+                    ErrorKind::UnknownExchange(x.get_ref().clone()),
+                );
+            }
+        }
+        Publish {
+            exchange,
+            messages,
+            deadline_secs: p.deadline_secs.get(),
+        }
+    }
+
+    fn consume(
+        &mut self,
+        key: &str,
+        c: &RawConsume,
+        topology: &Topology,
+        missing_ok: Option<&str>,
+    ) -> Consume {
+        let declared = |q: &str| topology.queues.iter().any(|d| d.name == q);
+        if !declared(c.queue.get_ref()) {
+            self.err(
+                format!("{key}.consume.queue"),
+                span(&c.queue),
+                ErrorKind::UnknownQueue(c.queue.get_ref().clone()),
+            );
+        }
+        if let Some(r) = &c.retry {
+            let dlq = r.dlq.get_ref();
+            if !declared(dlq) && missing_ok != Some(dlq.as_str()) {
+                self.err(
+                    format!("{key}.consume.retry.dlq"),
+                    span(&r.dlq),
+                    ErrorKind::UnknownQueue(dlq.clone()),
+                );
+            }
+        }
+        Consume {
+            queue: c.queue.get_ref().clone(),
+            pattern: c.pattern,
+            prefetch: c.prefetch.get(),
+            settle: c.settle.get(),
+            max_deliveries: c.max_deliveries.map(|n| n.get()),
+            retry: c.retry.as_ref().map(|r| Retry {
+                max_attempts: r.max_attempts.get(),
+                dlq: r.dlq.get_ref().clone(),
+            }),
+            deadline_secs: c.deadline_secs.get(),
+        }
+    }
+
+    fn fault(
+        &mut self,
+        key: &str,
+        s: &RawStep,
+        action: &Action,
+        published: &[String],
+        raw: &RawLab,
+    ) -> Option<Fault> {
+        let f = s.fault.as_ref()?;
+        let fkey = format!("{key}.fault");
+        let Action::Consume(c) = action else {
+            self.err(fkey, span(f), ErrorKind::FaultOutsideConsume);
+            return None;
+        };
+        let f = f.get_ref();
+        if !published.contains(f.message.get_ref()) {
+            self.err(
+                format!("{fkey}.message"),
+                span(&f.message),
+                ErrorKind::UnpublishedMessage {
+                    message: f.message.get_ref().clone(),
+                    published: published.join(", "),
+                },
+            );
+        }
+        let window = *f.window.get_ref();
+        let passes = c.pattern.def().windows();
+        if !passes.contains(&window) {
+            self.err(
+                format!("{fkey}.window"),
+                span(&f.window),
+                ErrorKind::WindowNotReached {
+                    pattern: c.pattern,
+                    window,
+                    passes: passes
+                        .iter()
+                        .map(|w| w.name())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                },
+            );
+        }
+        let asserts = self.asserts(&format!("{fkey}.assert"), &f.assert, raw);
+        Some(Fault {
+            target: f.target,
+            action: f.action,
+            window,
+            message: f.message.get_ref().clone(),
+            then: f.then,
+            kill_at_depth: f.kill_at_depth,
+            restart_settle: f.restart_settle,
+            asserts,
+        })
+    }
+
+    fn asserts(&mut self, key: &str, names: &[Spanned<String>], raw: &RawLab) -> Vec<Assertion> {
+        let mut out = Vec::new();
+        for (j, n) in names.iter().enumerate() {
+            let name = n.get_ref();
+            let akey = format!("{key}[{j}]");
+            let counter = match raw.counters.get(name) {
+                Some(c) => c.get_ref().clone(),
+                None => match name.parse::<CounterRef>() {
+                    Ok(c) => c,
+                    Err(why) => {
+                        self.err(
+                            akey,
+                            span(n),
+                            ErrorKind::Counter {
+                                name: name.clone(),
+                                why,
+                            },
+                        );
+                        continue;
+                    }
+                },
+            };
+            let Some(expected) = raw.expect.get(name) else {
+                self.err(akey, span(n), ErrorKind::NoExpectedValue(name.clone()));
+                continue;
+            };
+            out.push(Assertion {
+                name: name.clone(),
+                counter,
+                expected: expected.get_ref().to_string(),
+            });
+        }
+        out
+    }
+
+    /// Aliases and expected values must each be used: an unused one is a typo.
+    fn counters(&mut self, raw: &RawLab, steps: &[Step]) {
+        for (name, c) in &raw.counters {
+            if !raw.expect.contains_key(name) {
+                self.err(
+                    format!("counters.{name}"),
+                    span(c),
+                    ErrorKind::UnusedAlias(name.clone()),
+                );
+            }
+        }
+        let asserted = asserted(steps);
+        for (name, v) in &raw.expect {
+            if !asserted.contains(name.as_str()) {
+                self.err(
+                    format!("expect.{name}"),
+                    span(v),
+                    ErrorKind::ExpectedNeverAsserted(name.clone()),
+                );
+            }
+        }
+    }
+
+    fn variant(&mut self, name: &str, v: &RawVariant, steps: &[Step]) -> BTreeMap<String, String> {
+        let key = format!("variant.{name}");
+        if v.violations.is_empty() {
+            self.err(format!("{key}.violations"), None, ErrorKind::NoViolations);
+        }
+        let asserted = asserted(steps);
+        let mut violations = BTreeMap::new();
+        for (k, val) in &v.violations {
+            let is_check = k.parse::<Check>().is_ok();
+            if !asserted.contains(k.as_str()) && !is_check {
+                self.err(
+                    format!("{key}.violations.{k}"),
+                    span(val),
+                    ErrorKind::NotAnAssertion(k.clone()),
+                );
+            }
+            violations.insert(k.clone(), val.get_ref().to_string());
+        }
+        if let Some(p) = &v.pattern {
+            if p.get_ref().def().safe {
+                self.err(
+                    format!("{key}.pattern"),
+                    span(p),
+                    ErrorKind::SafePatternInVariant(*p.get_ref()),
+                );
+            }
+        }
+        violations
+    }
+}
+
+fn asserted(steps: &[Step]) -> BTreeSet<&str> {
+    steps
+        .iter()
+        .flat_map(|s| {
+            s.asserts
+                .iter()
+                .chain(s.fault.iter().flat_map(|f| f.asserts.iter()))
+        })
+        .map(|a| a.name.as_str())
+        .collect()
+}
+
+/// Applies a variant's overrides to every consume step and fault.
+fn apply_variant(mut raw: RawLab, v: &RawVariant) -> RawLab {
+    for step in &mut raw.steps {
+        if let Some(c) = &mut step.consume {
+            if let Some(p) = &v.pattern {
+                c.pattern = *p.get_ref();
+            }
+            if let Some(n) = v.settle {
+                c.settle = n;
+            }
+            if v.max_deliveries.is_some() {
+                c.max_deliveries = v.max_deliveries;
+            }
+            if let (Some(r), Some(dlq)) = (&mut c.retry, &v.dlq) {
+                r.dlq = dlq.clone();
+            }
+        }
+        if let Some(f) = &mut step.fault {
+            let (span, mut inner) = (f.span(), f.get_ref().clone());
+            if let Some(w) = &v.window {
+                inner.window = w.clone();
+            }
+            if v.kill_at_depth.is_some() {
+                inner.kill_at_depth = v.kill_at_depth;
+            }
+            if v.restart_settle.is_some() {
+                inner.restart_settle = v.restart_settle;
+            }
+            *f = Spanned::new(span, inner);
+        }
+    }
+    raw.claim = v.claim.clone();
+    raw
+}
+
+/// Reads `fixtures/<name>.json`. The envelope fields the transcript shows must
+/// be present; business fields may be missing on purpose (poison messages).
+fn load_fixture(dir: &Path, name: &str, n: usize) -> Result<(MessageMeta, String), ErrorKind> {
+    let path = dir.join(format!("{name}.json"));
+    let fail = |why: String| ErrorKind::Fixture {
+        file: path.display().to_string(),
+        why,
+    };
+    let body = std::fs::read_to_string(&path).map_err(|e| fail(e.to_string()))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&body).map_err(|e| fail(format!("not JSON: {e}")))?;
+    let field = |k: &str| -> Result<String, ErrorKind> {
+        v.get(k)
+            .and_then(|x| x.as_str())
+            .map(str::to_string)
+            .ok_or_else(|| fail(format!("missing string field `{k}`")))
+    };
+    let aggregate = field("orderId")?;
+    field("eventId")?;
+    Ok((
+        MessageMeta {
+            message_id: format!("mid-{n}"),
+            event_type: field("eventType")?,
+            schema_version: v
+                .get("schemaVersion")
+                .map(|s| s.to_string().trim_matches('"').to_string())
+                .unwrap_or_else(|| "1".into()),
+            trace_id: format!("trace-{n}"),
+            correlation_id: aggregate.clone(),
+            aggregate_id: aggregate,
+        },
+        body,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    fn fixtures() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures")
+    }
+
+    const BASE: &str = r#"
+name = "t"
+claim = "c"
+
+[[queue]]
+name = "q"
+
+[[step]]
+publish = { routing_key = "q", messages = ["order-1001", "order-1002"] }
+
+[[step]]
+consume = { queue = "q", settle = 2 }
+fault = { target = "consumer", action = "kill", window = "after-commit-before-ack", message = "mid-1", then = "restart", assert = ["crashExitCode"] }
+assert = ["rows"]
+
+[counters]
+rows = "businessRows"
+
+[expect]
+crashExitCode = 137
+rows = 2
+
+[variant.v]
+claim = "v"
+pattern = "no-inbox"
+violations = { rows = 3 }
+"#;
+
+    /// Every lab-file error, from a small edit of a valid lab: the edit, the
+    /// variant to load, and the one line it must produce.
+    #[test]
+    fn every_error_message_from_a_snippet() {
+        let cases: &[(&str, &str, Option<&str>, &str)] = &[
+            (r#"name = "t""#, r#"name = "u""#, None, "t.toml:2:8: name: `name` is `u` but the file is `t.toml`"),
+            (
+                r#"window = "after-commit-before-ack""#,
+                r#"window = "after-lunch""#,
+                None,
+                "t.toml:13:58: step[1].fault.window: unknown fault window `after-lunch` (known: after-receive,",
+            ),
+            (
+                r#"settle = 2 }"#,
+                r#"settle = 0 }"#,
+                None,
+                "step[1].consume.settle: invalid value: integer `0`, expected a nonzero usize",
+            ),
+            (
+                r#"consume = { queue = "q""#,
+                r#"consume = { queue = "r""#,
+                None,
+                "t.toml:12:21: step[1].consume.queue: no queue `r` is declared (hint: declare it in a [[queue]] table)",
+            ),
+            (
+                r#"message = "mid-1""#,
+                r#"message = "mid-9""#,
+                None,
+                "step[1].fault.message: `mid-9` is not published before this step (published: mid-1, mid-2)",
+            ),
+            (
+                r#""order-1002"]"#,
+                r#""order-9999"]"#,
+                None,
+                "step[0].publish.messages[1]: fixture `",
+            ),
+            (
+                r#"routing_key = "q", "#,
+                "",
+                None,
+                "t.toml:9:25: step[0].publish.messages[0]: no `routing_key` (set it on the message or the step)",
+            ),
+            (
+                r#"assert = ["rows"]"#,
+                r#"assert = ["rows", "nope"]"#,
+                None,
+                "step[1].assert[1]: `nope`: unknown counter `nope` (known: confirmed,",
+            ),
+            (
+                r#"assert = ["rows"]"#,
+                r#"assert = ["rows", "confirmed"]"#,
+                None,
+                "step[1].assert[1]: `confirmed` has no expected value in [expect] (hint: add `confirmed = <value>` under [expect])",
+            ),
+            (r#"rows = 2"#, "rows = 2\nlost = 0", None, "expect.lost: `lost` is never asserted by a step"),
+            (
+                r#"rows = "businessRows""#,
+                "rows = \"businessRows\"\nother = \"unique\"",
+                None,
+                "counters.other: alias `other` is never asserted (no [expect] value)",
+            ),
+            (
+                r#"window = "after-commit-before-ack""#,
+                r#"window = "after-inbox-commit""#,
+                None,
+                "step[1].fault.window: pattern `inbox` never reaches window `after-inbox-commit` (it passes: after-receive, before-commit, after-commit-before-ack, after-ack)",
+            ),
+            (
+                r#"pattern = "no-inbox""#,
+                r#"pattern = "inbox""#,
+                Some("v"),
+                "variant.v.pattern: `inbox` is a safe pattern, but a counterexample runs a consumer missing a safety step (hint: unsafe patterns: no-inbox,",
+            ),
+            (r#"violations = { rows = 3 }"#, "violations = {}", Some("v"), "variant.v.violations: a counterexample declares at least one violation"),
+            (
+                r#"violations = { rows = 3 }"#,
+                "violations = { row = 3 }",
+                Some("v"),
+                "variant.v.violations.row: `row` is neither an assertion of this lab nor a check (lost, duplicatesApplied, unexpected)",
+            ),
+            (r#"claim = "v""#, r#"claim = "v""#, Some("w"), "t.toml: unknown variant `w` of lab `t` (known: v)"),
+            (
+                "[[queue]]\nname = \"q\"",
+                "[[queue]]\nname = \"q\"\narguments = { \"x-message-ttl\" = \"1s\" }",
+                None,
+                "queue[0].arguments.x-message-ttl: `x-message-ttl` takes a non-negative integer, not \"1s\"",
+            ),
+            (
+                "[[queue]]\nname = \"q\"",
+                "[[queue]]\nname = \"q\"\narguments = { \"x-mesage-ttl\" = 5 }",
+                None,
+                "queue[0].arguments.x-mesage-ttl: unknown queue argument `x-mesage-ttl` (known: x-message-ttl,",
+            ),
+            (
+                "[[queue]]\nname = \"q\"",
+                "[[queue]]\nname = \"q\"\ndurable = false\narguments = { \"x-queue-type\" = \"quorum\" }",
+                None,
+                "queue[0].durable: a quorum queue is always durable (hint: drop `durable = false`)",
+            ),
+            (
+                "[[queue]]\nname = \"q\"",
+                "[[queue]]\nname = \"q\"\n[[queue]]\nname = \"q\"",
+                None,
+                "queue[1].name: queue `q` is declared twice",
+            ),
+            (
+                "[[queue]]\nname = \"q\"",
+                "[[queue]]\nname = \"q\"\nbind = [{ exchange = \"x\", key = \"k\" }]",
+                None,
+                "queue[0].bind[0].exchange: no exchange `x` is declared",
+            ),
+            (
+                r#"publish = { routing_key"#,
+                r#"publish = { exchange = "x", routing_key"#,
+                None,
+                "step[0].publish.exchange: no exchange `x` is declared",
+            ),
+            (
+                r#"target = "consumer""#,
+                r#"target = "postman""#,
+                None,
+                "step[1].fault.target: unknown fault target `postman` (known: consumer)",
+            ),
+            (
+                "[[step]]\nconsume = { queue = \"q\", settle = 2 }",
+                "[[step]]\ninspect = [\"business_rows\"]\nconsume = { queue = \"q\", settle = 2 }",
+                None,
+                "step[1]: a step has exactly one of `publish`, `consume`, `inspect`",
+            ),
+            (r#"claim = "c""#, "claim = \"c\"\ncolour = \"red\"", None, "unknown field `colour`"),
+        ];
+        let mut wrong = Vec::new();
+        for (from, to, variant, want) in cases {
+            let text = BASE.replacen(from, to, 1);
+            assert!(
+                text != BASE || variant.is_some(),
+                "edit `{from}` did not apply"
+            );
+            let lines = match super::super::from_str(&text, "t", &fixtures(), *variant) {
+                Ok(_) => vec!["(no error)".to_string()],
+                Err(e) => e.lines(),
+            };
+            if !lines.iter().any(|l| l.contains(want)) {
+                wrong.push(format!("want `{want}`, got:\n  {}", lines.join("\n  ")));
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    }
+
+    #[test]
+    fn the_base_lab_and_its_variant_load() {
+        let lab = super::super::from_str(BASE, "t", &fixtures(), None).unwrap();
+        assert_eq!(lab.steps.len(), 2);
+        let v = super::super::from_str(BASE, "t", &fixtures(), Some("v")).unwrap();
+        assert_eq!(v.run_name(), "t@v");
+        assert_eq!(v.violations.get("rows").map(String::as_str), Some("3"));
+    }
+
+    /// A fault's other errors are still reported when one of them is wrong,
+    /// and all semantic errors come at once.
+    #[test]
+    fn all_semantic_errors_at_once() {
+        let text = BASE
+            .replacen(r#"message = "mid-1""#, r#"message = "mid-9""#, 1)
+            .replacen(r#""order-1002"]"#, r#""order-9999"]"#, 1)
+            .replacen(
+                r#"consume = { queue = "q""#,
+                r#"consume = { queue = "r""#,
+                1,
+            );
+        let e = super::super::from_str(&text, "t", &fixtures(), None).unwrap_err();
+        assert_eq!(e.errors.len(), 3, "{e}");
+    }
+
+    /// Every lab in the project loads, with each of its variants.
+    #[test]
+    fn the_projects_labs_load() {
+        let project = super::super::Project {
+            root: PathBuf::from(env!("CARGO_MANIFEST_DIR")),
+        };
+        for name in project.lab_names().unwrap() {
+            for run in project.runs_of(&name).unwrap() {
+                project.load(&run).unwrap_or_else(|e| panic!("{run}: {e}"));
+            }
+        }
+    }
+}

@@ -1,0 +1,301 @@
+//! A lab as data: `labs/<name>.toml` read through a typed schema
+//! ([`schema`]), then checked section by section ([`check`]) so that every
+//! semantic error is reported at once, with its key path and position,
+//! before anything starts.
+
+mod check;
+mod schema;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use crate::transcript::MessageMeta;
+use crate::vocab::{
+    CounterRef, FaultAction, InspectField, Pattern, Target, Then, Topology, Window,
+};
+
+pub use check::ErrorKind;
+
+#[derive(Clone, Debug)]
+pub struct Lab {
+    pub name: String,
+    /// Set for a counterexample run of the lab.
+    pub variant: Option<String>,
+    pub claim: String,
+    pub path: PathBuf,
+    pub topology: Topology,
+    pub steps: Vec<Step>,
+    /// For a variant: assertion or check name → the value it must FAIL with.
+    pub violations: BTreeMap<String, String>,
+}
+
+impl Lab {
+    /// `lab` or `lab@variant`: the snapshot, vhost and database name.
+    pub fn run_name(&self) -> String {
+        match &self.variant {
+            Some(v) => format!("{}@{v}", self.name),
+            None => self.name.clone(),
+        }
+    }
+
+    /// Every queue the lab declares, in order.
+    pub fn queue_names(&self) -> impl Iterator<Item = &str> {
+        self.topology.queues.iter().map(|q| q.name.as_str())
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Step {
+    pub action: Action,
+    pub fault: Option<Fault>,
+    pub asserts: Vec<Assertion>,
+}
+
+#[derive(Clone, Debug)]
+pub enum Action {
+    Publish(Publish),
+    Consume(Consume),
+    Inspect(Vec<InspectField>),
+}
+
+impl Action {
+    /// The phase name used in progress lines and deadline errors.
+    pub fn phase(&self) -> String {
+        match self {
+            Action::Publish(p) => format!("publish({})", p.destination()),
+            Action::Consume(c) => format!("consume({})", c.queue),
+            Action::Inspect(_) => "inspect".into(),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Publish {
+    pub exchange: String,
+    pub messages: Vec<Message>,
+    pub deadline_secs: u64,
+}
+
+impl Publish {
+    /// What the producer's lines call `destination`: the exchange, or the
+    /// queue when publishing through the default exchange.
+    pub fn destination(&self) -> &str {
+        if self.exchange.is_empty() {
+            self.messages
+                .first()
+                .map(|m| m.routing_key.as_str())
+                .unwrap_or("")
+        } else {
+            &self.exchange
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Message {
+    pub meta: MessageMeta,
+    pub routing_key: String,
+    pub fixture: String,
+    pub body: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Retry {
+    pub max_attempts: u32,
+    pub dlq: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct Consume {
+    pub queue: String,
+    pub pattern: Pattern,
+    pub prefetch: u16,
+    pub settle: usize,
+    pub max_deliveries: Option<usize>,
+    pub retry: Option<Retry>,
+    pub deadline_secs: u64,
+}
+
+#[derive(Clone, Debug)]
+pub struct Fault {
+    pub target: Target,
+    pub action: FaultAction,
+    pub window: Window,
+    pub message: String,
+    pub then: Then,
+    pub kill_at_depth: Option<u32>,
+    pub restart_settle: Option<usize>,
+    pub asserts: Vec<Assertion>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Assertion {
+    /// The name printed in `[assert] name=value`, as the lab spells it.
+    pub name: String,
+    pub counter: CounterRef,
+    pub expected: String,
+}
+
+/// One problem in a lab file: where (key path and position) and what.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LabError {
+    /// `step[1].fault.message`, as the file's keys spell it.
+    pub path: String,
+    pub span: Option<Range<usize>>,
+    pub kind: ErrorKind,
+}
+
+/// Every problem found in one lab file; displayed one line each as
+/// `file:line:col: key.path: message (hint: ...)`.
+#[derive(Debug)]
+pub struct LabErrors {
+    pub file: PathBuf,
+    pub text: String,
+    pub errors: Vec<LabError>,
+}
+
+impl LabErrors {
+    pub fn lines(&self) -> Vec<String> {
+        self.errors
+            .iter()
+            .map(|e| {
+                let at = match &e.span {
+                    Some(s) => {
+                        let (l, c) = line_col(&self.text, s.start);
+                        format!("{}:{l}:{c}", self.file.display())
+                    }
+                    None => self.file.display().to_string(),
+                };
+                let path = if e.path.is_empty() {
+                    String::new()
+                } else {
+                    format!("{}: ", e.path)
+                };
+                let hint = e
+                    .kind
+                    .hint()
+                    .map(|h| format!(" (hint: {h})"))
+                    .unwrap_or_default();
+                format!("{at}: {path}{}{hint}", e.kind)
+            })
+            .collect()
+    }
+}
+
+impl fmt::Display for LabErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.lines().join("\n"))
+    }
+}
+
+impl std::error::Error for LabErrors {}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.len() - before.rfind('\n').map(|i| i + 1).unwrap_or(0) + 1;
+    (line, col)
+}
+
+/// Where a project keeps its labs, fixtures and snapshots.
+#[derive(Clone, Debug)]
+pub struct Project {
+    pub root: PathBuf,
+}
+
+impl Project {
+    pub fn labs_dir(&self) -> PathBuf {
+        self.root.join("labs")
+    }
+    pub fn fixtures_dir(&self) -> PathBuf {
+        self.root.join("fixtures")
+    }
+    pub fn snapshots_dir(&self) -> PathBuf {
+        self.root.join("snapshots")
+    }
+
+    /// Lab names, sorted, from the files present.
+    pub fn lab_names(&self) -> anyhow::Result<Vec<String>> {
+        let dir = self.labs_dir();
+        let rd = std::fs::read_dir(&dir)
+            .map_err(|e| anyhow::anyhow!("cannot read lab directory `{}`: {e}", dir.display()))?;
+        let mut names: Vec<String> = rd
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+            // the image pins of the containers environment, not a lab
+            .filter(|p| p.file_stem().is_some_and(|s| s != "environment"))
+            .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    fn path_of(&self, name: &str) -> anyhow::Result<PathBuf> {
+        let known = self.lab_names()?;
+        if !known.iter().any(|k| k == name) {
+            anyhow::bail!("unknown lab `{name}` (known: {})", known.join(", "));
+        }
+        Ok(self.labs_dir().join(format!("{name}.toml")))
+    }
+
+    /// Loads `lab` or `lab@variant`.
+    pub fn load(&self, run: &str) -> anyhow::Result<Lab> {
+        let (name, variant) = match run.split_once('@') {
+            Some((n, v)) => (n, Some(v)),
+            None => (run, None),
+        };
+        let path = self.path_of(name)?;
+        Ok(load_file(&path, &self.fixtures_dir(), variant)?)
+    }
+
+    /// The lab followed by each of its variants, as run names.
+    pub fn runs_of(&self, name: &str) -> anyhow::Result<Vec<String>> {
+        Ok(std::iter::once(name.to_string())
+            .chain(
+                self.variants(name)?
+                    .into_iter()
+                    .map(|(v, _)| format!("{name}@{v}")),
+            )
+            .collect())
+    }
+
+    /// Variant names and claims of a lab, for `mqlab list`.
+    pub fn variants(&self, name: &str) -> anyhow::Result<Vec<(String, String)>> {
+        let path = self.path_of(name)?;
+        let (raw, _) = check::parse(&path)?;
+        Ok(raw.variant.into_iter().map(|(k, v)| (k, v.claim)).collect())
+    }
+}
+
+/// Parses and checks one lab file (and a variant of it).
+pub fn load_file(path: &Path, fixtures: &Path, variant: Option<&str>) -> Result<Lab, LabErrors> {
+    let (raw, text) = check::parse(path)?;
+    check::Checker::new(path, &text, fixtures)
+        .lab(raw, variant)
+        .map_err(|errors| LabErrors {
+            file: path.to_path_buf(),
+            text,
+            errors,
+        })
+}
+
+/// Checks a lab given as text (the unit tests' entry point).
+pub fn from_str(
+    text: &str,
+    name: &str,
+    fixtures: &Path,
+    variant: Option<&str>,
+) -> Result<Lab, LabErrors> {
+    let path = PathBuf::from(format!("{name}.toml"));
+    let raw = check::parse_text(&path, text)?;
+    check::Checker::new(&path, text, fixtures)
+        .lab(raw, variant)
+        .map_err(|errors| LabErrors {
+            file: path,
+            text: text.to_string(),
+            errors,
+        })
+}

@@ -1,0 +1,187 @@
+//! The lab file as serde reads it: strict (`deny_unknown_fields`), typed
+//! (the vocabulary's enums, non-zero numbers where zero means nothing), with
+//! spans kept on the values a semantic error may point at. Private to `lab`:
+//! the validated model is what the rest of the engine sees.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::num::{NonZeroU16, NonZeroU32, NonZeroU64, NonZeroUsize};
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::vocab::{
+    ArgValue, CounterRef, ExchangeKind, FaultAction, InspectField, Pattern, Target, Then, Window,
+};
+
+#[derive(Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct RawLab {
+    pub name: Spanned<String>,
+    pub claim: String,
+    #[serde(default, rename = "exchange")]
+    pub exchanges: Vec<RawExchange>,
+    #[serde(default, rename = "queue")]
+    pub queues: Vec<RawQueue>,
+    #[serde(default, rename = "step")]
+    pub steps: Vec<RawStep>,
+    /// Lab-specific names for engine counters, e.g. `receivedTotal = "received"`.
+    #[serde(default)]
+    pub counters: BTreeMap<String, Spanned<CounterRef>>,
+    #[serde(default)]
+    pub expect: BTreeMap<String, Spanned<Expected>>,
+    /// Counterexamples: the same lab with one safety step removed.
+    #[serde(default)]
+    pub variant: BTreeMap<String, RawVariant>,
+}
+
+#[derive(Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct RawExchange {
+    pub name: String,
+    pub kind: ExchangeKind,
+    #[serde(default = "yes")]
+    pub durable: bool,
+}
+
+#[derive(Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct RawQueue {
+    pub name: Spanned<String>,
+    #[serde(default = "yes")]
+    pub durable: bool,
+    /// Queue arguments (`x-message-ttl`, `x-dead-letter-exchange`, ...).
+    #[serde(default)]
+    pub arguments: BTreeMap<String, Spanned<ArgValue>>,
+    #[serde(default)]
+    pub bind: Vec<RawBinding>,
+}
+
+#[derive(Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct RawBinding {
+    pub exchange: Spanned<String>,
+    pub key: String,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct RawStep {
+    pub publish: Option<RawPublish>,
+    pub consume: Option<RawConsume>,
+    pub inspect: Option<Vec<InspectField>>,
+    pub fault: Option<Spanned<RawFault>>,
+    #[serde(default)]
+    pub assert: Vec<Spanned<String>>,
+}
+
+#[derive(Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct RawPublish {
+    pub exchange: Option<Spanned<String>>,
+    pub routing_key: Option<String>,
+    pub messages: Vec<Spanned<RawMessage>>,
+    #[serde(default = "default_deadline")]
+    pub deadline_secs: NonZeroU64,
+}
+
+#[derive(Deserialize, Clone, Debug)]
+#[serde(untagged)]
+pub enum RawMessage {
+    Fixture(String),
+    Full {
+        fixture: String,
+        routing_key: String,
+    },
+}
+
+#[derive(Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct RawConsume {
+    pub queue: Spanned<String>,
+    #[serde(default = "default_pattern")]
+    pub pattern: Pattern,
+    #[serde(default = "default_prefetch")]
+    pub prefetch: NonZeroU16,
+    pub settle: NonZeroUsize,
+    pub max_deliveries: Option<NonZeroUsize>,
+    pub retry: Option<RawRetry>,
+    #[serde(default = "default_deadline")]
+    pub deadline_secs: NonZeroU64,
+}
+
+#[derive(Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct RawRetry {
+    pub max_attempts: NonZeroU32,
+    pub dlq: Spanned<String>,
+}
+
+fn default_pattern() -> Pattern {
+    Pattern::Inbox
+}
+fn default_prefetch() -> NonZeroU16 {
+    NonZeroU16::MIN
+}
+fn default_deadline() -> NonZeroU64 {
+    NonZeroU64::new(30).expect("30 is not zero")
+}
+
+#[derive(Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct RawFault {
+    pub target: Target,
+    pub action: FaultAction,
+    pub window: Spanned<Window>,
+    pub message: Spanned<String>,
+    pub then: Then,
+    /// Kill only once the queue shows this many ready messages: what the
+    /// broker has already pushed to the doomed consumer is then fixed, not a race.
+    pub kill_at_depth: Option<u32>,
+    /// `settle` of the consumer started after the kill (default: the step's);
+    /// 0 starts one that finds nothing left to do.
+    pub restart_settle: Option<usize>,
+    #[serde(default)]
+    pub assert: Vec<Spanned<String>>,
+}
+
+/// A variant overrides the consume steps and faults, and declares which
+/// assertions and checks must fail, with which values.
+#[derive(Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct RawVariant {
+    pub claim: String,
+    pub pattern: Option<Spanned<Pattern>>,
+    pub window: Option<Spanned<Window>>,
+    pub settle: Option<NonZeroUsize>,
+    pub max_deliveries: Option<NonZeroUsize>,
+    /// A DLQ the consumer publishes to; may name a queue that does not exist.
+    pub dlq: Option<Spanned<String>>,
+    pub kill_at_depth: Option<u32>,
+    pub restart_settle: Option<usize>,
+    #[serde(default)]
+    pub violations: BTreeMap<String, Spanned<Expected>>,
+}
+
+/// An expected value: what the `[assert]` line must print.
+#[derive(Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum Expected {
+    Int(i64),
+    Bool(bool),
+    Str(String),
+}
+
+impl fmt::Display for Expected {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Expected::Int(i) => write!(f, "{i}"),
+            Expected::Bool(b) => write!(f, "{b}"),
+            Expected::Str(s) => f.write_str(s),
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! What the runner hands a role process (`mqlab role <ROLE> --config JSON`):
+//! an explicit wire type of its own, so that renaming a lab-file key cannot
+//! silently change what a role reads, and a role never sees the lab model.
+
+use serde::{Deserialize, Serialize};
+
+use crate::transcript::MessageMeta;
+use crate::vocab::{Pattern, Window};
+
+/// Bumped when a field changes meaning; a role refuses a config of another version.
+pub const VERSION: u32 = 1;
+
+/// The config of one role process.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum RoleConfig {
+    Producer(ProducerConfig),
+    Consumer(ConsumerConfig),
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Envelope {
+    pub version: u32,
+    pub config: RoleConfig,
+}
+
+impl Envelope {
+    pub fn new(config: RoleConfig) -> Envelope {
+        Envelope {
+            version: VERSION,
+            config,
+        }
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a role config serializes")
+    }
+
+    pub fn from_json(s: &str) -> anyhow::Result<Envelope> {
+        let e: Envelope = serde_json::from_str(s)?;
+        anyhow::ensure!(
+            e.version == VERSION,
+            "role config version {} is not this binary's {VERSION}",
+            e.version
+        );
+        Ok(e)
+    }
+}
+
+/// One message to publish, complete: the role reads no fixture files.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutMessage {
+    pub meta: MessageMeta,
+    pub routing_key: String,
+    pub body: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProducerConfig {
+    pub lab: String,
+    pub amqp_url: String,
+    pub exchange: String,
+    /// What the lines call `destination` (the exchange, or the queue behind the default exchange).
+    pub destination: String,
+    pub messages: Vec<OutMessage>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryPolicy {
+    pub max_attempts: u32,
+    pub dlq: String,
+}
+
+/// Where the role blocks so the harness can act on it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultPoint {
+    pub window: Window,
+    pub message: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConsumerConfig {
+    pub lab: String,
+    pub amqp_url: String,
+    pub database_url: String,
+    pub queue: String,
+    /// The name in the log lines.
+    pub consumer: String,
+    /// The inbox key's consumer part: stable across restarts.
+    pub inbox_name: String,
+    pub pattern: Pattern,
+    pub prefetch: u16,
+    /// Exit after this many distinct messages reached a final outcome.
+    pub settle: usize,
+    /// Exit after this many deliveries whatever their outcome (a budget for loops).
+    pub max_deliveries: Option<usize>,
+    pub retry: Option<RetryPolicy>,
+    pub fault: Option<FaultPoint>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_config_round_trips_and_other_versions_are_refused() {
+        let e = Envelope::new(RoleConfig::Producer(ProducerConfig {
+            lab: "l".into(),
+            amqp_url: "amqp://x".into(),
+            exchange: String::new(),
+            destination: "q".into(),
+            messages: vec![],
+        }));
+        let json = e.to_json();
+        assert!(json.contains("\"role\":\"producer\""), "{json}");
+        assert!(Envelope::from_json(&json).is_ok());
+        let other = json.replace("\"version\":1", "\"version\":99");
+        assert!(Envelope::from_json(&other)
+            .unwrap_err()
+            .to_string()
+            .contains("version 99"));
+    }
+}

@@ -1,0 +1,700 @@
+//! The engine's vocabulary, named once: transcript roles, statuses, consumer
+//! patterns (as ordered steps) and the fault windows derived from them,
+//! counters, inspect fields, exchange kinds, queue arguments. No I/O here.
+//!
+//! Every name lives in one table per kind (like ripgrep's flag items): the
+//! lab parser, `mqlab list`, the roles, the checker and the evidence all read
+//! the same table, so a rename cannot leave a caller counting a name that no
+//! longer exists. What a counter computes is an exhaustive `match` on
+//! [`Counter`] in the checker: a counter without an evaluator does not compile.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// Declares a closed set of names: the enum, its table (`ALL`, with a doc per
+/// name), `name()`, `doc()`, `FromStr` with a "known: ..." error, and serde
+/// through the name.
+macro_rules! names {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $ty:ident ($what:literal) {
+            $( $(#[$vmeta:meta])* $variant:ident = $name:literal : $doc:literal, )+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        $vis enum $ty { $( $(#[$vmeta])* $variant, )+ }
+
+        impl $ty {
+            /// Every name of this kind, in table order, with its doc.
+            pub const ALL: &'static [($ty, &'static str, &'static str)] =
+                &[ $( ($ty::$variant, $name, $doc), )+ ];
+            /// What this kind is called in error messages.
+            pub const WHAT: &'static str = $what;
+
+            pub fn name(self) -> &'static str {
+                match self { $( $ty::$variant => $name, )+ }
+            }
+
+            pub fn doc(self) -> &'static str {
+                match self { $( $ty::$variant => $doc, )+ }
+            }
+
+            pub fn names() -> Vec<&'static str> {
+                Self::ALL.iter().map(|(_, n, _)| *n).collect()
+            }
+        }
+
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+
+        impl FromStr for $ty {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                Self::ALL
+                    .iter()
+                    .find(|(_, n, _)| *n == s)
+                    .map(|(v, _, _)| *v)
+                    .ok_or_else(|| format!("unknown {} `{s}` (known: {})", $what, Self::names().join(", ")))
+            }
+        }
+
+        impl serde::Serialize for $ty {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.name())
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $ty {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+                s.parse().map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+names! {
+    /// Who wrote a transcript line: the `[role]` prefix.
+    pub enum Role ("role") {
+        Producer = "producer": "the publishing role process",
+        Consumer = "consumer": "a consuming role process",
+        Inspect = "inspect": "the harness reading broker and database state",
+        Assert = "assert": "an assertion of the lab, evaluated by the harness",
+        Check = "check": "a total-queue check every lab ends with",
+    }
+}
+
+names! {
+    /// The last field of every role line: what happened.
+    pub enum Status ("status") {
+        Confirmed = "confirmed": "producer: the broker confirmed the publish",
+        Nacked = "nacked": "producer: the broker refused the publish (basic.nack)",
+        Unconfirmed = "unconfirmed": "producer: published without a confirm",
+        Received = "received": "consumer: a delivery arrived",
+        BusinessCommitted = "business_committed": "consumer: the business transaction committed",
+        DuplicateSkipped = "duplicate_skipped": "consumer: the inbox already had the event; rolled back and acked",
+        CrashInjected = "crash_injected": "a role reached the selected fault window and blocks there",
+        Retry = "retry": "consumer: rejected into the retry queue",
+        Requeued = "requeued": "consumer: nacked with requeue=true",
+        Rejected = "rejected": "consumer: rejected without a retry policy",
+        PoisonToDlq = "poison_to_dlq": "consumer: moved to the DLQ (after the confirm), then acked",
+        Done = "done": "a role's closing line, with its totals",
+        Snapshot = "snapshot": "inspect: the fields read from PostgreSQL",
+    }
+}
+
+names! {
+    /// A named point in a role's code path where a fault can be injected.
+    /// Windows are not listed per pattern by hand: [`PatternDef::windows`]
+    /// derives them from the pattern's steps.
+    pub enum Window ("fault window") {
+        AfterReceive = "after-receive": "the delivery is logged, nothing is written yet",
+        AfterInboxCommit = "after-inbox-commit": "the inbox row is committed on its own, the business row is not written",
+        BeforeCommit = "before-commit": "the business row is written, the transaction is still open, nothing is acked",
+        AfterAckBeforeCommit = "after-ack-before-commit": "the message is acked, the transaction is still open",
+        AfterCommitBeforeAck = "after-commit-before-ack": "the transaction has committed, the ack is not sent",
+        AfterAck = "after-ack": "the transaction has committed and the message is acked",
+    }
+}
+
+names! {
+    /// One step of a consumer's success path.
+    pub enum Step ("consumer step") {
+        Receive = "receive": "take the delivery (with autoAck the broker forgets it now)",
+        InboxInsert = "inbox-insert": "BEGIN; INSERT the inbox row ON CONFLICT DO NOTHING (no row: a duplicate)",
+        InboxOwnTx = "inbox-own-tx": "INSERT the inbox row and COMMIT it in a transaction of its own",
+        Write = "write": "write the business row (BEGIN first if no transaction is open)",
+        Commit = "commit": "COMMIT the business transaction",
+        Ack = "ack": "basic.ack the delivery",
+    }
+}
+
+names! {
+    /// Consumer behaviours a lab or a variant can select. Each is a
+    /// [`PatternDef`]: data the consumer role interprets.
+    pub enum Pattern ("consumer pattern") {
+        Inbox = "inbox": "inbox row + business row in one transaction, ack only after commit",
+        NoInbox = "no-inbox": "business write without the inbox row: a redelivery applies twice",
+        AckBeforeCommit = "ack-before-commit": "acks, then commits: a crash between them loses the message",
+        AutoAck = "auto-ack": "autoAck consumer: the broker forgets a message once sent",
+        DedupOutsideTx = "dedup-outside-tx": "inbox row committed in its own transaction before the business write",
+        RequeueForever = "requeue-forever": "a failed message is nacked with requeue=true: it loops at the head of the queue",
+        UnconfirmedDlq = "unconfirmed-dlq": "DLQ publish without confirms, then ack: an unroutable DLQ loses the message",
+    }
+}
+
+/// What a consumer does with a message whose business write fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnFailure {
+    /// Reject into the retry loop; at the last attempt publish to the DLQ
+    /// (`confirmed`: with a publisher confirm and `mandatory`), then ack.
+    RetryThenDlq { confirmed: bool },
+    /// nack with requeue=true: the message goes back to the head of the queue.
+    RequeueForever,
+}
+
+/// A consumer pattern as data: its success path in order, whether the broker
+/// acks on delivery, and its failure handling.
+#[derive(Debug)]
+pub struct PatternDef {
+    pub pattern: Pattern,
+    pub safe: bool,
+    pub steps: &'static [Step],
+    /// autoAck: the broker considers a message acked once it sent it.
+    pub auto_ack: bool,
+    pub on_failure: OnFailure,
+}
+
+use Step::*;
+
+const SAFE_PATH: &[Step] = &[Receive, InboxInsert, Write, Commit, Ack];
+
+pub const PATTERNS: &[PatternDef] = &[
+    PatternDef {
+        pattern: Pattern::Inbox,
+        safe: true,
+        steps: SAFE_PATH,
+        auto_ack: false,
+        on_failure: OnFailure::RetryThenDlq { confirmed: true },
+    },
+    PatternDef {
+        pattern: Pattern::NoInbox,
+        safe: false,
+        steps: &[Receive, Write, Commit, Ack],
+        auto_ack: false,
+        on_failure: OnFailure::RetryThenDlq { confirmed: true },
+    },
+    PatternDef {
+        pattern: Pattern::AckBeforeCommit,
+        safe: false,
+        steps: &[Receive, InboxInsert, Write, Ack, Commit],
+        auto_ack: false,
+        on_failure: OnFailure::RetryThenDlq { confirmed: true },
+    },
+    PatternDef {
+        pattern: Pattern::AutoAck,
+        safe: false,
+        steps: &[Receive, InboxInsert, Write, Commit],
+        auto_ack: true,
+        on_failure: OnFailure::RetryThenDlq { confirmed: true },
+    },
+    PatternDef {
+        pattern: Pattern::DedupOutsideTx,
+        safe: false,
+        steps: &[Receive, InboxOwnTx, Write, Commit, Ack],
+        auto_ack: false,
+        on_failure: OnFailure::RetryThenDlq { confirmed: true },
+    },
+    PatternDef {
+        pattern: Pattern::RequeueForever,
+        safe: false,
+        steps: SAFE_PATH,
+        auto_ack: false,
+        on_failure: OnFailure::RequeueForever,
+    },
+    PatternDef {
+        pattern: Pattern::UnconfirmedDlq,
+        safe: false,
+        steps: SAFE_PATH,
+        auto_ack: false,
+        on_failure: OnFailure::RetryThenDlq { confirmed: false },
+    },
+];
+
+impl Pattern {
+    pub fn def(self) -> &'static PatternDef {
+        PATTERNS
+            .iter()
+            .find(|d| d.pattern == self)
+            .expect("every pattern has a definition (tested)")
+    }
+}
+
+impl PatternDef {
+    /// The window reached right after `steps[i]`, from what is visible by
+    /// then: whether the message is acked (autoAck counts from the
+    /// delivery) and whether the business transaction committed.
+    pub fn window_after(&self, i: usize) -> Option<Window> {
+        let done = &self.steps[..=i];
+        let acked = self.auto_ack || done.contains(&Ack);
+        let committed = done.contains(&Commit);
+        match self.steps[i] {
+            Receive => Some(Window::AfterReceive),
+            InboxOwnTx => Some(Window::AfterInboxCommit),
+            InboxInsert => None,
+            Write | Commit | Ack => Some(match (committed, acked) {
+                (false, false) => Window::BeforeCommit,
+                (false, true) => Window::AfterAckBeforeCommit,
+                (true, false) => Window::AfterCommitBeforeAck,
+                (true, true) => Window::AfterAck,
+            }),
+        }
+    }
+
+    /// Every window this pattern's path passes, in order: a lab naming any
+    /// other is rejected, so no fault point is silently ignored.
+    pub fn windows(&self) -> Vec<Window> {
+        (0..self.steps.len())
+            .filter_map(|i| self.window_after(i))
+            .collect()
+    }
+
+    /// `receive → inbox-insert → ...`, for `mqlab list`.
+    pub fn path(&self) -> String {
+        self.steps
+            .iter()
+            .map(|s| s.name())
+            .collect::<Vec<_>>()
+            .join(" → ")
+    }
+}
+
+/// What a counter's `:argument` names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arg {
+    None,
+    /// `name` or `name:queue`: restricted to one queue's deliveries.
+    OptionalQueue,
+    Queue,
+    MessageId,
+}
+
+names! {
+    /// Engine counters a lab can assert (under its own alias, see `[counters]`).
+    /// Their evaluation is `checker::evaluate`, an exhaustive match.
+    pub enum Counter ("counter") {
+        Confirmed = "confirmed": "messages the broker confirmed to the producer",
+        Received = "received": "deliveries consumers logged as received",
+        Unique = "unique": "distinct message ids among those deliveries",
+        Redelivered = "redelivered": "deliveries flagged redelivered by the broker",
+        DuplicatesObserved = "duplicatesObserved": "deliveries the inbox recognised and skipped",
+        DuplicatesApplied = "duplicatesApplied": "business rows beyond the first per (consumer, message), read from PostgreSQL",
+        BusinessRows = "businessRows": "business rows in PostgreSQL",
+        ProcessedRows = "processedRows": "inbox rows in PostgreSQL",
+        DepthAfter = "depthAfter": "ready messages in the queue, read from the broker",
+        Attempts = "attempts": "the attempt numbers with which a message was received, in order",
+        Deliveries = "deliveries": "how many times a message was delivered",
+        DeliveriesBefore = "deliveriesBefore": "deliveries of other messages before this one's first (`never` if it never came)",
+        DlqMoves = "dlqMoves": "messages a consumer moved to its DLQ after the confirm",
+        CrashExitCode = "crashExitCode": "exit status of the killed role (128 + signal)",
+        CrashAfterBusinessCommit = "crashAfterBusinessCommit": "business rows of the faulted message visible in PostgreSQL just before the kill",
+        ConsumerExitCode = "consumerExitCode": "exit status of the last consumer process",
+    }
+}
+
+impl Counter {
+    pub fn arg(self) -> Arg {
+        use Counter::*;
+        match self {
+            Received | Unique | Redelivered | DuplicatesObserved => Arg::OptionalQueue,
+            DepthAfter => Arg::Queue,
+            Attempts | Deliveries | DeliveriesBefore => Arg::MessageId,
+            Confirmed
+            | DuplicatesApplied
+            | BusinessRows
+            | ProcessedRows
+            | DlqMoves
+            | CrashExitCode
+            | CrashAfterBusinessCommit
+            | ConsumerExitCode => Arg::None,
+        }
+    }
+
+    /// `name`, `name[:queue]` or `name:<what>` as `mqlab list` shows it.
+    pub fn usage(self) -> String {
+        match self.arg() {
+            Arg::None => self.name().to_string(),
+            Arg::OptionalQueue => format!("{}[:queue]", self.name()),
+            Arg::Queue => format!("{}:queue", self.name()),
+            Arg::MessageId => format!("{}:message", self.name()),
+        }
+    }
+}
+
+/// A counter with its argument, as a lab writes it: `depthAfter:orders.dlq`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct CounterRef {
+    pub counter: Counter,
+    pub arg: Option<String>,
+}
+
+impl FromStr for CounterRef {
+    type Err = String;
+    fn from_str(expr: &str) -> Result<CounterRef, String> {
+        let (name, arg) = match expr.split_once(':') {
+            Some((n, a)) => (n, Some(a.to_string())),
+            None => (expr, None),
+        };
+        let counter: Counter = name
+            .parse()
+            .map_err(|e: String| format!("{e}; or alias it in [counters]"))?;
+        match (counter.arg(), &arg) {
+            (Arg::None, Some(_)) => Err(format!("counter `{name}` takes no `:argument`")),
+            (Arg::Queue, None) => Err(format!(
+                "counter `{name}` needs an argument: `{name}:<queue>`"
+            )),
+            (Arg::MessageId, None) => Err(format!(
+                "counter `{name}` needs an argument: `{name}:<message id>`"
+            )),
+            _ => Ok(CounterRef { counter, arg }),
+        }
+    }
+}
+
+impl TryFrom<String> for CounterRef {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
+    }
+}
+
+impl From<CounterRef> for String {
+    fn from(c: CounterRef) -> String {
+        c.to_string()
+    }
+}
+
+impl fmt::Display for CounterRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.arg {
+            Some(a) => write!(f, "{}:{a}", self.counter),
+            None => write!(f, "{}", self.counter),
+        }
+    }
+}
+
+names! {
+    /// The total-queue checks every lab ends with, each expected to be 0.
+    pub enum Check ("check") {
+        Lost = "lost": "confirmed, never applied, in no queue",
+        DuplicatesApplied = "duplicatesApplied": "business rows beyond the first per (consumer, message)",
+        Unexpected = "unexpected": "applied, never confirmed to the producer",
+    }
+}
+
+names! {
+    /// Fields an `inspect` step prints, read from PostgreSQL.
+    pub enum InspectField ("inspect field") {
+        BusinessRows = "business_rows": "business rows (inventory reservations)",
+        ProcessedRows = "processed_rows": "inbox rows",
+    }
+}
+
+names! {
+    /// AMQP exchange types.
+    pub enum ExchangeKind ("exchange kind") {
+        Direct = "direct": "routes on the exact routing key",
+        Topic = "topic": "routes on routing-key patterns (`*`, `#`)",
+        Fanout = "fanout": "routes to every bound queue",
+        Headers = "headers": "routes on header values",
+    }
+}
+
+names! {
+    /// Who a fault acts on.
+    pub enum Target ("fault target") {
+        Consumer = "consumer": "the consumer role process",
+    }
+}
+
+names! {
+    /// What a fault does.
+    pub enum FaultAction ("fault action") {
+        Kill = "kill": "SIGKILL, exactly at the window",
+    }
+}
+
+names! {
+    /// What follows a fault.
+    pub enum Then ("follow-up") {
+        Restart = "restart": "a fresh process of the same role takes over",
+    }
+}
+
+/// A queue argument's value type, for checking lab files before any server starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArgType {
+    Int,
+    Str,
+    Bool,
+    OneOf(&'static [&'static str]),
+}
+
+/// The queue arguments RabbitMQ 3.10+ understands; any other name is a typo
+/// the broker would silently ignore, so a lab naming one is rejected.
+pub const QUEUE_ARGUMENTS: &[(&str, ArgType, &str)] = &[
+    (
+        "x-message-ttl",
+        ArgType::Int,
+        "ms a message may wait before it expires",
+    ),
+    (
+        "x-expires",
+        ArgType::Int,
+        "ms of disuse after which the queue is deleted",
+    ),
+    (
+        "x-max-length",
+        ArgType::Int,
+        "ready messages before overflow applies",
+    ),
+    (
+        "x-max-length-bytes",
+        ArgType::Int,
+        "bytes of ready messages before overflow applies",
+    ),
+    (
+        "x-overflow",
+        ArgType::OneOf(&["drop-head", "reject-publish", "reject-publish-dlx"]),
+        "what happens at the length limit",
+    ),
+    (
+        "x-dead-letter-exchange",
+        ArgType::Str,
+        "where rejected, expired or dropped messages go",
+    ),
+    (
+        "x-dead-letter-routing-key",
+        ArgType::Str,
+        "routing key for dead-lettered messages",
+    ),
+    (
+        "x-dead-letter-strategy",
+        ArgType::OneOf(&["at-most-once", "at-least-once"]),
+        "quorum queues: whether dead-lettering is confirmed",
+    ),
+    (
+        "x-queue-type",
+        ArgType::OneOf(&["classic", "quorum", "stream"]),
+        "the queue's implementation",
+    ),
+    (
+        "x-delivery-limit",
+        ArgType::Int,
+        "quorum queues: deliveries before dead-lettering",
+    ),
+    (
+        "x-max-priority",
+        ArgType::Int,
+        "classic queues: priority levels (1-255)",
+    ),
+    (
+        "x-single-active-consumer",
+        ArgType::Bool,
+        "one consumer at a time",
+    ),
+    (
+        "x-queue-mode",
+        ArgType::OneOf(&["default", "lazy"]),
+        "classic queues: keep messages on disk",
+    ),
+    (
+        "x-queue-version",
+        ArgType::Int,
+        "classic queues: storage version (1 or 2)",
+    ),
+    (
+        "x-quorum-initial-group-size",
+        ArgType::Int,
+        "quorum queues: initial replica count",
+    ),
+];
+
+/// A queue argument's value as a lab writes it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
+pub enum ArgValue {
+    Bool(bool),
+    Int(i64),
+    Str(String),
+}
+
+impl fmt::Display for ArgValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ArgValue::Bool(b) => write!(f, "{b}"),
+            ArgValue::Int(i) => write!(f, "{i}"),
+            ArgValue::Str(s) => write!(f, "{s:?}"),
+        }
+    }
+}
+
+/// Checks one queue argument against [`QUEUE_ARGUMENTS`].
+pub fn check_queue_argument(name: &str, value: &ArgValue) -> Result<(), String> {
+    let Some((_, ty, _)) = QUEUE_ARGUMENTS.iter().find(|(n, _, _)| *n == name) else {
+        let known: Vec<_> = QUEUE_ARGUMENTS.iter().map(|(n, _, _)| *n).collect();
+        return Err(format!(
+            "unknown queue argument `{name}` (known: {})",
+            known.join(", ")
+        ));
+    };
+    let ok = match (ty, value) {
+        (ArgType::Int, ArgValue::Int(i)) => *i >= 0,
+        (ArgType::Str, ArgValue::Str(_)) => true,
+        (ArgType::Bool, ArgValue::Bool(_)) => true,
+        (ArgType::OneOf(allowed), ArgValue::Str(s)) => allowed.contains(&s.as_str()),
+        _ => false,
+    };
+    if ok {
+        return Ok(());
+    }
+    Err(match ty {
+        ArgType::Int => format!("`{name}` takes a non-negative integer, not {value}"),
+        ArgType::Str => format!("`{name}` takes a string, not {value}"),
+        ArgType::Bool => format!("`{name}` takes true or false, not {value}"),
+        ArgType::OneOf(allowed) => {
+            format!("`{name}` is one of {}, not {value}", allowed.join(", "))
+        }
+    })
+}
+
+/// The exchange, queues, bindings a lab declares: the data [`crate::amqp`]
+/// declares on the broker.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Topology {
+    pub exchanges: Vec<ExchangeDecl>,
+    pub queues: Vec<QueueDecl>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ExchangeDecl {
+    pub name: String,
+    pub kind: ExchangeKind,
+    pub durable: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct QueueDecl {
+    pub name: String,
+    pub durable: bool,
+    pub arguments: std::collections::BTreeMap<String, ArgValue>,
+    pub bindings: Vec<(String, String)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_pattern_has_exactly_one_definition() {
+        for (p, _, _) in Pattern::ALL {
+            assert_eq!(
+                PATTERNS.iter().filter(|d| d.pattern == *p).count(),
+                1,
+                "{p}"
+            );
+        }
+    }
+
+    /// The windows each pattern passes, derived from its steps.
+    #[test]
+    fn windows_follow_from_the_steps() {
+        use Window::*;
+        let w = |p: Pattern| p.def().windows();
+        assert_eq!(
+            w(Pattern::Inbox),
+            [AfterReceive, BeforeCommit, AfterCommitBeforeAck, AfterAck]
+        );
+        assert_eq!(
+            w(Pattern::AckBeforeCommit),
+            [AfterReceive, BeforeCommit, AfterAckBeforeCommit, AfterAck]
+        );
+        assert_eq!(
+            w(Pattern::AutoAck),
+            [AfterReceive, AfterAckBeforeCommit, AfterAck]
+        );
+        assert_eq!(
+            w(Pattern::DedupOutsideTx),
+            [
+                AfterReceive,
+                AfterInboxCommit,
+                BeforeCommit,
+                AfterCommitBeforeAck,
+                AfterAck
+            ]
+        );
+        assert_eq!(
+            Pattern::Inbox.def().path(),
+            "receive → inbox-insert → write → commit → ack"
+        );
+    }
+
+    #[test]
+    fn names_round_trip_and_unknown_names_list_the_known_ones() {
+        for (w, n, _) in Window::ALL {
+            assert_eq!(n.parse::<Window>().unwrap(), *w);
+            assert_eq!(w.to_string(), *n);
+        }
+        let e = "after-lunch".parse::<Window>().unwrap_err();
+        assert!(
+            e.starts_with("unknown fault window `after-lunch` (known: after-receive,"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn counter_refs() {
+        let c: CounterRef = "depthAfter:orders.dlq".parse().unwrap();
+        assert_eq!(c.counter, Counter::DepthAfter);
+        assert_eq!(c.arg.as_deref(), Some("orders.dlq"));
+        assert_eq!(c.to_string(), "depthAfter:orders.dlq");
+        assert!("nope"
+            .parse::<CounterRef>()
+            .unwrap_err()
+            .contains("unknown counter"));
+        assert!("depthAfter"
+            .parse::<CounterRef>()
+            .unwrap_err()
+            .contains("needs an argument"));
+        assert!("confirmed:q"
+            .parse::<CounterRef>()
+            .unwrap_err()
+            .contains("takes no"));
+        assert!("received".parse::<CounterRef>().is_ok());
+        assert!("received:q".parse::<CounterRef>().is_ok());
+    }
+
+    #[test]
+    fn queue_arguments() {
+        assert!(check_queue_argument("x-message-ttl", &ArgValue::Int(1000)).is_ok());
+        assert!(
+            check_queue_argument("x-message-ttl", &ArgValue::Str("1s".into()))
+                .unwrap_err()
+                .contains("non-negative integer")
+        );
+        assert!(check_queue_argument("x-mesage-ttl", &ArgValue::Int(1))
+            .unwrap_err()
+            .contains("unknown queue argument `x-mesage-ttl`"));
+        assert!(check_queue_argument("x-queue-type", &ArgValue::Str("quorum".into())).is_ok());
+        assert!(
+            check_queue_argument("x-queue-type", &ArgValue::Str("fast".into()))
+                .unwrap_err()
+                .contains("one of classic, quorum, stream")
+        );
+    }
+}
