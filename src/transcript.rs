@@ -266,4 +266,22 @@ mod tests {
             normalize_line(&line)
         );
     }
+
+    proptest::proptest! {
+        /// Any value, written into a line and parsed back, is itself; the
+        /// line stays one line; normalizing is idempotent.
+        #[test]
+        fn any_value_round_trips_through_a_line(value in "\\PC*|[ \"=\\\\\n\r\t\u{1b}a-z]*") {
+            let body = Record::new("lab").with("error", &value).status(Status::Done);
+            let line = format!("[consumer] {body}");
+            proptest::prop_assert!(!line.contains('\n') && !line.contains('\r'));
+            let e = Entry::parse(&line).unwrap();
+            proptest::prop_assert_eq!(e.get("error"), Some(value.as_str()));
+            proptest::prop_assert_eq!(e.get("status"), Some("done"));
+            let once = normalize_line(&line);
+            proptest::prop_assert_eq!(normalize_line(&once), once.clone());
+            let again = Entry::parse(&once).unwrap();
+            proptest::prop_assert_eq!(again.get("error"), Some(value.as_str()));
+        }
+    }
 }

@@ -198,10 +198,9 @@ fn unwritable_evidence_directory() {
 
 /// The example workflow users copy must be valid for GitHub Actions.
 #[test]
+#[ignore = "needs actionlint (.ci/run installs it)"]
 fn the_example_workflow_passes_actionlint() {
-    let Some(actionlint) = tool("actionlint", &[]) else {
-        return;
-    };
+    let actionlint = require_tool("actionlint", &[]);
     let out = std::process::Command::new(actionlint)
         .arg(root().join(".github/workflows/labs.yml"))
         .output()

@@ -23,6 +23,7 @@ fn local_kill_restart_keeps_persistent_and_loses_transient_messages() {
 }
 
 #[test]
+#[ignore = "needs a container engine and locally built images (.ci/run prepares them)"]
 fn containers_kill_restart_keeps_persistent_and_loses_transient_messages() {
     with_env(true);
 }
@@ -39,14 +40,9 @@ fn with_env(containers: bool) {
     let images = match (containers, images) {
         (false, _) => None,
         (true, (Ok(r), Ok(p))) => Some((r, p)),
-        (true, _) => {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "CI must prepare the container images (.ci/run)"
-            );
-            eprintln!("note: no container images prepared; skipped");
-            return;
-        }
+        (true, _) => panic!(
+            "this test needs MQLAB_RABBITMQ_IMAGE / MQLAB_POSTGRES_IMAGE (.ci/run prepares them)"
+        ),
     };
     let run_dir = RunDir::create(std::path::Path::new(env!("CARGO_BIN_EXE_mqlab"))).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -112,21 +112,33 @@ pub fn guard_main(dir: &Path) -> i32 {
 }
 
 /// Kills every process marked with this run, waits for them to go, then
-/// removes the directory.
+/// removes the directory. The removal is retried until it succeeds: a
+/// process killed by its parent-death signal at the same moment may have an
+/// exited main thread (its environment already unreadable, so it no longer
+/// counts as marked) while another thread finishes a `write` or `open` in
+/// the directory, which makes one `remove_dir_all` fail with a new entry.
+/// Once the directory itself is gone nothing can create files in it again.
 pub fn reap(dir: &Path, patience: Duration) {
     let mark = dir.to_string_lossy().into_owned();
     let deadline = Instant::now() + patience;
     loop {
         let pids = marked_processes(&mark);
-        if pids.is_empty() || Instant::now() > deadline {
-            break;
+        for pid in &pids {
+            let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
         }
-        for pid in pids {
-            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        if pids.is_empty() {
+            match std::fs::remove_dir_all(dir) {
+                Ok(()) => return,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+                Err(_) => {}
+            }
+        }
+        if Instant::now() > deadline {
+            let _ = std::fs::remove_dir_all(dir);
+            return;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Live processes whose environment carries `MQLAB_RUN=<mark>` (zombies

@@ -176,12 +176,14 @@ pub fn assert_nothing_left(tmp: &Path, run_dir: &Path, stderr: &str) {
     }
 }
 
-/// A checking tool a test needs (`MQLAB_<NAME>`, the candidates, then PATH):
-/// on CI it must be there (.ci/run installs it); elsewhere the check is skipped with a note.
-pub fn tool(name: &str, candidates: &[&str]) -> Option<std::path::PathBuf> {
-    let found = candidates
+/// A checking tool an `#[ignore = "needs ..."]` test runs (`MQLAB_<NAME>`,
+/// the candidates, then PATH). Such a test runs only when asked
+/// (`cargo test -- --ignored`, as `.ci/run` does after installing the
+/// tools); then a missing tool fails it, never a silent pass.
+pub fn require_tool(name: &str, candidates: &[&str]) -> PathBuf {
+    candidates
         .iter()
-        .map(std::path::PathBuf::from)
+        .map(PathBuf::from)
         .chain(std::env::var_os(format!("MQLAB_{}", name.to_uppercase())).map(PathBuf::from))
         .chain(
             std::env::var_os("PATH")
@@ -189,13 +191,20 @@ pub fn tool(name: &str, candidates: &[&str]) -> Option<std::path::PathBuf> {
                 .flat_map(std::env::split_paths)
                 .map(|d| d.join(name)),
         )
-        .find(|p| p.is_file());
-    if found.is_none() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "`{name}` is missing on CI: .ci/run installs it"
-        );
-        eprintln!("note: `{name}` not installed; that check is skipped here (CI runs it)");
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("this test needs `{name}` (.ci/run installs it)"))
+}
+
+/// The container images an `#[ignore]`d containers test needs (`.ci/run`
+/// builds them and exports MQLAB_RABBITMQ_IMAGE and MQLAB_POSTGRES_IMAGE).
+pub fn require_images() -> (String, String) {
+    match (
+        std::env::var("MQLAB_RABBITMQ_IMAGE"),
+        std::env::var("MQLAB_POSTGRES_IMAGE"),
+    ) {
+        (Ok(r), Ok(p)) => (r, p),
+        _ => panic!(
+            "this test needs a container engine and MQLAB_RABBITMQ_IMAGE / MQLAB_POSTGRES_IMAGE (.ci/run prepares them)"
+        ),
     }
-    found
 }
