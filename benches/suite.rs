@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use mqlab::env::guard::RunDir;
 use mqlab::env::local::LocalEnv;
-use mqlab::env::EnvOptions;
+use mqlab::env::{EnvOptions, Environment};
 use mqlab::events::Quiet;
 use mqlab::lab::Project;
 use mqlab::runner::{self, Suite};
@@ -60,11 +60,12 @@ fn main() {
                     .collect(),
                 progress: Default::default(),
             };
-            let env = LocalEnv::start(&opts).await.expect("environment");
-            ready.push(env.info.ready);
-            let suite = Suite {
+            let mut env =
+                Environment::Local(Box::new(LocalEnv::start(&opts).await.expect("environment")));
+            ready.push(env.info().ready);
+            let mut suite = Suite {
                 project: &project,
-                endpoints: &env.endpoints,
+                env: &mut env,
                 exe,
                 run_dir: run_dir.path(),
                 update: false,

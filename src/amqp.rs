@@ -88,9 +88,10 @@ pub async fn queue_state(channel: &Channel, queue: &str) -> Result<(u32, u32)> {
     Ok((q.message_count(), q.consumer_count()))
 }
 
-/// The message ids waiting in a queue, read without consuming them: fetched
-/// unacked on a channel of their own, then requeued when it closes.
-pub async fn peek_message_ids(conn: &lapin::Connection, queue: &str) -> Result<Vec<String>> {
+/// The messages waiting in a queue (message id, body), read without
+/// consuming them: fetched unacked on a channel of their own, then requeued
+/// when it closes.
+pub async fn peek(conn: &lapin::Connection, queue: &str) -> Result<Vec<(String, Vec<u8>)>> {
     let ch = conn.create_channel().await?;
     let mut ids = Vec::new();
     while let Some(m) = ch
@@ -101,14 +102,15 @@ pub async fn peek_message_ids(conn: &lapin::Connection, queue: &str) -> Result<V
         .await
         .with_context(|| format!("reading queue `{queue}`"))?
     {
-        ids.push(
+        ids.push((
             m.delivery
                 .properties
                 .message_id()
                 .as_ref()
                 .map(|s| s.to_string())
                 .unwrap_or_default(),
-        );
+            m.delivery.data.clone(),
+        ));
     }
     ch.close(200, "peeked".into()).await?;
     Ok(ids)

@@ -20,30 +20,55 @@ pub struct Observed {
     pub consumer_exit_code: Option<i32>,
     pub depths: BTreeMap<String, u32>,
     pub ground: Ground,
+    /// The lab's messages: message id → eventId (the identity).
+    #[serde(default)]
+    pub events: Events,
 }
 
-/// Per message id, from the producer's confirms, the business rows in
-/// PostgreSQL and what still sits in the lab's queues (a DLQ, or a queue it
-/// loops in):
-/// - `lost`: confirmed, never applied and in no queue;
-/// - `duplicatesApplied`: business rows beyond the first per (consumer, message);
-/// - `unexpected`: applied but never confirmed to the producer.
+/// Message id → eventId for the messages a lab publishes. A resend carries
+/// the first send's id with a suffix (`mid-2.2`): the same event.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Events(pub BTreeMap<String, String>);
+
+impl Events {
+    pub fn of<'a>(&'a self, message_id: &'a str) -> &'a str {
+        let base = message_id.split_once('.').map_or(message_id, |(b, _)| b);
+        self.0
+            .get(message_id)
+            .or_else(|| self.0.get(base))
+            .map(String::as_str)
+            .unwrap_or(message_id)
+    }
+}
+
+/// Per business event (eventId), from what the producer believes it
+/// delivered (confirmed, or sent without confirms), the business rows in
+/// PostgreSQL and what still sits in the lab's queues (a DLQ, a parking
+/// queue, a queue it loops in):
+/// - `lost`: believed delivered, never applied by any service, in no queue;
+/// - `duplicatesApplied`: business effects beyond the first per (service, eventId);
+/// - `unexpected`: applied, never believed delivered.
 pub fn total_queue(
     entries: &[Entry],
     ground: &Ground,
     queued: &BTreeSet<String>,
+    events: &Events,
 ) -> Vec<(Check, usize)> {
-    let confirmed: BTreeSet<&str> = entries
+    let sent: BTreeSet<&str> = entries
         .iter()
-        .filter(|e| e.is(Role::Producer, Status::Confirmed))
+        .filter(|e| {
+            e.is(Role::Producer, Status::Confirmed) || e.is(Role::Producer, Status::Unconfirmed)
+        })
         .filter_map(|e| e.get("messageId"))
+        .map(|m| events.of(m))
         .collect();
-    let applied: BTreeSet<&str> = ground.business.iter().map(|(_, m)| m.as_str()).collect();
-    let lost = confirmed
+    let applied: BTreeSet<&str> = ground.business.iter().map(|(_, e)| e.as_str()).collect();
+    let lost = sent
         .iter()
-        .filter(|m| !applied.contains(*m) && !queued.contains(**m))
+        .filter(|e| !applied.contains(*e) && !queued.contains(**e))
         .count();
-    let unexpected = applied.iter().filter(|m| !confirmed.contains(*m)).count();
+    let unexpected = applied.iter().filter(|e| !sent.contains(*e)).count();
     Check::ALL
         .iter()
         .map(|(c, _, _)| {
@@ -94,6 +119,13 @@ pub fn evaluate(c: &CounterRef, entries: &[Entry], obs: &Observed) -> Result<Str
             .collect::<BTreeSet<_>>()
             .len()
             .to_string(),
+        Counter::UniqueEvents => consumer(Status::Received)
+            .filter(on_queue)
+            .filter_map(|e| e.get("messageId"))
+            .map(|m| obs.events.of(m))
+            .collect::<BTreeSet<_>>()
+            .len()
+            .to_string(),
         Counter::Redelivered => consumer(Status::Received)
             .filter(on_queue)
             .filter(|e| e.get("redelivered") == Some("true"))
@@ -130,6 +162,30 @@ pub fn evaluate(c: &CounterRef, entries: &[Entry], obs: &Observed) -> Result<Str
             }
         }
         Counter::DlqMoves => consumer(Status::PoisonToDlq).count().to_string(),
+        Counter::Returned => entries
+            .iter()
+            .filter(|e| e.is(Role::Producer, Status::Returned))
+            .count()
+            .to_string(),
+        Counter::Published => entries
+            .iter()
+            .filter(|e| {
+                e.role == Role::Producer.name()
+                    && e.get("status").is_some_and(|s| {
+                        s.parse::<Status>().is_ok_and(|s| {
+                            matches!(
+                                s,
+                                Status::Confirmed
+                                    | Status::Nacked
+                                    | Status::ConfirmTimeout
+                                    | Status::Unconfirmed
+                                    | Status::Returned
+                            )
+                        })
+                    })
+            })
+            .count()
+            .to_string(),
         Counter::CrashExitCode => return known(obs.crash_exit_code.map(i64::from), "crash"),
         Counter::CrashAfterBusinessCommit => return known(obs.crash_business_rows, "crash"),
         Counter::ConsumerExitCode => {
@@ -238,8 +294,9 @@ pub enum Point {
     Checks {
         after_line: usize,
         ground: Ground,
-        /// Message ids still sitting in the lab's queues.
+        /// The eventIds of the messages still sitting in the lab's queues.
         queued: BTreeSet<String>,
+        events: Events,
     },
 }
 
@@ -282,7 +339,12 @@ pub fn judge(point: &Point, entries: &[Entry]) -> Vec<(Outcome, String)> {
                 (outcome, line)
             })
             .collect(),
-        Point::Checks { ground, queued, .. } => total_queue(entries, ground, queued)
+        Point::Checks {
+            ground,
+            queued,
+            events,
+            ..
+        } => total_queue(entries, ground, queued, events)
             .into_iter()
             .map(|(check, value)| {
                 let (line, pass) = assert_line(check.name(), "0", &Ok(value.to_string()));
@@ -374,11 +436,11 @@ mod tests {
 
     #[test]
     fn duplicates_applied_counts_extra_business_rows() {
-        let row = |c: &str, m: &str| (c.to_string(), m.to_string());
+        let row = |c: &str, e: &str| (c.to_string(), e.to_string());
         let mut obs = Observed::default();
-        obs.ground.business = vec![row("a", "mid-1"), row("a", "mid-2"), row("b", "mid-1")];
+        obs.ground.business = vec![row("a", "E1"), row("a", "E2"), row("b", "E1")];
         assert_eq!(eval("duplicatesApplied", &[], &obs), "0");
-        obs.ground.business.push(row("a", "mid-1"));
+        obs.ground.business.push(row("a", "E1"));
         assert_eq!(eval("duplicatesApplied", &[], &obs), "1");
         assert_eq!(eval("businessRows", &[], &obs), "4");
     }
@@ -398,47 +460,103 @@ mod tests {
     /// Jepsen-style: literal histories for each verdict.
     #[test]
     fn total_queue_verdicts() {
-        let row = |m: &str| ("c".to_string(), m.to_string());
+        let row = |e: &str| ("svc".to_string(), e.to_string());
+        let events = Events(
+            [
+                ("mid-1", "E1"),
+                ("mid-2", "E2"),
+                ("mid-3", "E3"),
+                ("mid-4", "E1"),
+            ]
+            .iter()
+            .map(|(m, e)| (m.to_string(), e.to_string()))
+            .collect(),
+        );
         let confirmed = entries(&[
             "[producer] messageId=mid-1 status=confirmed",
             "[producer] messageId=mid-2 status=confirmed",
             "[producer] messageId=mid-3 status=confirmed",
         ]);
-        let get = |ground: &Ground, dlq: &[&str]| {
-            let dlq = dlq.iter().map(|s| s.to_string()).collect();
-            total_queue(&confirmed, ground, &dlq)
+        let get = |lines: &[Entry], ground: &Ground, queued: &[&str]| {
+            let queued = queued.iter().map(|s| s.to_string()).collect();
+            total_queue(lines, ground, &queued, &events)
                 .into_iter()
                 .map(|(_, n)| n)
                 .collect::<Vec<_>>()
         };
         let mut g = Ground {
-            business: vec![row("mid-1"), row("mid-2"), row("mid-3")],
+            business: vec![row("E1"), row("E2"), row("E3")],
             processed_rows: 3,
         };
-        assert_eq!(get(&g, &[]), vec![0, 0, 0]);
-        g.business.push(row("mid-1"));
+        assert_eq!(get(&confirmed, &g, &[]), vec![0, 0, 0]);
+        g.business.push(row("E1"));
         assert_eq!(
-            get(&g, &[]),
+            get(&confirmed, &g, &[]),
             vec![0, 1, 0],
             "a second effect is a duplicate"
         );
-        g.business = vec![row("mid-2"), row("mid-3")];
+        g.business = vec![row("E2"), row("E3")];
         assert_eq!(
-            get(&g, &[]),
+            get(&confirmed, &g, &[]),
             vec![1, 0, 0],
-            "mid-1 confirmed, never applied"
+            "E1 confirmed, never applied"
         );
         assert_eq!(
-            get(&g, &["mid-1"]),
+            get(&confirmed, &g, &["E1"]),
             vec![0, 0, 0],
             "still queued (a DLQ) is not lost"
         );
-        g.business.push(row("mid-9"));
+        g.business.push(row("E9"));
         assert_eq!(
-            get(&g, &["mid-1"]),
+            get(&confirmed, &g, &["E1"]),
             vec![0, 0, 1],
             "applied, never published"
         );
+
+        // An upstream resend: mid-4 carries E1 again. The inbox applied E1
+        // once: nothing lost (the message id is transport detail).
+        let resent = entries(&[
+            "[producer] messageId=mid-1 status=confirmed",
+            "[producer] messageId=mid-2 status=confirmed",
+            "[producer] messageId=mid-3 status=confirmed",
+            "[producer] messageId=mid-4 status=confirmed",
+        ]);
+        let once = Ground {
+            business: vec![row("E1"), row("E2"), row("E3")],
+            processed_rows: 3,
+        };
+        assert_eq!(get(&resent, &once, &[]), vec![0, 0, 0]);
+        // A consumer that applied both copies: one duplicate of E1.
+        let twice = Ground {
+            business: vec![row("E1"), row("E2"), row("E3"), row("E1")],
+            processed_rows: 0,
+        };
+        assert_eq!(get(&resent, &twice, &[]), vec![0, 1, 0]);
+        // Two services each applying E1 once are not duplicates.
+        let two = Ground {
+            business: vec![
+                row("E1"),
+                ("other".into(), "E1".into()),
+                row("E2"),
+                row("E3"),
+            ],
+            processed_rows: 0,
+        };
+        assert_eq!(get(&resent, &two, &[]), vec![0, 0, 0]);
+        // A producer resend after a lost confirm: `mid-2.2` is E2.
+        let producer_resend = entries(&[
+            "[producer] messageId=mid-1 status=confirmed",
+            "[producer] messageId=mid-2.2 status=confirmed",
+            "[producer] messageId=mid-3 status=confirmed",
+        ]);
+        assert_eq!(get(&producer_resend, &once, &[]), vec![0, 0, 0]);
+        // Sent without confirms, never applied: lost all the same.
+        let unconfirmed = entries(&["[producer] messageId=mid-1 status=unconfirmed"]);
+        let none = Ground::default();
+        assert_eq!(get(&unconfirmed, &none, &[]), vec![1, 0, 0]);
+        // Returned (and parked): the producer knows; not lost.
+        let returned = entries(&["[producer] messageId=mid-1 status=returned"]);
+        assert_eq!(get(&returned, &none, &[]), vec![0, 0, 0]);
     }
 
     #[test]

@@ -276,14 +276,34 @@ fn cmd_list(project: &Project) -> Result<i32> {
         out!("  {name:<26} {doc}");
         match t {
             Target::Consumer => {
+                out!("    kill, then restart; on a consume step, at a window its pattern passes:");
                 for (w, wname, wdoc) in crate::vocab::Window::ALL {
                     let used: Vec<&str> = PATTERNS
                         .iter()
                         .filter(|p| p.windows().contains(w))
                         .map(|p| p.pattern.name())
                         .collect();
-                    out!("    {wname:<24} {wdoc} [{}]", used.join(", "));
+                    if !used.is_empty() {
+                        out!("    {wname:<24} {wdoc} [{}]", used.join(", "));
+                    }
                 }
+            }
+            Target::Producer => {
+                out!("    kill, then restart (it resends what it never saw confirmed); on a publish step:");
+                for w in crate::vocab::PRODUCER_WINDOWS {
+                    out!("    {:<24} {}", w.name(), w.doc());
+                }
+            }
+            Target::Network => {
+                for (a, w) in crate::vocab::NETWORK_WINDOWS {
+                    out!("    {:<24} {}: {}", w.name(), a.name(), a.doc());
+                }
+            }
+            Target::Broker => {
+                out!(
+                    "    restart, in a step of its own: {}",
+                    crate::vocab::FaultAction::Restart.doc()
+                );
             }
         }
     }
@@ -396,14 +416,14 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32, Error> {
                 false => Environment::Local(Box::new(LocalEnv::start(&opts).await?)),
             })
         };
-        let env = tokio::select! {
+        let mut env = tokio::select! {
             env = start => env.map_err(Error::Environment)?,
             sig = interrupted() => return Err(Error::Interrupted(sig)),
         };
         sink.on(&Event::EnvReady(env.info())).ok();
-        let suite = Suite {
+        let mut suite = Suite {
             project,
-            endpoints: env.endpoints(),
+            env: &mut env,
             exe: &exe,
             run_dir: run_dir.path(),
             update: args.update,

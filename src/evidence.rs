@@ -326,6 +326,8 @@ pub fn mermaid(lines: &[String]) -> String {
     let mut body = Vec::new();
     let mut has_db = false;
     let mut has_dlq = false;
+    let mut has_broker = false;
+    let mut has_network = false;
     let queue = |name: &str, queues: &mut Vec<String>| -> String {
         if !queues.iter().any(|q| q == name) {
             queues.push(name.to_string());
@@ -341,16 +343,44 @@ pub fn mermaid(lines: &[String]) -> String {
             continue;
         };
         match role {
-            Role::Producer => {
-                if matches!(
-                    status,
-                    Status::Confirmed | Status::Nacked | Status::Unconfirmed
-                ) {
+            Role::Producer => match status {
+                Status::Confirmed
+                | Status::Nacked
+                | Status::Unconfirmed
+                | Status::ConfirmTimeout
+                | Status::Returned
+                | Status::Parked => {
                     let q = queue(e.get("destination").unwrap_or("?"), &mut queues);
                     body.push(format!(
                         "    P->>{q}: {mid} [{}] {status}",
                         e.get("routingKey").unwrap_or("")
                     ));
+                }
+                Status::CrashInjected => body.push(format!(
+                    "    Note over P: SIGKILL at the fault window ({mid}); a new producer process resends what it never saw confirmed"
+                )),
+                _ => {}
+            },
+            Role::Fault => {
+                let action = e.get("action").unwrap_or("?");
+                match (e.get("target"), status) {
+                    (Some("broker"), Status::Injected) => {
+                        has_broker = true;
+                        body.push(format!("    Note over B: broker {action}: SIGKILL, then started on the same data"));
+                    }
+                    (Some("broker"), Status::Healed) => {
+                        has_broker = true;
+                        body.push("    Note over B: ready again".to_string());
+                    }
+                    (Some("network"), Status::Injected) => {
+                        has_network = true;
+                        let what = match action {
+                            "cut" => format!("the ack of {mid} dropped, the connection cut"),
+                            _ => format!("the confirm of {mid} held back"),
+                        };
+                        body.push(format!("    Note over N: {what}"));
+                    }
+                    _ => {}
                 }
             }
             Role::Consumer => {
@@ -407,8 +437,10 @@ pub fn mermaid(lines: &[String]) -> String {
                         ));
                         next_is_new_process = true;
                     }
-                    Status::Confirmed | Status::Nacked | Status::Unconfirmed | Status::Snapshot => {
-                    }
+                    Status::ConnectionLost => body.push(format!(
+                        "    Note over {c}: connection lost; the same process connects again"
+                    )),
+                    _ => {}
                 }
             }
             Role::Inspect | Role::Assert | Role::Check => {}
@@ -423,6 +455,12 @@ pub fn mermaid(lines: &[String]) -> String {
     }
     if has_dlq {
         out.push_str("    participant DLQ as DLQ\n");
+    }
+    if has_network {
+        out.push_str("    participant N as network (the harness's proxy)\n");
+    }
+    if has_broker {
+        out.push_str("    participant B as RabbitMQ node\n");
     }
     if has_db {
         out.push_str("    participant DB as PostgreSQL\n");

@@ -66,6 +66,18 @@ pub struct ProducerConfig {
     /// What the lines call `destination` (the exchange, or the queue behind the default exchange).
     pub destination: String,
     pub messages: Vec<OutMessage>,
+    pub confirm: bool,
+    pub mandatory: bool,
+    pub persistent: bool,
+    /// Where a returned message is published (confirmed).
+    pub park: Option<String>,
+    /// No confirm within this: log `confirm_timeout` and send again.
+    pub confirm_timeout_ms: Option<u64>,
+    /// The producer's own record of what it sent and what was confirmed
+    /// (its outbox): a restarted producer resends what it sent and never
+    /// saw confirmed, and skips what was.
+    pub journal: std::path::PathBuf,
+    pub fault: Option<FaultPoint>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -92,8 +104,9 @@ pub struct ConsumerConfig {
     pub queue: String,
     /// The name in the log lines.
     pub consumer: String,
-    /// The inbox key's consumer part: stable across restarts.
-    pub inbox_name: String,
+    /// The consuming service: the inbox key's consumer part and the owner of
+    /// the business rows; stable across restarts.
+    pub service: String,
     pub pattern: Pattern,
     pub prefetch: u16,
     /// Exit after this many distinct messages reached a final outcome.
@@ -102,6 +115,8 @@ pub struct ConsumerConfig {
     pub max_deliveries: Option<usize>,
     pub retry: Option<RetryPolicy>,
     pub fault: Option<FaultPoint>,
+    /// On a lost connection, connect again and go on (else: exit with an error).
+    pub reconnect: bool,
 }
 
 #[cfg(test)]
@@ -116,6 +131,13 @@ mod tests {
             exchange: String::new(),
             destination: "q".into(),
             messages: vec![],
+            confirm: true,
+            mandatory: false,
+            persistent: true,
+            park: None,
+            confirm_timeout_ms: None,
+            journal: "/tmp/j".into(),
+            fault: None,
         }));
         let json = e.to_json();
         assert!(json.contains("\"role\":\"producer\""), "{json}");

@@ -17,18 +17,20 @@ use nix::unistd::Pid;
 use sqlx::PgConnection;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
+use tokio::sync::mpsc;
 
-use crate::checker::{self, Asserted, History, LabVerdict, Observed, Outcome, Point};
-use crate::env::{process, Endpoints};
+use crate::checker::{self, Asserted, Events, History, LabVerdict, Observed, Outcome, Point};
+use crate::env::{process, Endpoints, Environment};
 use crate::events::{Event, Sink};
-use crate::lab::{Action, Assertion, Consume, Fault, Lab, Project, Publish};
+use crate::faults::proxy::{Proxy, ProxyEvent, Rule};
+use crate::lab::{Action, Assertion, Consume, Fault, Lab, Project, Publish, Settle};
 use crate::protocol::{
     ConsumerConfig, Envelope, FaultPoint, OutMessage, ProducerConfig, RetryPolicy, RoleConfig,
 };
 use crate::snapshot;
 use crate::store;
 use crate::transcript::{Entry, Record, Transcript};
-use crate::vocab::{Role, Status};
+use crate::vocab::{FaultAction, Role, Status, Target, Window};
 
 /// The snapshot comparison of one run.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -94,10 +96,11 @@ pub fn database_for(lab: &str) -> String {
     format!("lab_{}", lab.replace(['-', '.', '@'], "_"))
 }
 
-/// Where a suite runs and what it may touch.
+/// Where a suite runs and what it may touch. The runner holds the
+/// environment itself, not only its endpoints: a broker fault is a lab step.
 pub struct Suite<'a> {
     pub project: &'a Project,
-    pub endpoints: &'a Endpoints,
+    pub env: &'a mut Environment,
     pub exe: &'a Path,
     /// Role logs go under `run_dir/roles/<run>/`.
     pub run_dir: &'a Path,
@@ -108,7 +111,7 @@ pub struct Suite<'a> {
 impl Suite<'_> {
     /// Runs the labs one after the other; each ends in a [`RunRecord`],
     /// pushed as soon as it is over (an interrupted suite keeps what ended).
-    pub async fn run(&self, labs: &[Lab], records: &mut Vec<RunRecord>, sink: &mut dyn Sink) {
+    pub async fn run(&mut self, labs: &[Lab], records: &mut Vec<RunRecord>, sink: &mut dyn Sink) {
         for (index, lab) in labs.iter().enumerate() {
             let run = lab.run_name();
             let _ = sink.on(&Event::LabStarted {
@@ -122,16 +125,21 @@ impl Suite<'_> {
         }
     }
 
-    async fn run_one(&self, lab: &Lab, sink: &mut dyn Sink) -> RunRecord {
+    async fn run_one(&mut self, lab: &Lab, sink: &mut dyn Sink) -> RunRecord {
         let started = Instant::now();
         let run = lab.run_name();
+        let endpoints = self.env.endpoints().clone();
         let mut ctx = Ctx {
             lab,
             run: run.clone(),
-            endpoints: self.endpoints,
+            role_endpoints: endpoints.clone(),
+            endpoints,
+            env: &mut *self.env,
             exe: self.exe,
             logs: self.run_dir.join("roles").join(&run),
             conns: None,
+            proxy: None,
+            step: 0,
             transcript: Transcript::default(),
             observed: Observed::default(),
             outcomes: Vec::new(),
@@ -199,10 +207,17 @@ struct Conns {
 struct Ctx<'a> {
     lab: &'a Lab,
     run: String,
-    endpoints: &'a Endpoints,
+    /// The servers themselves (the harness's own connections).
+    endpoints: Endpoints,
+    /// What roles connect to: the broker through the proxy.
+    role_endpoints: Endpoints,
+    env: &'a mut Environment,
     exe: &'a Path,
     logs: PathBuf,
     conns: Option<Conns>,
+    proxy: Option<(Proxy, mpsc::UnboundedReceiver<ProxyEvent>)>,
+    /// The index of the running step (journal files are per step).
+    step: usize,
     transcript: Transcript,
     observed: Observed,
     outcomes: Vec<Outcome>,
@@ -235,12 +250,44 @@ impl Ctx<'_> {
         drop(admin);
         let mut db = store::connect(&self.endpoints.pg_url(&db_name)).await?;
         store::migrate(&mut db).await?;
-        let amqp = crate::amqp::connect(&self.endpoints.amqp_url(&vhost_for(&self.run))).await?;
-        let channel = amqp.create_channel().await?;
+        let (amqp, channel) = self.connect_broker().await?;
         crate::amqp::declare(&channel, &self.lab.topology).await?;
         std::fs::create_dir_all(&self.logs)?;
         self.conns = Some(Conns { amqp, channel, db });
+        let upstream = format!("{}:{}", self.endpoints.amqp_host, self.endpoints.amqp_port)
+            .parse()
+            .context("the broker's address")?;
+        let (proxy, events) = Proxy::start(upstream).await?;
+        self.role_endpoints.amqp_port = proxy.port;
+        self.proxy = Some((proxy, events));
+        self.observed.events = Events(
+            self.lab
+                .steps
+                .iter()
+                .filter_map(|s| match &s.action {
+                    Action::Publish(p) => Some(p.messages.iter()),
+                    _ => None,
+                })
+                .flatten()
+                .map(|m| {
+                    (
+                        m.meta.message_id.clone(),
+                        store::event_id(m.body.as_bytes(), &m.meta.message_id),
+                    )
+                })
+                .collect(),
+        );
         Ok(())
+    }
+
+    async fn connect_broker(&self) -> Result<(lapin::Connection, Channel)> {
+        let amqp = crate::amqp::connect(&self.endpoints.amqp_url(&vhost_for(&self.run))).await?;
+        let channel = amqp.create_channel().await?;
+        Ok((amqp, channel))
+    }
+
+    fn proxy(&self) -> &Proxy {
+        &self.proxy.as_ref().expect("prepared before any step").0
     }
 
     fn conns(&mut self) -> &mut Conns {
@@ -252,14 +299,20 @@ impl Ctx<'_> {
     async fn run_steps(&mut self) -> Result<()> {
         self.prepare().await?;
         let lab = self.lab;
-        for step in &lab.steps {
+        for (i, step) in lab.steps.iter().enumerate() {
+            self.step = i;
             let phase = step.action.phase();
             self.phase(&phase);
             failpoint(&phase);
             match &step.action {
-                Action::Publish(p) => self.publish(p).await?,
+                Action::Publish(p) => self.publish(p, step.fault.as_ref(), &phase).await?,
                 Action::Consume(c) => self.consume(c, step.fault.as_ref()).await?,
                 Action::Inspect(fields) => self.inspect(fields).await?,
+                Action::Broker(action) => self.broker(*action).await?,
+            }
+            if let Some(rule) = self.proxy().armed() {
+                self.proxy().disarm();
+                bail!("phase {phase}: the network fault never happened ({rule:?}): the role never sent or received that frame");
             }
             self.assert(&step.asserts).await?;
         }
@@ -327,10 +380,10 @@ impl Ctx<'_> {
         }
     }
 
-    async fn publish(&mut self, p: &Publish) -> Result<()> {
-        let cfg = ProducerConfig {
+    fn producer_config(&self, p: &Publish, fault: Option<FaultPoint>) -> ProducerConfig {
+        ProducerConfig {
             lab: self.lab.name.clone(),
-            amqp_url: self.endpoints.amqp_url(&vhost_for(&self.run)),
+            amqp_url: self.role_endpoints.amqp_url(&vhost_for(&self.run)),
             exchange: p.exchange.clone(),
             destination: p.destination().to_string(),
             messages: p
@@ -342,64 +395,285 @@ impl Ctx<'_> {
                     body: m.body.clone(),
                 })
                 .collect(),
-        };
-        let phase = format!("publish({})", p.destination());
+            confirm: p.confirm,
+            mandatory: p.mandatory,
+            persistent: p.persistent,
+            park: p.park.clone(),
+            confirm_timeout_ms: p.confirm_timeout_ms,
+            journal: self.logs.join(format!("producer-{}.journal", self.step)),
+            fault,
+        }
+    }
+
+    async fn publish(&mut self, p: &Publish, fault: Option<&Fault>, phase: &str) -> Result<()> {
         let secs = p.deadline_secs;
         let deadline = Instant::now() + Duration::from_secs(secs);
-        let mut proc = self.spawn_role(RoleConfig::Producer(cfg))?;
-        while let Some(line) = self.next_line(&mut proc, &phase, deadline, secs).await? {
-            self.emit(Role::Producer, &line);
+        match fault {
+            Some(f) if f.target == Target::Producer => {
+                let killed = self.producer_config(p, Some(point_of(f)));
+                let mut proc = self.spawn_role(RoleConfig::Producer(killed))?;
+                self.kill_at_marker(&mut proc, Role::Producer, f, phase, deadline, secs)
+                    .await?;
+                self.assert(&f.asserts).await?;
+            }
+            // The proxy holds the confirm; the producer times out and sends again.
+            Some(f) => self.proxy().arm(Rule::HoldConfirm {
+                message: f.message.clone(),
+            }),
+            None => {}
         }
-        let code = self.wait_exit(&mut proc, &phase, deadline, secs).await?;
+        // After a kill, the restarted producer reads the same journal.
+        let cfg = self.producer_config(p, None);
+        let mut proc = self.spawn_role(RoleConfig::Producer(cfg))?;
+        self.follow(&mut proc, Role::Producer, phase, deadline, secs, None)
+            .await?;
+        let code = self.wait_exit(&mut proc, phase, deadline, secs).await?;
         if code != 0 {
             bail!(
                 "the producer exited with {code}; last lines of its log:\n{}",
                 process::tail(&proc.log, 10)
             );
         }
+        if let Some(f) = fault.filter(|f| f.target == Target::Network) {
+            self.assert(&f.asserts).await?;
+        }
         Ok(())
     }
 
-    fn consumer_config(&self, c: &Consume, fault: Option<FaultPoint>) -> ConsumerConfig {
+    /// Reads a role's lines until it exits (or, given a message, until its
+    /// window marker for it; then `true`). The proxy's faults are written
+    /// into the transcript just before the role's line that shows their
+    /// effect, so lines come in the order of cause and effect, every run.
+    async fn follow(
+        &mut self,
+        proc: &mut RoleProc,
+        role: Role,
+        phase: &str,
+        deadline: Instant,
+        secs: u64,
+        until_marker: Option<&str>,
+    ) -> Result<bool> {
+        while let Some(line) = self.next_line(proc, phase, deadline, secs).await? {
+            let entry = Entry::parse(&format!("[{role}] {line}"));
+            let status = entry
+                .as_ref()
+                .and_then(|e| e.get("status"))
+                .and_then(|s| s.parse::<Status>().ok());
+            if matches!(
+                status,
+                Some(Status::ConnectionLost | Status::ConfirmTimeout)
+            ) {
+                self.proxy_effect(phase, deadline).await?;
+            }
+            self.emit(role, &line);
+            if status == Some(Status::ConnectionLost) {
+                self.after_cut(phase, deadline).await?;
+            }
+            if let (Some(m), Some(Status::CrashInjected)) = (until_marker, status) {
+                if entry.as_ref().and_then(|e| e.get("messageId")) == Some(m) {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// The proxy acted: its `[fault]` line, from its event.
+    async fn proxy_effect(&mut self, phase: &str, deadline: Instant) -> Result<()> {
+        let rx = &mut self.proxy.as_mut().expect("prepared before any step").1;
+        let Ok(Some(event)) = tokio::time::timeout_at(deadline.into(), rx.recv()).await else {
+            bail!("phase {phase}: a role lost its connection or a confirm, and the proxy did not cause it");
+        };
+        let (action, window, message) = match &event {
+            ProxyEvent::Cut { message } => {
+                (FaultAction::Cut, Window::AfterCommitBeforeAck, message)
+            }
+            ProxyEvent::Held { message } => (
+                FaultAction::Hold,
+                Window::AfterPublishBeforeConfirm,
+                message,
+            ),
+        };
+        let line = Record::new(&self.lab.name)
+            .with("target", Target::Network)
+            .with("action", action)
+            .with("window", window)
+            .with("messageId", message)
+            .status(Status::Injected);
+        self.emit(Role::Fault, &line);
+        Ok(())
+    }
+
+    /// After a cut the broker must have dropped the old connection (and
+    /// requeued its unacked message) before the consumer may connect again:
+    /// the proxy holds new connections until then.
+    async fn after_cut(&mut self, phase: &str, deadline: Instant) -> Result<()> {
+        let queues: Vec<String> = self.lab.queue_names().map(str::to_string).collect();
+        for q in &queues {
+            self.await_consumers_gone(q, phase, deadline).await?;
+        }
+        self.proxy().release();
+        Ok(())
+    }
+
+    /// Follows a role to its window marker, then kills it there.
+    async fn kill_at_marker(
+        &mut self,
+        proc: &mut RoleProc,
+        role: Role,
+        f: &Fault,
+        phase: &str,
+        deadline: Instant,
+        secs: u64,
+    ) -> Result<()> {
+        if !self
+            .follow(proc, role, phase, deadline, secs, Some(&f.message))
+            .await?
+        {
+            let code = self.wait_exit(proc, phase, deadline, secs).await?;
+            bail!(
+                "the {role} exited with {code} before reaching window `{}` for {}; last lines of its log:\n{}",
+                f.window,
+                f.message,
+                process::tail(&proc.log, 10)
+            );
+        }
+        self.kill_marked(proc, role, f, phase, deadline, secs).await
+    }
+
+    /// The role blocks at its marker: ground truth now, then SIGKILL, reap,
+    /// and the crash recorded.
+    async fn kill_marked(
+        &mut self,
+        proc: &mut RoleProc,
+        role: Role,
+        f: &Fault,
+        phase: &str,
+        deadline: Instant,
+        secs: u64,
+    ) -> Result<()> {
+        // Ground truth at the moment of the kill, before anything can change it.
+        self.observed.crash_business_rows =
+            Some(store::business_rows_for(&mut self.conns().db, &f.message).await?);
+        let pid = proc.child.id().context("role already reaped")?;
+        signal::kill(Pid::from_raw(pid as i32), Signal::SIGKILL)?;
+        let code = self.wait_exit(proc, phase, deadline, secs).await?;
+        while let Some(line) = self.next_line(proc, phase, deadline, secs).await? {
+            self.emit(role, &line);
+        }
+        self.observed.crash_exit_code = Some(code);
+        Ok(())
+    }
+
+    /// A broker fault between steps: killed and started again on the same
+    /// data. The harness reconnects and declares the topology again, as an
+    /// application does when it connects.
+    async fn broker(&mut self, action: FaultAction) -> Result<()> {
+        let line = |lab: &str, status| {
+            Record::new(lab)
+                .with("target", Target::Broker)
+                .with("action", action)
+                .status(status)
+        };
+        self.emit(Role::Fault, &line(&self.lab.name, Status::Injected));
+        self.env.restart_broker().await?;
+        let (amqp, channel) = self.connect_broker().await?;
+        crate::amqp::declare(&channel, &self.lab.topology).await?;
+        let c = self.conns();
+        c.amqp = amqp;
+        c.channel = channel;
+        self.emit(Role::Fault, &line(&self.lab.name, Status::Healed));
+        Ok(())
+    }
+
+    fn consumer_config(
+        &self,
+        c: &Consume,
+        settle: usize,
+        fault: Option<FaultPoint>,
+    ) -> ConsumerConfig {
         ConsumerConfig {
             lab: self.lab.name.clone(),
-            amqp_url: self.endpoints.amqp_url(&vhost_for(&self.run)),
+            amqp_url: self.role_endpoints.amqp_url(&vhost_for(&self.run)),
             database_url: self.endpoints.pg_url(&database_for(&self.run)),
             queue: c.queue.clone(),
             consumer: "consumer-1".into(),
-            inbox_name: format!("{}:{}", crate::transcript::SERVICE, c.queue),
+            service: c.service.clone(),
             pattern: c.pattern,
             prefetch: c.prefetch,
-            settle: c.settle,
+            settle,
             max_deliveries: c.max_deliveries,
             retry: c.retry.as_ref().map(|r| RetryPolicy {
                 max_attempts: r.max_attempts,
                 dlq: r.dlq.clone(),
             }),
             fault,
+            reconnect: false,
         }
     }
 
     async fn consume(&mut self, c: &Consume, fault: Option<&Fault>) -> Result<()> {
         let phase = format!("consume({})", c.queue);
-        let deadline = Instant::now() + Duration::from_secs(c.deadline_secs);
-        if let Some(f) = fault {
-            self.kill_at_window(c, f, &phase, deadline).await?;
-        }
-        let mut cfg = self.consumer_config(c, None);
-        if let Some(n) = fault.and_then(|f| f.restart_settle) {
-            cfg.settle = n;
+        let secs = c.deadline_secs;
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        let settle = match c.settle {
+            Settle::Count(n) => n,
+            // What the queue holds now, each message once.
+            Settle::Drain => {
+                crate::amqp::queue_state(&self.conns().channel, &c.queue)
+                    .await?
+                    .0 as usize
+            }
+        };
+        let mut cfg = self.consumer_config(c, settle, None);
+        match fault {
+            Some(f) if f.target == Target::Consumer => {
+                let killed = self.consumer_config(c, settle, Some(point_of(f)));
+                let mut proc = self.spawn_role(RoleConfig::Consumer(killed))?;
+                if !self
+                    .follow(
+                        &mut proc,
+                        Role::Consumer,
+                        &phase,
+                        deadline,
+                        secs,
+                        Some(&f.message),
+                    )
+                    .await?
+                {
+                    let code = self.wait_exit(&mut proc, &phase, deadline, secs).await?;
+                    bail!(
+                        "the consumer exited with {code} before reaching window `{}` for {}; last lines of its log:\n{}",
+                        f.window,
+                        f.message,
+                        process::tail(&proc.log, 10)
+                    );
+                }
+                if let Some(depth) = f.kill_at_depth {
+                    self.await_depth(&c.queue, depth, &phase, deadline).await?;
+                }
+                self.kill_marked(&mut proc, Role::Consumer, f, &phase, deadline, secs)
+                    .await?;
+                self.assert(&f.asserts).await?;
+                self.await_consumers_gone(&c.queue, &phase, deadline)
+                    .await?;
+                if let Some(n) = f.restart_settle {
+                    cfg.settle = n;
+                }
+            }
+            Some(f) => {
+                // The proxy drops the ack and cuts; the same process reconnects.
+                self.proxy().arm(Rule::CutOnAck {
+                    message: f.message.clone(),
+                });
+                cfg.reconnect = true;
+            }
+            None => {}
         }
         let mut proc = self.spawn_role(RoleConfig::Consumer(cfg))?;
-        while let Some(line) = self
-            .next_line(&mut proc, &phase, deadline, c.deadline_secs)
-            .await?
-        {
-            self.emit(Role::Consumer, &line);
-        }
-        let code = self
-            .wait_exit(&mut proc, &phase, deadline, c.deadline_secs)
+        self.follow(&mut proc, Role::Consumer, &phase, deadline, secs, None)
             .await?;
+        let code = self.wait_exit(&mut proc, &phase, deadline, secs).await?;
         self.observed.consumer_exit_code = Some(code);
         if code != 0 {
             tracing::warn!(
@@ -407,70 +681,10 @@ impl Ctx<'_> {
                 process::tail(&proc.log, 10)
             );
         }
+        if let Some(f) = fault.filter(|f| f.target == Target::Network) {
+            self.assert(&f.asserts).await?;
+        }
         Ok(())
-    }
-
-    /// A consumer that blocks at the fault's window, killed there; then the
-    /// broker must have dropped it before the next consumer starts.
-    async fn kill_at_window(
-        &mut self,
-        c: &Consume,
-        f: &Fault,
-        phase: &str,
-        deadline: Instant,
-    ) -> Result<()> {
-        let cfg = self.consumer_config(
-            c,
-            Some(FaultPoint {
-                window: f.window,
-                message: f.message.clone(),
-            }),
-        );
-        let mut proc = self.spawn_role(RoleConfig::Consumer(cfg))?;
-        let mut marked = false;
-        while let Some(line) = self
-            .next_line(&mut proc, phase, deadline, c.deadline_secs)
-            .await?
-        {
-            self.emit(Role::Consumer, &line);
-            if Entry::parse(&format!("[consumer] {line}"))
-                .is_some_and(|e| e.is(Role::Consumer, Status::CrashInjected))
-            {
-                marked = true;
-                break;
-            }
-        }
-        if !marked {
-            let code = self
-                .wait_exit(&mut proc, phase, deadline, c.deadline_secs)
-                .await?;
-            bail!(
-                "the consumer exited with {code} before reaching window `{}` for {}; last lines of its log:\n{}",
-                f.window,
-                f.message,
-                process::tail(&proc.log, 10)
-            );
-        }
-        if let Some(depth) = f.kill_at_depth {
-            self.await_depth(&c.queue, depth, phase, deadline).await?;
-        }
-        // Ground truth at the moment of the kill, before anything can change it.
-        self.observed.crash_business_rows =
-            Some(store::business_rows_for(&mut self.conns().db, &f.message).await?);
-        let pid = proc.child.id().context("consumer already reaped")?;
-        signal::kill(Pid::from_raw(pid as i32), Signal::SIGKILL)?;
-        let code = self
-            .wait_exit(&mut proc, phase, deadline, c.deadline_secs)
-            .await?;
-        while let Some(line) = self
-            .next_line(&mut proc, phase, deadline, c.deadline_secs)
-            .await?
-        {
-            self.emit(Role::Consumer, &line);
-        }
-        self.observed.crash_exit_code = Some(code);
-        self.assert(&f.asserts).await?;
-        self.await_consumers_gone(&c.queue, phase, deadline).await
     }
 
     /// After a kill the broker requeues the dead channel's unacked messages
@@ -532,12 +746,14 @@ impl Ctx<'_> {
         let mut queued = BTreeSet::new();
         let queues: Vec<String> = self.lab.queue_names().map(str::to_string).collect();
         for q in &queues {
-            queued.extend(crate::amqp::peek_message_ids(&self.conns().amqp, q).await?);
+            let peeked = crate::amqp::peek(&self.conns().amqp, q).await?;
+            queued.extend(peeked.iter().map(|(mid, body)| store::event_id(body, mid)));
         }
         let point = Point::Checks {
             after_line: self.transcript.lines().len(),
             ground,
             queued,
+            events: self.observed.events.clone(),
         };
         self.judge(point, Role::Check);
         Ok(())
@@ -599,4 +815,12 @@ fn exit_code(status: std::process::ExitStatus) -> i32 {
         .code()
         .or_else(|| status.signal().map(|s| 128 + s))
         .unwrap_or(-1)
+}
+
+/// Where a role blocks for a fault.
+fn point_of(f: &Fault) -> FaultPoint {
+    FaultPoint {
+        window: f.window,
+        message: f.message.clone(),
+    }
 }

@@ -129,7 +129,7 @@ pub async fn reserve_inventory(
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Ground {
-    /// One (consumer, message id) pair per business row.
+    /// One (service, eventId) pair per business row.
     pub business: Vec<(String, String)>,
     pub processed_rows: i64,
 }
@@ -145,7 +145,7 @@ impl Ground {
 
 pub async fn read_ground(conn: &mut PgConnection) -> Result<Ground> {
     let business: Vec<(String, String)> =
-        sqlx::query_as("SELECT consumer_name, message_id FROM inventory_reservations ORDER BY id")
+        sqlx::query_as("SELECT consumer_name, event_id FROM inventory_reservations ORDER BY id")
             .fetch_all(&mut *conn)
             .await?;
     let (processed_rows,): (i64,) = sqlx::query_as("SELECT count(*) FROM inbox_messages")

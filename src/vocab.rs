@@ -85,6 +85,7 @@ names! {
         Inspect = "inspect": "the harness reading broker and database state",
         Assert = "assert": "an assertion of the lab, evaluated by the harness",
         Check = "check": "a total-queue check every lab ends with",
+        Fault = "fault": "a fault the harness injected (broker, network) and its end",
     }
 }
 
@@ -92,8 +93,11 @@ names! {
     /// The last field of every role line: what happened.
     pub enum Status ("status") {
         Confirmed = "confirmed": "producer: the broker confirmed the publish",
-        Nacked = "nacked": "producer: the broker refused the publish (basic.nack)",
+        Nacked = "nacked": "producer: the broker refused the publish (basic.nack); it is sent again",
+        ConfirmTimeout = "confirm_timeout": "producer: no confirm within the timeout; it is sent again",
         Unconfirmed = "unconfirmed": "producer: published without a confirm",
+        Returned = "returned": "producer: the broker returned a mandatory publish no queue took",
+        Parked = "parked": "producer: a returned message, published (confirmed) to the parking queue",
         Received = "received": "consumer: a delivery arrived",
         BusinessCommitted = "business_committed": "consumer: the business transaction committed",
         DuplicateSkipped = "duplicate_skipped": "consumer: the inbox already had the event; rolled back and acked",
@@ -102,6 +106,9 @@ names! {
         Requeued = "requeued": "consumer: nacked with requeue=true",
         Rejected = "rejected": "consumer: rejected without a retry policy",
         PoisonToDlq = "poison_to_dlq": "consumer: moved to the DLQ (after the confirm), then acked",
+        ConnectionLost = "connection_lost": "consumer: its connection broke; it connects again",
+        Injected = "injected": "fault: the harness injected it",
+        Healed = "healed": "fault: what the fault broke is back (the broker is ready, the network passes again)",
         Done = "done": "a role's closing line, with its totals",
         Snapshot = "snapshot": "inspect: the fields read from PostgreSQL",
     }
@@ -118,8 +125,22 @@ names! {
         AfterAckBeforeCommit = "after-ack-before-commit": "the message is acked, the transaction is still open",
         AfterCommitBeforeAck = "after-commit-before-ack": "the transaction has committed, the ack is not sent",
         AfterAck = "after-ack": "the transaction has committed and the message is acked",
+        AfterPublishBeforeConfirm = "after-publish-before-confirm": "producer: the broker has the message, its confirm is not yet seen",
+        AfterConfirm = "after-confirm": "producer: the confirm is seen and recorded",
     }
 }
+
+/// The windows the producer's path passes, for every message.
+pub const PRODUCER_WINDOWS: &[Window] = &[Window::AfterPublishBeforeConfirm, Window::AfterConfirm];
+
+/// Where the harness's AMQP proxy can act on one message's frames.
+/// A consume step: the ack of the message is dropped and the connection cut
+/// (the consumer committed and acked, the broker never hears the ack).
+/// A publish step: the broker's confirm of the message is held.
+pub const NETWORK_WINDOWS: &[(FaultAction, Window)] = &[
+    (FaultAction::Cut, Window::AfterCommitBeforeAck),
+    (FaultAction::Hold, Window::AfterPublishBeforeConfirm),
+];
 
 names! {
     /// One step of a consumer's success path.
@@ -127,6 +148,7 @@ names! {
         Receive = "receive": "take the delivery (with autoAck the broker forgets it now)",
         InboxInsert = "inbox-insert": "BEGIN; INSERT the inbox row ON CONFLICT DO NOTHING (no row: a duplicate)",
         InboxOwnTx = "inbox-own-tx": "INSERT the inbox row and COMMIT it in a transaction of its own",
+        SkipRedelivered = "skip-redelivered": "a delivery flagged redelivered is acked as a duplicate, unprocessed",
         Write = "write": "write the business row (BEGIN first if no transaction is open)",
         Commit = "commit": "COMMIT the business transaction",
         Ack = "ack": "basic.ack the delivery",
@@ -144,6 +166,7 @@ names! {
         DedupOutsideTx = "dedup-outside-tx": "inbox row committed in its own transaction before the business write",
         RequeueForever = "requeue-forever": "a failed message is nacked with requeue=true: it loops at the head of the queue",
         UnconfirmedDlq = "unconfirmed-dlq": "DLQ publish without confirms, then ack: an unroutable DLQ loses the message",
+        DedupByRedelivered = "dedup-by-redelivered": "takes redelivered=true as its duplicate test: a resent copy (redelivered=false) applies twice",
     }
 }
 
@@ -223,6 +246,13 @@ pub const PATTERNS: &[PatternDef] = &[
         auto_ack: false,
         on_failure: OnFailure::RetryThenDlq { confirmed: false },
     },
+    PatternDef {
+        pattern: Pattern::DedupByRedelivered,
+        safe: false,
+        steps: &[Receive, SkipRedelivered, Write, Commit, Ack],
+        auto_ack: false,
+        on_failure: OnFailure::RetryThenDlq { confirmed: true },
+    },
 ];
 
 impl Pattern {
@@ -245,7 +275,7 @@ impl PatternDef {
         match self.steps[i] {
             Receive => Some(Window::AfterReceive),
             InboxOwnTx => Some(Window::AfterInboxCommit),
-            InboxInsert => None,
+            InboxInsert | SkipRedelivered => None,
             Write | Commit | Ack => Some(match (committed, acked) {
                 (false, false) => Window::BeforeCommit,
                 (false, true) => Window::AfterAckBeforeCommit,
@@ -290,9 +320,10 @@ names! {
         Confirmed = "confirmed": "messages the broker confirmed to the producer",
         Received = "received": "deliveries consumers logged as received",
         Unique = "unique": "distinct message ids among those deliveries",
+        UniqueEvents = "uniqueEvents": "distinct eventIds among those deliveries",
         Redelivered = "redelivered": "deliveries flagged redelivered by the broker",
         DuplicatesObserved = "duplicatesObserved": "deliveries the inbox recognised and skipped",
-        DuplicatesApplied = "duplicatesApplied": "business rows beyond the first per (consumer, message), read from PostgreSQL",
+        DuplicatesApplied = "duplicatesApplied": "business effects beyond the first per (service, eventId), read from PostgreSQL",
         BusinessRows = "businessRows": "business rows in PostgreSQL",
         ProcessedRows = "processedRows": "inbox rows in PostgreSQL",
         DepthAfter = "depthAfter": "ready messages in the queue, read from the broker",
@@ -300,6 +331,8 @@ names! {
         Deliveries = "deliveries": "how many times a message was delivered",
         DeliveriesBefore = "deliveriesBefore": "deliveries of other messages before this one's first (`never` if it never came)",
         DlqMoves = "dlqMoves": "messages a consumer moved to its DLQ after the confirm",
+        Returned = "returned": "publishes the broker returned as unroutable (mandatory)",
+        Published = "published": "publishes the producer made, first sends and resends",
         CrashExitCode = "crashExitCode": "exit status of the killed role (128 + signal)",
         CrashAfterBusinessCommit = "crashAfterBusinessCommit": "business rows of the faulted message visible in PostgreSQL just before the kill",
         ConsumerExitCode = "consumerExitCode": "exit status of the last consumer process",
@@ -310,7 +343,9 @@ impl Counter {
     pub fn arg(self) -> Arg {
         use Counter::*;
         match self {
-            Received | Unique | Redelivered | DuplicatesObserved => Arg::OptionalQueue,
+            Received | Unique | UniqueEvents | Redelivered | DuplicatesObserved => {
+                Arg::OptionalQueue
+            }
             DepthAfter => Arg::Queue,
             Attempts | Deliveries | DeliveriesBefore => Arg::MessageId,
             Confirmed
@@ -318,6 +353,8 @@ impl Counter {
             | BusinessRows
             | ProcessedRows
             | DlqMoves
+            | Returned
+            | Published
             | CrashExitCode
             | CrashAfterBusinessCommit
             | ConsumerExitCode => Arg::None,
@@ -391,9 +428,9 @@ impl fmt::Display for CounterRef {
 names! {
     /// The total-queue checks every lab ends with, each expected to be 0.
     pub enum Check ("check") {
-        Lost = "lost": "confirmed, never applied, in no queue",
-        DuplicatesApplied = "duplicatesApplied": "business rows beyond the first per (consumer, message)",
-        Unexpected = "unexpected": "applied, never confirmed to the producer",
+        Lost = "lost": "events the producer saw confirmed (or sent unconfirmed) that were never applied and are in no queue",
+        DuplicatesApplied = "duplicatesApplied": "business effects beyond the first per (service, eventId)",
+        Unexpected = "unexpected": "events applied that the producer never saw confirmed or sent",
     }
 }
 
@@ -418,14 +455,20 @@ names! {
 names! {
     /// Who a fault acts on.
     pub enum Target ("fault target") {
-        Consumer = "consumer": "the consumer role process",
+        Producer = "producer": "the producer role process (at a window of its path)",
+        Consumer = "consumer": "the consumer role process (at a window of its pattern's path)",
+        Broker = "broker": "the RabbitMQ node, between two steps",
+        Network = "network": "a role's connection, through the harness's AMQP proxy",
     }
 }
 
 names! {
     /// What a fault does.
     pub enum FaultAction ("fault action") {
-        Kill = "kill": "SIGKILL, exactly at the window",
+        Kill = "kill": "SIGKILL, exactly at the window (producer, consumer)",
+        Restart = "restart": "SIGKILL the broker and start it again on the same data (broker)",
+        Cut = "cut": "drop the message's ack and close the connection (network, consume step)",
+        Hold = "hold": "hold the broker's confirm of the message; the producer times out (network, publish step)",
     }
 }
 
@@ -433,6 +476,8 @@ names! {
     /// What follows a fault.
     pub enum Then ("follow-up") {
         Restart = "restart": "a fresh process of the same role takes over",
+        Reconnect = "reconnect": "the same process connects again (the proxy lets it once the broker dropped the old connection)",
+        None = "none": "nothing: the fault itself ends (a broker restart, a held confirm the producer gives up on)",
     }
 }
 

@@ -7,14 +7,17 @@ use std::path::Path;
 
 use toml::Spanned;
 
-use super::schema::{RawConsume, RawLab, RawMessage, RawPublish, RawStep, RawVariant};
+use super::schema::{
+    RawConsume, RawFault, RawLab, RawMessage, RawPublish, RawStep, RawVariant, Settle as RawSettle,
+};
 use super::{
-    Action, Assertion, Consume, Fault, Lab, LabError, LabErrors, Message, Publish, Retry, Step,
+    Action, Assertion, Consume, Fault, Lab, LabError, LabErrors, Message, Publish, Retry, Settle,
+    Step,
 };
 use crate::transcript::MessageMeta;
 use crate::vocab::{
-    check_queue_argument, ArgValue, Check, CounterRef, ExchangeDecl, Pattern, QueueDecl, Topology,
-    Window,
+    check_queue_argument, ArgValue, Check, CounterRef, ExchangeDecl, FaultAction, Pattern,
+    QueueDecl, Target, Then, Topology, Window, NETWORK_WINDOWS, PRODUCER_WINDOWS,
 };
 
 /// What is wrong, with a hint where the fix is known.
@@ -38,18 +41,48 @@ pub enum ErrorKind {
     UnknownQueue(String),
     #[error("queue `{0}` is declared twice")]
     DuplicateQueue(String),
+    #[error("only a `mandatory` publish is ever returned: nothing would be parked")]
+    ParkWithoutMandatory,
     #[error("{0}")]
     QueueArgument(String),
     #[error("a quorum queue is always durable")]
     QuorumNotDurable,
-    #[error("a step has exactly one of `publish`, `consume`, `inspect`")]
+    #[error(
+        "a step has exactly one of `publish`, `consume`, `inspect` (or only a broker `fault`)"
+    )]
     StepActions,
+    #[error("an inspect step reads state; a fault belongs on a publish or consume step")]
+    NoFaultOnInspect,
     #[error("no `routing_key` (set it on the message or the step)")]
     NoRoutingKey,
     #[error("fixture `{file}`: {why}")]
     Fixture { file: String, why: String },
-    #[error("a fault belongs to a `consume` step")]
-    FaultOutsideConsume,
+    #[error("`{action}` of the {target} does not belong on this step (consumer: kill on a consume step; producer: kill on a publish step; network: cut on a consume step, hold on a publish step; broker: restart in a step of its own)")]
+    FaultPlacement { target: Target, action: FaultAction },
+    #[error("the {0} acts at a window, for one message: set `window` and `message`")]
+    FaultNeedsWindowAndMessage(Target),
+    #[error("`{action}` of the {target} never passes window `{window}` (it passes: {passes})")]
+    WindowNotPassed {
+        target: Target,
+        action: FaultAction,
+        window: Window,
+        passes: String,
+    },
+    #[error("`{message}` is not one of this step's messages ({published})")]
+    MessageNotInStep { message: String, published: String },
+    #[error("`{then}` does not follow `{action}` of the {target}: `{follows}` does")]
+    WrongThen {
+        target: Target,
+        action: FaultAction,
+        then: Then,
+        follows: Then,
+    },
+    #[error("`{0}` applies to a consumer kill only")]
+    ConsumerOnly(&'static str),
+    #[error("the {0} is faulted inside a publish or consume step, not in a step of its own")]
+    NotBetweenSteps(Target),
+    #[error("a broker restart happens between steps: it has no window and no message")]
+    BrokerHasNoWindow,
     #[error("`{message}` is not published before this step (published: {published})")]
     UnpublishedMessage { message: String, published: String },
     #[error("pattern `{pattern}` never reaches window `{window}` (it passes: {passes})")]
@@ -312,12 +345,33 @@ impl<'a> Checker<'a> {
                     Action::Consume(self.consume(&key, c, topology, missing_ok))
                 }
                 (None, None, Some(fields)) => Action::Inspect(fields.clone()),
+                (None, None, None) if s.fault.is_some() => {
+                    let f = s.fault.as_ref().expect("checked");
+                    if let Some(a) = self.broker_step(&key, f) {
+                        let asserts = self.asserts(&format!("{key}.assert"), &s.assert, raw);
+                        steps.push(Step {
+                            action: a,
+                            fault: None,
+                            asserts,
+                        });
+                    }
+                    continue;
+                }
                 _ => {
                     self.err(key, None, ErrorKind::StepActions);
                     continue;
                 }
             };
-            let fault = self.fault(&key, s, &action, &published, raw);
+            let fault = if matches!(action, Action::Inspect(_)) && s.fault.is_some() {
+                self.err(
+                    format!("{key}.fault"),
+                    s.fault.as_ref().map(span).unwrap_or_default(),
+                    ErrorKind::NoFaultOnInspect,
+                );
+                None
+            } else {
+                self.fault(&key, s, &action, &published, raw)
+            };
             let asserts = self.asserts(&format!("{key}.assert"), &s.assert, raw);
             steps.push(Step {
                 action,
@@ -369,10 +423,32 @@ impl<'a> Checker<'a> {
                 );
             }
         }
+        let park = p.park.as_ref().map(|q| q.get_ref().clone());
+        if let Some(q) = &p.park {
+            if !raw.queues.iter().any(|d| d.name.get_ref() == q.get_ref()) {
+                self.err(
+                    format!("{key}.publish.park"),
+                    span(q),
+                    ErrorKind::UnknownQueue(q.get_ref().clone()),
+                );
+            }
+            if !p.mandatory {
+                self.err(
+                    format!("{key}.publish.park"),
+                    span(q),
+                    ErrorKind::ParkWithoutMandatory,
+                );
+            }
+        }
         Publish {
             exchange,
             messages,
             deadline_secs: p.deadline_secs.get(),
+            confirm: p.confirm,
+            mandatory: p.mandatory,
+            persistent: p.persistent,
+            park,
+            confirm_timeout_ms: p.confirm_timeout_ms.map(|n| n.get()),
         }
     }
 
@@ -403,9 +479,13 @@ impl<'a> Checker<'a> {
         }
         Consume {
             queue: c.queue.get_ref().clone(),
+            service: c.service.clone(),
             pattern: c.pattern,
             prefetch: c.prefetch.get(),
-            settle: c.settle.get(),
+            settle: match c.settle {
+                RawSettle::Count(n) => Settle::Count(n.get()),
+                RawSettle::Drain => Settle::Drain,
+            },
             max_deliveries: c.max_deliveries.map(|n| n.get()),
             retry: c.retry.as_ref().map(|r| Retry {
                 max_attempts: r.max_attempts.get(),
@@ -415,6 +495,8 @@ impl<'a> Checker<'a> {
         }
     }
 
+    /// A fault on a publish or consume step: which targets and actions fit
+    /// which step, which windows each passes, which message it names.
     fn fault(
         &mut self,
         key: &str,
@@ -423,51 +505,192 @@ impl<'a> Checker<'a> {
         published: &[String],
         raw: &RawLab,
     ) -> Option<Fault> {
-        let f = s.fault.as_ref()?;
+        let spanned = s.fault.as_ref()?;
         let fkey = format!("{key}.fault");
-        let Action::Consume(c) = action else {
-            self.err(fkey, span(f), ErrorKind::FaultOutsideConsume);
+        let f = spanned.get_ref();
+        let (target, act) = (*f.target.get_ref(), *f.action.get_ref());
+        // The step a target's action belongs on, and the windows it can use there.
+        let windows: Vec<Window> = match (target, act, action) {
+            (Target::Consumer, FaultAction::Kill, Action::Consume(c)) => c.pattern.def().windows(),
+            (Target::Producer, FaultAction::Kill, Action::Publish(_)) => PRODUCER_WINDOWS.to_vec(),
+            (Target::Network, a @ (FaultAction::Cut | FaultAction::Hold), step) => {
+                let fits = matches!(
+                    (a, step),
+                    (FaultAction::Cut, Action::Consume(_))
+                        | (FaultAction::Hold, Action::Publish(_))
+                );
+                if !fits {
+                    self.err(
+                        format!("{fkey}.action"),
+                        span(&f.action),
+                        ErrorKind::FaultPlacement {
+                            target,
+                            action: act,
+                        },
+                    );
+                    return None;
+                }
+                NETWORK_WINDOWS
+                    .iter()
+                    .filter(|(x, _)| *x == a)
+                    .map(|(_, w)| *w)
+                    .collect()
+            }
+            _ => {
+                self.err(
+                    format!("{fkey}.action"),
+                    span(&f.action),
+                    ErrorKind::FaultPlacement {
+                        target,
+                        action: act,
+                    },
+                );
+                return None;
+            }
+        };
+        let (Some(window), Some(message)) = (&f.window, &f.message) else {
+            self.err(
+                fkey,
+                span(spanned),
+                ErrorKind::FaultNeedsWindowAndMessage(target),
+            );
             return None;
         };
-        let f = f.get_ref();
-        if !published.contains(f.message.get_ref()) {
-            self.err(
-                format!("{fkey}.message"),
-                span(&f.message),
-                ErrorKind::UnpublishedMessage {
-                    message: f.message.get_ref().clone(),
-                    published: published.join(", "),
+        let window_value = *window.get_ref();
+        if !windows.contains(&window_value) {
+            let passes = windows
+                .iter()
+                .map(|w| w.name())
+                .collect::<Vec<_>>()
+                .join(", ");
+            let kind = match action {
+                Action::Consume(c) if target == Target::Consumer => ErrorKind::WindowNotReached {
+                    pattern: c.pattern,
+                    window: window_value,
+                    passes,
                 },
+                _ => ErrorKind::WindowNotPassed {
+                    target,
+                    action: act,
+                    window: window_value,
+                    passes,
+                },
+            };
+            self.err(format!("{fkey}.window"), span(window), kind);
+        }
+        // A publish step's fault names one of its own messages; a consume
+        // step's, one published before it.
+        let candidates: Vec<String> = match action {
+            Action::Publish(p) => p
+                .messages
+                .iter()
+                .map(|m| m.meta.message_id.clone())
+                .collect(),
+            _ => published.to_vec(),
+        };
+        if !candidates.contains(message.get_ref()) {
+            let kind = match action {
+                Action::Publish(_) => ErrorKind::MessageNotInStep {
+                    message: message.get_ref().clone(),
+                    published: candidates.join(", "),
+                },
+                _ => ErrorKind::UnpublishedMessage {
+                    message: message.get_ref().clone(),
+                    published: candidates.join(", "),
+                },
+            };
+            self.err(format!("{fkey}.message"), span(message), kind);
+        }
+        let follows = default_then(act);
+        let then = match &f.then {
+            Some(t) if *t.get_ref() != follows => {
+                self.err(
+                    format!("{fkey}.then"),
+                    span(t),
+                    ErrorKind::WrongThen {
+                        target,
+                        action: act,
+                        then: *t.get_ref(),
+                        follows,
+                    },
+                );
+                follows
+            }
+            _ => follows,
+        };
+        if f.kill_at_depth.is_some() && target != Target::Consumer {
+            self.err(
+                format!("{fkey}.kill_at_depth"),
+                span(spanned),
+                ErrorKind::ConsumerOnly("kill_at_depth"),
             );
         }
-        let window = *f.window.get_ref();
-        let passes = c.pattern.def().windows();
-        if !passes.contains(&window) {
+        if f.restart_settle.is_some() && target != Target::Consumer {
             self.err(
-                format!("{fkey}.window"),
-                span(&f.window),
-                ErrorKind::WindowNotReached {
-                    pattern: c.pattern,
-                    window,
-                    passes: passes
-                        .iter()
-                        .map(|w| w.name())
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                },
+                format!("{fkey}.restart_settle"),
+                span(spanned),
+                ErrorKind::ConsumerOnly("restart_settle"),
             );
         }
         let asserts = self.asserts(&format!("{fkey}.assert"), &f.assert, raw);
         Some(Fault {
-            target: f.target,
-            action: f.action,
-            window,
-            message: f.message.get_ref().clone(),
-            then: f.then,
+            target,
+            action: act,
+            window: window_value,
+            message: message.get_ref().clone(),
+            then,
             kill_at_depth: f.kill_at_depth,
             restart_settle: f.restart_settle,
             asserts,
         })
+    }
+
+    /// A fault step of its own: only the broker acts between steps.
+    fn broker_step(&mut self, key: &str, spanned: &Spanned<RawFault>) -> Option<Action> {
+        let f = spanned.get_ref();
+        let fkey = format!("{key}.fault");
+        let (target, act) = (*f.target.get_ref(), *f.action.get_ref());
+        if target != Target::Broker || act != FaultAction::Restart {
+            let kind = if target == Target::Broker {
+                ErrorKind::FaultPlacement {
+                    target,
+                    action: act,
+                }
+            } else {
+                ErrorKind::NotBetweenSteps(target)
+            };
+            self.err(format!("{fkey}.target"), span(&f.target), kind);
+            return None;
+        }
+        if let Some(w) = &f.window {
+            self.err(
+                format!("{fkey}.window"),
+                span(w),
+                ErrorKind::BrokerHasNoWindow,
+            );
+        }
+        if let Some(m) = &f.message {
+            self.err(
+                format!("{fkey}.message"),
+                span(m),
+                ErrorKind::BrokerHasNoWindow,
+            );
+        }
+        if let Some(t) = &f.then {
+            if *t.get_ref() != Then::None {
+                self.err(
+                    format!("{fkey}.then"),
+                    span(t),
+                    ErrorKind::WrongThen {
+                        target,
+                        action: act,
+                        then: *t.get_ref(),
+                        follows: Then::None,
+                    },
+                );
+            }
+        }
+        Some(Action::Broker(act))
     }
 
     fn asserts(&mut self, key: &str, names: &[Spanned<String>], raw: &RawLab) -> Vec<Assertion> {
@@ -579,7 +802,7 @@ fn apply_variant(mut raw: RawLab, v: &RawVariant) -> RawLab {
                 c.pattern = *p.get_ref();
             }
             if let Some(n) = v.settle {
-                c.settle = n;
+                c.settle = RawSettle::Count(n);
             }
             if v.max_deliveries.is_some() {
                 c.max_deliveries = v.max_deliveries;
@@ -588,10 +811,24 @@ fn apply_variant(mut raw: RawLab, v: &RawVariant) -> RawLab {
                 r.dlq = dlq.clone();
             }
         }
+        if let Some(p) = &mut step.publish {
+            if let Some(x) = v.persistent {
+                p.persistent = x;
+            }
+            if let Some(x) = v.confirm {
+                p.confirm = x;
+            }
+            if let Some(x) = v.mandatory {
+                p.mandatory = x;
+                if !x {
+                    p.park = None;
+                }
+            }
+        }
         if let Some(f) = &mut step.fault {
             let (span, mut inner) = (f.span(), f.get_ref().clone());
             if let Some(w) = &v.window {
-                inner.window = w.clone();
+                inner.window = Some(w.clone());
             }
             if v.kill_at_depth.is_some() {
                 inner.kill_at_depth = v.kill_at_depth;
@@ -602,8 +839,22 @@ fn apply_variant(mut raw: RawLab, v: &RawVariant) -> RawLab {
             *f = Spanned::new(span, inner);
         }
     }
+    if let Some(d) = v.durable {
+        for q in &mut raw.queues {
+            q.durable = d;
+        }
+    }
     raw.claim = v.claim.clone();
     raw
+}
+
+/// What follows each fault action.
+fn default_then(a: FaultAction) -> Then {
+    match a {
+        FaultAction::Kill => Then::Restart,
+        FaultAction::Cut => Then::Reconnect,
+        FaultAction::Restart | FaultAction::Hold => Then::None,
+    }
 }
 
 /// Reads `fixtures/<name>.json`. The envelope fields the transcript shows must
@@ -693,7 +944,7 @@ violations = { rows = 3 }
                 r#"settle = 2 }"#,
                 r#"settle = 0 }"#,
                 None,
-                "step[1].consume.settle: invalid value: integer `0`, expected a nonzero usize",
+                "step[1].consume.settle: `0`: settle is a positive number of messages, or \"drain\"",
             ),
             (
                 r#"consume = { queue = "q""#,
@@ -798,7 +1049,7 @@ violations = { rows = 3 }
                 r#"target = "consumer""#,
                 r#"target = "postman""#,
                 None,
-                "step[1].fault.target: unknown fault target `postman` (known: consumer)",
+                "step[1].fault.target: unknown fault target `postman` (known: producer, consumer, broker, network)",
             ),
             (
                 "[[step]]\nconsume = { queue = \"q\", settle = 2 }",

@@ -58,6 +58,8 @@ pub enum Action {
     Publish(Publish),
     Consume(Consume),
     Inspect(Vec<InspectField>),
+    /// A fault step of its own: the broker, between two steps.
+    Broker(FaultAction),
 }
 
 impl Action {
@@ -67,6 +69,7 @@ impl Action {
             Action::Publish(p) => format!("publish({})", p.destination()),
             Action::Consume(c) => format!("consume({})", c.queue),
             Action::Inspect(_) => "inspect".into(),
+            Action::Broker(a) => format!("broker({a})"),
         }
     }
 }
@@ -76,6 +79,12 @@ pub struct Publish {
     pub exchange: String,
     pub messages: Vec<Message>,
     pub deadline_secs: u64,
+    pub confirm: bool,
+    pub mandatory: bool,
+    pub persistent: bool,
+    /// Where a returned message is published (confirmed).
+    pub park: Option<String>,
+    pub confirm_timeout_ms: Option<u64>,
 }
 
 impl Publish {
@@ -107,17 +116,29 @@ pub struct Retry {
     pub dlq: String,
 }
 
+/// When a consumer stops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Settle {
+    /// After this many distinct messages reached a final outcome.
+    Count(usize),
+    /// After as many as the queue holds when the step starts.
+    Drain,
+}
+
 #[derive(Clone, Debug)]
 pub struct Consume {
     pub queue: String,
+    /// The consuming service: the inbox key's consumer part.
+    pub service: String,
     pub pattern: Pattern,
     pub prefetch: u16,
-    pub settle: usize,
+    pub settle: Settle,
     pub max_deliveries: Option<usize>,
     pub retry: Option<Retry>,
     pub deadline_secs: u64,
 }
 
+/// A fault attached to a publish or consume step: at a window, for one message.
 #[derive(Clone, Debug)]
 pub struct Fault {
     pub target: Target,

@@ -87,6 +87,19 @@ pub struct RawPublish {
     pub messages: Vec<Spanned<RawMessage>>,
     #[serde(default = "default_deadline")]
     pub deadline_secs: NonZeroU64,
+    /// Publisher confirms (the producer waits for each).
+    #[serde(default = "yes")]
+    pub confirm: bool,
+    /// The broker returns what no queue takes.
+    #[serde(default)]
+    pub mandatory: bool,
+    /// delivery_mode 2: the broker writes the message to disk.
+    #[serde(default = "yes")]
+    pub persistent: bool,
+    /// Where the producer publishes a returned message (confirmed).
+    pub park: Option<Spanned<String>>,
+    /// A publish whose confirm does not come within this is sent again.
+    pub confirm_timeout_ms: Option<NonZeroU64>,
 }
 
 #[derive(Deserialize, Clone, Debug)]
@@ -103,11 +116,15 @@ pub enum RawMessage {
 #[serde(deny_unknown_fields)]
 pub struct RawConsume {
     pub queue: Spanned<String>,
+    /// The consuming service: the inbox key's consumer part and the business
+    /// rows' owner. Two services on one message each apply it once.
+    #[serde(default = "default_service")]
+    pub service: String,
     #[serde(default = "default_pattern")]
     pub pattern: Pattern,
     #[serde(default = "default_prefetch")]
     pub prefetch: NonZeroU16,
-    pub settle: NonZeroUsize,
+    pub settle: Settle,
     pub max_deliveries: Option<NonZeroUsize>,
     pub retry: Option<RawRetry>,
     #[serde(default = "default_deadline")]
@@ -119,6 +136,53 @@ pub struct RawConsume {
 pub struct RawRetry {
     pub max_attempts: NonZeroU32,
     pub dlq: Spanned<String>,
+}
+
+/// When a consumer stops: after this many distinct messages reached a final
+/// outcome, or (`"drain"`) after as many as the queue holds when the step starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Settle {
+    Count(NonZeroUsize),
+    Drain,
+}
+
+impl<'de> Deserialize<'de> for Settle {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Settle;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a positive number of messages, or \"drain\"")
+            }
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Settle, E> {
+                usize::try_from(n)
+                    .ok()
+                    .and_then(NonZeroUsize::new)
+                    .map(Settle::Count)
+                    .ok_or_else(|| {
+                        E::custom(format!(
+                            "`{n}`: settle is a positive number of messages, or \"drain\""
+                        ))
+                    })
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Settle, E> {
+                self.visit_i64(i64::try_from(n).unwrap_or(-1))
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Settle, E> {
+                match s {
+                    "drain" => Ok(Settle::Drain),
+                    _ => Err(E::custom(format!(
+                        "`{s}`: settle is a positive number of messages, or \"drain\""
+                    ))),
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+fn default_service() -> String {
+    "inventory-service".into()
 }
 
 fn default_pattern() -> Pattern {
@@ -134,11 +198,13 @@ fn default_deadline() -> NonZeroU64 {
 #[derive(Deserialize, Clone, Debug)]
 #[serde(deny_unknown_fields)]
 pub struct RawFault {
-    pub target: Target,
-    pub action: FaultAction,
-    pub window: Spanned<Window>,
-    pub message: Spanned<String>,
-    pub then: Then,
+    pub target: Spanned<Target>,
+    pub action: Spanned<FaultAction>,
+    pub window: Option<Spanned<Window>>,
+    pub message: Option<Spanned<String>>,
+    /// Default: what follows the action (`kill` → restart, `cut` →
+    /// reconnect, `hold` and a broker `restart` → none).
+    pub then: Option<Spanned<Then>>,
     /// Kill only once the queue shows this many ready messages: what the
     /// broker has already pushed to the doomed consumer is then fixed, not a race.
     pub kill_at_depth: Option<u32>,
@@ -163,6 +229,12 @@ pub struct RawVariant {
     pub dlq: Option<Spanned<String>>,
     pub kill_at_depth: Option<u32>,
     pub restart_settle: Option<usize>,
+    /// Overrides every publish step's flags.
+    pub persistent: Option<bool>,
+    pub confirm: Option<bool>,
+    pub mandatory: Option<bool>,
+    /// Overrides every queue's durability.
+    pub durable: Option<bool>,
     #[serde(default)]
     pub violations: BTreeMap<String, Spanned<Expected>>,
 }

@@ -19,10 +19,11 @@ use sqlx::PgConnection;
 
 use super::{emit, meta_of};
 use crate::amqp;
+use crate::faults::point;
 use crate::protocol::ConsumerConfig;
 use crate::store::{self, OrderCreated};
 use crate::transcript::{MessageMeta, Record};
-use crate::vocab::{OnFailure, PatternDef, Status, Step, Window};
+use crate::vocab::{OnFailure, PatternDef, Status, Step};
 
 enum Outcome {
     Settled,
@@ -40,8 +41,68 @@ struct Consumer {
     unconfirmed: Channel,
 }
 
+/// What a consumer process has done, across its connections.
+#[derive(Default)]
+struct Progress {
+    settled: BTreeSet<String>,
+    received: usize,
+}
+
+impl Progress {
+    fn more(&self, cfg: &ConsumerConfig) -> bool {
+        self.settled.len() < cfg.settle && cfg.max_deliveries.is_none_or(|m| self.received < m)
+    }
+}
+
+/// Reconnects a consumer tolerates before it gives up.
+const MAX_RECONNECTS: usize = 5;
+
 pub async fn run(cfg: ConsumerConfig) -> Result<i32> {
-    let conn = amqp::connect(&cfg.amqp_url).await?;
+    let mut db = Some(store::connect(&cfg.database_url).await?);
+    let mut progress = Progress::default();
+    let mut reconnects = 0;
+    while progress.more(&cfg) {
+        let conn = amqp::connect(&cfg.amqp_url).await?;
+        let result = session(&cfg, &conn, &mut db, &mut progress).await;
+        match result {
+            Ok(()) => {
+                conn.close(200, "done".into()).await.ok();
+            }
+            Err(e)
+                if cfg.reconnect && reconnects < MAX_RECONNECTS && !conn.status().connected() =>
+            {
+                reconnects += 1;
+                tracing::warn!("connection lost: {e:#}");
+                // A transaction left open by the lost delivery is abandoned.
+                if let Some(db) = db.as_mut() {
+                    let _ = store::rollback(db).await;
+                }
+                emit(
+                    Record::new(&cfg.lab)
+                        .with("consumer", &cfg.consumer)
+                        .with("queue", &cfg.queue)
+                        .status(Status::ConnectionLost),
+                );
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    emit(
+        Record::new(&cfg.lab)
+            .with("queue", &cfg.queue)
+            .with("received", progress.received)
+            .status(Status::Done),
+    );
+    Ok(0)
+}
+
+/// One connection's worth of consuming.
+async fn session(
+    cfg: &ConsumerConfig,
+    conn: &lapin::Connection,
+    db: &mut Option<PgConnection>,
+    progress: &mut Progress,
+) -> Result<()> {
     let ch = conn.create_channel().await?;
     ch.basic_qos(cfg.prefetch, BasicQosOptions::default())
         .await?;
@@ -50,63 +111,56 @@ pub async fn run(cfg: ConsumerConfig) -> Result<i32> {
         .confirm_select(ConfirmSelectOptions::default())
         .await?;
     let unconfirmed = conn.create_channel().await?;
-    let db = store::connect(&cfg.database_url).await?;
     let mut me = Consumer {
-        cfg,
+        cfg: cfg.clone(),
         ch: ch.clone(),
-        db,
+        db: db.take().context("the consumer's database connection")?,
         confirmed,
         unconfirmed,
     };
-    let mut settled = BTreeSet::new();
-    let mut received = 0;
-    let budget_left =
-        |received: usize, me: &Consumer| me.cfg.max_deliveries.is_none_or(|m| received < m);
-    if me.cfg.settle > 0 && budget_left(received, &me) {
-        let mut deliveries = ch
+    let result = me.consume(progress).await;
+    *db = Some(me.db);
+    result
+}
+
+impl Consumer {
+    async fn consume(&mut self, progress: &mut Progress) -> Result<()> {
+        let mut deliveries = self
+            .ch
             .basic_consume(
-                me.cfg.queue.as_str().into(),
-                me.cfg.consumer.as_str().into(),
+                self.cfg.queue.as_str().into(),
+                self.cfg.consumer.as_str().into(),
                 BasicConsumeOptions {
-                    no_ack: me.def().auto_ack,
+                    no_ack: self.def().auto_ack,
                     ..Default::default()
                 },
                 FieldTable::default(),
             )
             .await
-            .with_context(|| format!("consuming from `{}`", me.cfg.queue))?;
-        while settled.len() < me.cfg.settle && budget_left(received, &me) {
+            .with_context(|| format!("consuming from `{}`", self.cfg.queue))?;
+        while progress.more(&self.cfg) {
             let d = deliveries
                 .next()
                 .await
                 .context("the broker closed the consumer")??;
-            received += 1;
+            progress.received += 1;
             let meta = meta_of(&d);
             let attempt = amqp::attempt_from_x_death(d.properties.headers().as_ref());
             capture_headers(&d, &meta, attempt);
             emit(
-                me.line(&meta)
-                    .with("consumer", &me.cfg.consumer)
+                self.line(&meta)
+                    .with("consumer", &self.cfg.consumer)
                     .with("attempt", attempt)
                     .with("redelivered", d.redelivered)
                     .status(Status::Received),
             );
-            if let Outcome::Settled = me.handle(&d, &meta, attempt).await? {
-                settled.insert(meta.message_id);
+            if let Outcome::Settled = self.handle(&d, &meta, attempt).await? {
+                progress.settled.insert(meta.message_id);
             }
         }
+        Ok(())
     }
-    emit(
-        Record::new(&me.cfg.lab)
-            .with("queue", &me.cfg.queue)
-            .with("received", received)
-            .status(Status::Done),
-    );
-    conn.close(200, "done".into()).await.ok();
-    Ok(0)
-}
 
-impl Consumer {
     fn def(&self) -> &'static PatternDef {
         self.cfg.pattern.def()
     }
@@ -136,13 +190,15 @@ impl Consumer {
             match step {
                 // The caller took and logged the delivery.
                 Step::Receive => {}
+                Step::SkipRedelivered => {
+                    if d.redelivered {
+                        ack(def, d).await?;
+                        return settled(&self.cfg, meta, attempt, Status::DuplicateSkipped);
+                    }
+                }
                 Step::InboxOwnTx => {
-                    if !store::insert_inbox_autocommit(
-                        &mut self.db,
-                        &self.cfg.inbox_name,
-                        &event_id,
-                    )
-                    .await?
+                    if !store::insert_inbox_autocommit(&mut self.db, &self.cfg.service, &event_id)
+                        .await?
                     {
                         ack(def, d).await?;
                         return settled(&self.cfg, meta, attempt, Status::DuplicateSkipped);
@@ -150,7 +206,7 @@ impl Consumer {
                 }
                 Step::InboxInsert => {
                     begin(&mut open, &mut self.db).await?;
-                    if !store::insert_inbox(&mut self.db, &self.cfg.inbox_name, &event_id).await? {
+                    if !store::insert_inbox(&mut self.db, &self.cfg.service, &event_id).await? {
                         store::rollback(&mut self.db).await?;
                         ack(def, d).await?;
                         return settled(&self.cfg, meta, attempt, Status::DuplicateSkipped);
@@ -161,7 +217,7 @@ impl Consumer {
                     let write = match OrderCreated::parse(&d.data) {
                         Ok(order) => store::reserve_inventory(
                             &mut self.db,
-                            &self.cfg.inbox_name,
+                            &self.cfg.service,
                             &meta.message_id,
                             &order,
                         )
@@ -187,7 +243,17 @@ impl Consumer {
                 Step::Ack => ack(def, d).await?,
             }
             if let Some(w) = def.window_after(i) {
-                window(&self.cfg, &self.ch, w, meta).await;
+                let barrier = self
+                    .ch
+                    .basic_qos(self.cfg.prefetch, BasicQosOptions::default());
+                point::reach(
+                    self.cfg.fault.as_ref(),
+                    w,
+                    meta,
+                    line(&self.cfg, meta),
+                    barrier,
+                )
+                .await;
             }
         }
         Ok(Outcome::Settled)
@@ -312,23 +378,6 @@ fn line(cfg: &ConsumerConfig, meta: &MessageMeta) -> Record {
     Record::new(&cfg.lab)
         .meta(meta)
         .with("destination", &cfg.queue)
-}
-
-/// Blocks forever at the selected window; the harness does the killing, so
-/// the process dies exactly as a crashed one would. A synchronous round trip
-/// on the channel first: the broker handles a channel's frames in order, so
-/// an ack sent before the window has been processed when the marker appears
-/// (a kill cannot race an ack still in a socket buffer).
-async fn window(cfg: &ConsumerConfig, ch: &Channel, w: Window, meta: &MessageMeta) {
-    if let Some(f) = &cfg.fault {
-        if f.window == w && f.message == meta.message_id {
-            if let Err(e) = ch.basic_qos(cfg.prefetch, BasicQosOptions::default()).await {
-                tracing::warn!("window barrier failed: {e}");
-            }
-            emit(line(cfg, meta).status(Status::CrashInjected));
-            std::future::pending::<()>().await;
-        }
-    }
 }
 
 /// `MQLAB_CAPTURE_HEADERS=DIR` saves each delivery's headers as JSON, so that

@@ -1,6 +1,7 @@
 //! The roles that run as their own OS processes (hidden `mqlab role ...`
-//! subcommands). They read one JSON config, print logfmt lines on stdout and
-//! know nothing of snapshots, assertions or faults other than their windows.
+//! subcommands). They read one JSON config ([`crate::protocol`]), print
+//! logfmt lines on stdout and know nothing of snapshots, assertions or
+//! faults other than their windows ([`crate::faults::point`]).
 
 pub mod consumer;
 pub mod producer;
@@ -38,12 +39,14 @@ pub fn meta_of(d: &Delivery) -> MessageMeta {
     }
 }
 
-pub fn properties_of(m: &MessageMeta) -> lapin::BasicProperties {
+/// The AMQP properties of a lab message; `persistent` is delivery_mode 2
+/// (written to disk by the broker), else 1 (transient).
+pub fn properties_of(m: &MessageMeta, persistent: bool) -> lapin::BasicProperties {
     lapin::BasicProperties::default()
         .with_message_id(m.message_id.as_str().into())
         .with_correlation_id(m.correlation_id.as_str().into())
         .with_content_type("application/json".into())
-        .with_delivery_mode(2)
+        .with_delivery_mode(if persistent { 2 } else { 1 })
         .with_headers(amqp::string_table(&[
             ("traceId", &m.trace_id),
             ("eventType", &m.event_type),

@@ -1,53 +1,122 @@
-//! Publishes a lab's messages as persistent messages with publisher confirms,
-//! one `status=confirmed` line per broker ack.
+//! The producer role: publishes a lab's messages one at a time, each
+//! waiting for its publisher confirm (unless the lab turns confirms off).
+//! Its journal (an outbox of its own, a file that survives a SIGKILL) says
+//! what it sent and what was confirmed: a restarted producer resends, with
+//! the same eventId and a new message id (`mid-2.2`), what it sent and never
+//! saw confirmed, and skips what was. A nack or a confirm timeout is logged
+//! and the message sent again; a mandatory publish the broker returns is
+//! logged and, if the lab names a parking queue, published there (confirmed).
 
-use std::time::Instant;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
-use lapin::Confirmation;
+use anyhow::{bail, Context, Result};
+use lapin::options::{BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions};
+use lapin::{Channel, Confirmation};
 
 use super::{emit, properties_of};
 use crate::amqp;
-use crate::protocol::ProducerConfig;
-use crate::transcript::Record;
-use crate::vocab::Status;
+use crate::faults::point;
+use crate::protocol::{OutMessage, ProducerConfig};
+use crate::transcript::{MessageMeta, Record};
+use crate::vocab::{Status, Window};
+
+/// Sends of one message before the producer gives up on it.
+const MAX_SENDS: u32 = 5;
+
+/// What the producer wrote down before it was (maybe) killed.
+#[derive(Default)]
+struct Journal {
+    sent: BTreeMap<String, u32>,
+    done: BTreeSet<String>,
+}
+
+impl Journal {
+    fn load(path: &Path) -> Result<Journal> {
+        let mut j = Journal::default();
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(j),
+            Err(e) => return Err(e).context("reading the producer's journal"),
+        };
+        for line in text.lines() {
+            match line.split_once(' ') {
+                Some(("sent", m)) => *j.sent.entry(m.to_string()).or_default() += 1,
+                Some(("done", m)) => {
+                    j.done.insert(m.to_string());
+                }
+                _ => {}
+            }
+        }
+        Ok(j)
+    }
+
+    /// One line per event; a write reaches the kernel at once, so a SIGKILL
+    /// of the producer cannot lose it.
+    fn append(path: &Path, what: &str, message: &str) -> Result<()> {
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .context("opening the producer's journal")?;
+        writeln!(f, "{what} {message}").context("writing the producer's journal")
+    }
+}
 
 pub async fn run(cfg: ProducerConfig) -> Result<i32> {
+    let journal = Journal::load(&cfg.journal)?;
     let conn = amqp::connect(&cfg.amqp_url).await?;
     let ch = conn.create_channel().await?;
-    ch.confirm_select(ConfirmSelectOptions::default()).await?;
+    if cfg.confirm {
+        ch.confirm_select(ConfirmSelectOptions::default()).await?;
+    }
     let mut confirmed = 0;
     for m in &cfg.messages {
-        let started = Instant::now();
-        let confirm = ch
-            .basic_publish(
-                cfg.exchange.as_str().into(),
-                m.routing_key.as_str().into(),
-                BasicPublishOptions::default(),
-                m.body.as_bytes(),
-                properties_of(&m.meta),
-            )
-            .await
-            .with_context(|| format!("publishing {}", m.meta.message_id))?
-            .await
-            .with_context(|| format!("waiting for the confirm of {}", m.meta.message_id))?;
-        let status = match confirm {
-            Confirmation::Ack(_) => {
-                confirmed += 1;
-                Status::Confirmed
+        let base = &m.meta.message_id;
+        if journal.done.contains(base) {
+            continue;
+        }
+        let mut sends = journal.sent.get(base).copied().unwrap_or(0);
+        loop {
+            sends += 1;
+            if sends > MAX_SENDS {
+                bail!("{base}: no confirm after {MAX_SENDS} sends");
             }
-            Confirmation::Nack(_) => Status::Nacked,
-            Confirmation::NotRequested => Status::Unconfirmed,
-        };
-        emit(
-            Record::new(&cfg.lab)
-                .meta(&m.meta)
-                .with("destination", &cfg.destination)
-                .with("routingKey", &m.routing_key)
-                .with("durationMs", started.elapsed().as_millis())
-                .status(status),
-        );
+            let mut meta = m.meta.clone();
+            if sends > 1 {
+                meta.message_id = format!("{base}.{sends}");
+            }
+            Journal::append(&cfg.journal, "sent", base)?;
+            let status = publish(&cfg, &ch, m, &meta).await?;
+            match status {
+                Status::Confirmed | Status::Unconfirmed => {
+                    Journal::append(&cfg.journal, "done", base)?;
+                    if status == Status::Confirmed {
+                        confirmed += 1;
+                        point::reach(
+                            cfg.fault.as_ref(),
+                            Window::AfterConfirm,
+                            &meta,
+                            line(&cfg, &meta),
+                            barrier(&ch),
+                        )
+                        .await;
+                    }
+                    break;
+                }
+                Status::Returned => {
+                    if let Some(park) = &cfg.park {
+                        park_it(&cfg, &ch, m, &meta, park).await?;
+                    }
+                    Journal::append(&cfg.journal, "done", base)?;
+                    break;
+                }
+                // Sent again, as the same event.
+                _ => continue,
+            }
+        }
     }
     emit(
         Record::new(&cfg.lab)
@@ -56,9 +125,110 @@ pub async fn run(cfg: ProducerConfig) -> Result<i32> {
             .status(Status::Done),
     );
     conn.close(200, "done".into()).await.ok();
-    Ok(if confirmed == cfg.messages.len() {
-        0
-    } else {
-        1
-    })
+    Ok(0)
+}
+
+fn line(cfg: &ProducerConfig, meta: &MessageMeta) -> Record {
+    Record::new(&cfg.lab)
+        .meta(meta)
+        .with("destination", &cfg.destination)
+}
+
+/// A synchronous round trip on the channel: what was published before it
+/// has been routed when it returns.
+async fn barrier(ch: &Channel) -> lapin::Result<()> {
+    ch.basic_qos(0, BasicQosOptions::default()).await
+}
+
+/// One send and its outcome, logged.
+async fn publish(
+    cfg: &ProducerConfig,
+    ch: &Channel,
+    m: &OutMessage,
+    meta: &MessageMeta,
+) -> Result<Status> {
+    let started = Instant::now();
+    let pending = ch
+        .basic_publish(
+            cfg.exchange.as_str().into(),
+            m.routing_key.as_str().into(),
+            BasicPublishOptions {
+                mandatory: cfg.mandatory,
+                immediate: false,
+            },
+            m.body.as_bytes(),
+            properties_of(meta, cfg.persistent),
+        )
+        .await
+        .with_context(|| format!("publishing {}", meta.message_id))?;
+    point::reach(
+        cfg.fault.as_ref(),
+        Window::AfterPublishBeforeConfirm,
+        meta,
+        line(cfg, meta),
+        barrier(ch),
+    )
+    .await;
+    let outcome = match cfg.confirm_timeout_ms {
+        Some(ms) => tokio::time::timeout(Duration::from_millis(ms), pending)
+            .await
+            .ok(),
+        None => Some(pending.await),
+    };
+    let status = match outcome {
+        None => Status::ConfirmTimeout,
+        Some(Ok(Confirmation::Ack(None))) => Status::Confirmed,
+        Some(Ok(Confirmation::Ack(Some(_)))) => Status::Returned,
+        Some(Ok(Confirmation::Nack(_))) => Status::Nacked,
+        Some(Ok(Confirmation::NotRequested)) => Status::Unconfirmed,
+        Some(Err(e)) => {
+            return Err(e)
+                .with_context(|| format!("waiting for the confirm of {}", meta.message_id))
+        }
+    };
+    emit(
+        line(cfg, meta)
+            .with("routingKey", &m.routing_key)
+            .with("durationMs", started.elapsed().as_millis())
+            .status(status),
+    );
+    Ok(status)
+}
+
+/// A returned message goes to the parking queue, confirmed, where someone
+/// can look at it: reported, not dropped.
+async fn park_it(
+    cfg: &ProducerConfig,
+    ch: &Channel,
+    m: &OutMessage,
+    meta: &MessageMeta,
+    park: &str,
+) -> Result<()> {
+    let confirm = ch
+        .basic_publish(
+            "".into(),
+            park.into(),
+            BasicPublishOptions {
+                mandatory: true,
+                immediate: false,
+            },
+            m.body.as_bytes(),
+            properties_of(meta, true),
+        )
+        .await?
+        .await?;
+    if !matches!(confirm, Confirmation::Ack(None)) {
+        bail!(
+            "parking {} in `{park}` was not confirmed: {confirm:?}",
+            meta.message_id
+        );
+    }
+    emit(
+        Record::new(&cfg.lab)
+            .meta(meta)
+            .with("destination", park)
+            .with("routingKey", park)
+            .status(Status::Parked),
+    );
+    Ok(())
 }

@@ -1,0 +1,317 @@
+//! The harness's AMQP 0-9-1 proxy: every role connects to the broker through
+//! it (127.0.0.1 only). It forwards the original bytes, frame by frame,
+//! reading each frame with `amq-protocol` to follow one message: the
+//! deliveries and the acks of a consumer, the publishes and the confirms of a
+//! producer. An armed [`Rule`] acts on one message's frame, once:
+//!
+//! - [`Rule::CutOnAck`]: the consumer's ack of that message is dropped and
+//!   the connection closed on both sides; the broker never hears the ack and
+//!   requeues the message. New connections then wait at a gate until the
+//!   harness [`Proxy::release`]s them, once the broker has dropped the old one.
+//! - [`Rule::HoldConfirm`]: the broker's confirm of that publish is never
+//!   passed on; the producer times out.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use amq_protocol::frame::{parse_frame, AMQPFrame};
+use amq_protocol::protocol::{basic, channel, confirm, AMQPClass};
+use anyhow::{Context, Result};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+/// What the proxy does to one message's frames.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Rule {
+    CutOnAck { message: String },
+    HoldConfirm { message: String },
+}
+
+/// What the proxy did, for the runner's transcript.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProxyEvent {
+    /// The ack of `message` was dropped and its connection closed.
+    Cut { message: String },
+    /// The broker's confirm of `message` was held back.
+    Held { message: String },
+}
+
+struct Shared {
+    upstream: SocketAddr,
+    rule: Mutex<Option<Rule>>,
+    /// `true`: new connections go through; `false`: they wait.
+    gate: watch::Sender<bool>,
+    events: mpsc::UnboundedSender<ProxyEvent>,
+}
+
+pub struct Proxy {
+    pub port: u16,
+    shared: Arc<Shared>,
+    accept: JoinHandle<()>,
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+impl Proxy {
+    /// Listens on a free 127.0.0.1 port, forwarding to `upstream`.
+    pub async fn start(
+        upstream: SocketAddr,
+    ) -> Result<(Proxy, mpsc::UnboundedReceiver<ProxyEvent>)> {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .context("the AMQP proxy cannot listen on 127.0.0.1")?;
+        let port = listener.local_addr()?.port();
+        let (events, rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared {
+            upstream,
+            rule: Mutex::new(None),
+            gate: watch::Sender::new(true),
+            events,
+        });
+        let s = shared.clone();
+        let accept = tokio::spawn(async move {
+            let mut conns: Vec<JoinHandle<()>> = Vec::new();
+            while let Ok((client, _)) = listener.accept().await {
+                conns.retain(|c| !c.is_finished());
+                conns.push(tokio::spawn(serve(s.clone(), client)));
+            }
+        });
+        Ok((
+            Proxy {
+                port,
+                shared,
+                accept,
+            },
+            rx,
+        ))
+    }
+
+    /// Arms a rule: it acts on the first matching frame, then disarms itself.
+    pub fn arm(&self, rule: Rule) {
+        *self.shared.rule.lock().expect("proxy rule") = Some(rule);
+    }
+
+    /// The armed rule that has not acted (yet).
+    pub fn armed(&self) -> Option<Rule> {
+        self.shared.rule.lock().expect("proxy rule").clone()
+    }
+
+    pub fn disarm(&self) {
+        *self.shared.rule.lock().expect("proxy rule") = None;
+    }
+
+    /// Lets connections that wait at the gate through.
+    pub fn release(&self) {
+        self.shared.gate.send_replace(true);
+    }
+}
+
+/// What one connection's frames have said so far.
+#[derive(Default)]
+struct Conn {
+    /// A Deliver waits for its content header: channel → delivery tag.
+    deliver_pending: HashMap<u16, u64>,
+    /// (channel, delivery tag) → message id.
+    deliveries: HashMap<(u16, u64), String>,
+    /// Channels in confirm mode → publishes so far (the confirm's delivery tag).
+    confirm_seq: HashMap<u16, u64>,
+    /// A publish waits for its content header: channel → sequence number.
+    publish_pending: HashMap<u16, u64>,
+    /// (channel, publish sequence number) → message id.
+    published: HashMap<(u16, u64), String>,
+}
+
+impl Conn {
+    fn channel_opened(&mut self, ch: u16) {
+        self.deliver_pending.remove(&ch);
+        self.publish_pending.remove(&ch);
+        self.confirm_seq.remove(&ch);
+        self.deliveries.retain(|(c, _), _| *c != ch);
+        self.published.retain(|(c, _), _| *c != ch);
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Dir {
+    ToBroker,
+    ToClient,
+}
+
+enum Verdict {
+    Forward,
+    Drop,
+    Cut,
+}
+
+async fn serve(shared: Arc<Shared>, client: TcpStream) {
+    let mut gate = shared.gate.subscribe();
+    while !*gate.borrow_and_update() {
+        if gate.changed().await.is_err() {
+            return;
+        }
+    }
+    let Ok(upstream) = TcpStream::connect(shared.upstream).await else {
+        return; // the broker is down: the client sees its connection close
+    };
+    let _ = client.set_nodelay(true);
+    let _ = upstream.set_nodelay(true);
+    let (cr, cw) = client.into_split();
+    let (ur, uw) = upstream.into_split();
+    let conn = Arc::new(Mutex::new(Conn::default()));
+    // Either direction ending (EOF, an error, a cut) ends the connection:
+    // dropping both halves of both sockets closes them.
+    tokio::select! {
+        _ = pump(Dir::ToBroker, cr, uw, conn.clone(), shared.clone()) => {}
+        _ = pump(Dir::ToClient, ur, cw, conn, shared.clone()) => {}
+    }
+}
+
+/// Copies frames from `from` to `to`, deciding for each.
+async fn pump(
+    dir: Dir,
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    conn: Arc<Mutex<Conn>>,
+    shared: Arc<Shared>,
+) {
+    let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        buf.extend_from_slice(&chunk[..n]);
+        let mut out: Vec<u8> = Vec::with_capacity(buf.len());
+        let mut used = 0;
+        while let Some(len) = frame_len(&buf[used..]) {
+            let frame = &buf[used..used + len];
+            match judge(dir, frame, &conn, &shared) {
+                Verdict::Forward => out.extend_from_slice(frame),
+                Verdict::Drop => {}
+                Verdict::Cut => {
+                    let _ = to.write_all(&out).await;
+                    return;
+                }
+            }
+            used += len;
+        }
+        buf.drain(..used);
+        if !out.is_empty() && to.write_all(&out).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The length of the first complete frame in `buf` (the 8-byte protocol
+/// header counts as one), or None when more bytes are needed.
+fn frame_len(buf: &[u8]) -> Option<usize> {
+    match buf.first()? {
+        b'A' => (buf.len() >= 8).then_some(8),
+        _ if buf.len() < 7 => None,
+        _ => {
+            let size = u32::from_be_bytes([buf[3], buf[4], buf[5], buf[6]]) as usize;
+            let len = 7 + size + 1;
+            (buf.len() >= len).then_some(len)
+        }
+    }
+}
+
+/// Reads one frame's meaning (bodies are never parsed) and applies the rule.
+fn judge(dir: Dir, frame: &[u8], conn: &Mutex<Conn>, shared: &Shared) -> Verdict {
+    if frame.first() == Some(&3) {
+        return Verdict::Forward;
+    }
+    let Ok((_, parsed)) = parse_frame(frame) else {
+        return Verdict::Forward;
+    };
+    let mut c = conn.lock().expect("proxy connection state");
+    let mut rule = shared.rule.lock().expect("proxy rule");
+    match (dir, parsed) {
+        (
+            Dir::ToBroker,
+            AMQPFrame::Method(ch, AMQPClass::Channel(channel::AMQPMethod::Open(_))),
+        ) => c.channel_opened(ch),
+        (
+            Dir::ToBroker,
+            AMQPFrame::Method(ch, AMQPClass::Confirm(confirm::AMQPMethod::Select(_))),
+        ) => {
+            c.confirm_seq.insert(ch, 0);
+        }
+        (Dir::ToBroker, AMQPFrame::Method(ch, AMQPClass::Basic(basic::AMQPMethod::Publish(_)))) => {
+            if let Some(seq) = c.confirm_seq.get_mut(&ch) {
+                *seq += 1;
+                let seq = *seq;
+                c.publish_pending.insert(ch, seq);
+            }
+        }
+        (Dir::ToBroker, AMQPFrame::Header(ch, h)) => {
+            if let Some(seq) = c.publish_pending.remove(&ch) {
+                let mid = h.properties.message_id().as_ref().map(|s| s.to_string());
+                c.published.insert((ch, seq), mid.unwrap_or_default());
+            }
+        }
+        (Dir::ToBroker, AMQPFrame::Method(ch, AMQPClass::Basic(basic::AMQPMethod::Ack(a)))) => {
+            let acked = c.deliveries.get(&(ch, a.delivery_tag));
+            if let (Some(Rule::CutOnAck { message }), Some(mid)) = (rule.as_ref(), acked) {
+                if message == mid {
+                    let _ = shared.events.send(ProxyEvent::Cut {
+                        message: message.clone(),
+                    });
+                    *rule = None;
+                    shared.gate.send_replace(false);
+                    return Verdict::Cut;
+                }
+            }
+        }
+        (Dir::ToClient, AMQPFrame::Method(ch, AMQPClass::Basic(basic::AMQPMethod::Deliver(d)))) => {
+            c.deliver_pending.insert(ch, d.delivery_tag);
+        }
+        (Dir::ToClient, AMQPFrame::Header(ch, h)) => {
+            if let Some(tag) = c.deliver_pending.remove(&ch) {
+                let mid = h.properties.message_id().as_ref().map(|s| s.to_string());
+                c.deliveries.insert((ch, tag), mid.unwrap_or_default());
+            }
+        }
+        (Dir::ToClient, AMQPFrame::Method(ch, AMQPClass::Basic(basic::AMQPMethod::Ack(a)))) => {
+            if let Some(Rule::HoldConfirm { message }) = rule.as_ref() {
+                // The confirm (or a `multiple` one covering it) of the held publish.
+                let covers = c.published.iter().any(|((pc, seq), mid)| {
+                    *pc == ch
+                        && mid == message
+                        && (*seq == a.delivery_tag || (a.multiple && *seq <= a.delivery_tag))
+                });
+                if covers {
+                    let _ = shared.events.send(ProxyEvent::Held {
+                        message: message.clone(),
+                    });
+                    *rule = None;
+                    return Verdict::Drop;
+                }
+            }
+        }
+        _ => {}
+    }
+    Verdict::Forward
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_are_cut_at_their_length() {
+        assert_eq!(frame_len(b"AMQP\x00\x00\x09\x01rest"), Some(8));
+        assert_eq!(frame_len(b"AMQP\x00"), None);
+        // a heartbeat: type 8, channel 0, size 0, frame end
+        assert_eq!(frame_len(&[8, 0, 0, 0, 0, 0, 0, 0xCE, 1]), Some(8));
+        assert_eq!(frame_len(&[1, 0, 1, 0, 0, 0, 4, 0, 0]), None);
+    }
+}
