@@ -68,9 +68,7 @@ pub async fn run(cfg: ConsumerConfig) -> Result<i32> {
             Ok(()) => {
                 conn.close(200, "done".into()).await.ok();
             }
-            Err(e)
-                if cfg.reconnect && reconnects < MAX_RECONNECTS && !conn.status().connected() =>
-            {
+            Err(e) if cfg.reconnect && reconnects < MAX_RECONNECTS => {
                 reconnects += 1;
                 tracing::warn!("connection lost: {e:#}");
                 // A transaction left open by the lost delivery is abandoned.
