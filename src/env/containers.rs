@@ -141,6 +141,10 @@ impl ContainersEnv {
             "load_definitions = /etc/rabbitmq/mqlab-definitions.json\nloopback_users = none\n";
         let rabbit_req = generic_image(rabbitmq)
             .with_label(RUN_LABEL, &run)
+            // The node's name (and so its data directory, mnesia/<name>) must
+            // not follow the container's hostname: a restart must find the
+            // same data, or it boots a fresh node (see README, broker faults).
+            .with_env_var("RABBITMQ_NODENAME", "rabbit@localhost")
             .with_copy_to(
                 CopyTargetOptions::new("/etc/rabbitmq/conf.d/90-mqlab.conf"),
                 conf.as_bytes().to_vec(),
@@ -283,7 +287,17 @@ impl ContainersEnv {
         Ok(())
     }
 
+    /// SIGKILL (if it runs) and start again: same container, same data,
+    /// same host port.
     pub async fn restart_broker(&mut self) -> Result<()> {
+        let running = self
+            .broker()?
+            .is_running()
+            .await
+            .context("asking the engine about the broker container")?;
+        if running {
+            self.kill_broker().await?;
+        }
         self.broker()?.start().await?;
         self.broker_ready(Instant::now() + self.ready.1).await?;
         Ok(())
