@@ -42,13 +42,13 @@ impl Events {
     }
 }
 
-/// Per business event (eventId), from what the producer believes it
-/// delivered (confirmed, or sent without confirms), the business rows in
-/// PostgreSQL and what still sits in the lab's queues (a DLQ, a parking
-/// queue, a queue it loops in):
-/// - `lost`: believed delivered, never applied by any service, in no queue;
+/// Per business event (eventId), from what the producer sent (whatever the
+/// broker answered: a returned message is lost too unless someone parked
+/// it), the business rows in PostgreSQL and what still sits in the lab's
+/// queues (a DLQ, a parking queue, a queue it loops in):
+/// - `lost`: sent, never applied by any service, in no queue;
 /// - `duplicatesApplied`: business effects beyond the first per (service, eventId);
-/// - `unexpected`: applied, never believed delivered.
+/// - `unexpected`: applied, never sent.
 pub fn total_queue(
     entries: &[Entry],
     ground: &Ground,
@@ -57,8 +57,11 @@ pub fn total_queue(
 ) -> Vec<(Check, usize)> {
     let sent: BTreeSet<&str> = entries
         .iter()
+        .filter(|e| e.role == Role::Producer.name())
         .filter(|e| {
-            e.is(Role::Producer, Status::Confirmed) || e.is(Role::Producer, Status::Unconfirmed)
+            e.get("status")
+                .and_then(|s| s.parse::<Status>().ok())
+                .is_some_and(|s| s.is_a_send())
         })
         .filter_map(|e| e.get("messageId"))
         .map(|m| events.of(m))
@@ -169,20 +172,11 @@ pub fn evaluate(c: &CounterRef, entries: &[Entry], obs: &Observed) -> Result<Str
             .to_string(),
         Counter::Published => entries
             .iter()
+            .filter(|e| e.role == Role::Producer.name())
             .filter(|e| {
-                e.role == Role::Producer.name()
-                    && e.get("status").is_some_and(|s| {
-                        s.parse::<Status>().is_ok_and(|s| {
-                            matches!(
-                                s,
-                                Status::Confirmed
-                                    | Status::Nacked
-                                    | Status::ConfirmTimeout
-                                    | Status::Unconfirmed
-                                    | Status::Returned
-                            )
-                        })
-                    })
+                e.get("status")
+                    .and_then(|s| s.parse::<Status>().ok())
+                    .is_some_and(|s| s.is_a_send() && s != Status::Parked)
             })
             .count()
             .to_string(),
@@ -554,9 +548,10 @@ mod tests {
         let unconfirmed = entries(&["[producer] messageId=mid-1 status=unconfirmed"]);
         let none = Ground::default();
         assert_eq!(get(&unconfirmed, &none, &[]), vec![1, 0, 0]);
-        // Returned (and parked): the producer knows; not lost.
+        // Returned and parked: in a queue, not lost; returned and dropped: lost.
         let returned = entries(&["[producer] messageId=mid-1 status=returned"]);
-        assert_eq!(get(&returned, &none, &[]), vec![0, 0, 0]);
+        assert_eq!(get(&returned, &none, &["E1"]), vec![0, 0, 0]);
+        assert_eq!(get(&returned, &none, &[]), vec![1, 0, 0]);
     }
 
     #[test]

@@ -295,8 +295,12 @@ fn cmd_list(project: &Project) -> Result<i32> {
                 }
             }
             Target::Network => {
-                for (a, w) in crate::vocab::NETWORK_WINDOWS {
-                    out!("    {:<24} {}: {}", w.name(), a.name(), a.doc());
+                for (a, k, w) in crate::vocab::NETWORK_WINDOWS {
+                    let step = match k {
+                        crate::vocab::StepKind::Publish => "publish step",
+                        crate::vocab::StepKind::Consume => "consume step",
+                    };
+                    out!("    {:<24} {a} on a {step}: {}", w.name(), w.doc());
                 }
             }
             Target::Broker => {

@@ -73,6 +73,9 @@ pub struct ProducerConfig {
     pub park: Option<String>,
     /// No confirm within this: log `confirm_timeout` and send again.
     pub confirm_timeout_ms: Option<u64>,
+    /// On start, send again what the journal says was sent and never
+    /// confirmed (else: count it as done, as a fire-and-forget producer does).
+    pub resend: bool,
     /// The producer's own record of what it sent and what was confirmed
     /// (its outbox): a restarted producer resends what it sent and never
     /// saw confirmed, and skips what was.
@@ -136,6 +139,7 @@ mod tests {
             persistent: true,
             park: None,
             confirm_timeout_ms: None,
+            resend: true,
             journal: "/tmp/j".into(),
             fault: None,
         }));

@@ -400,6 +400,7 @@ impl Ctx<'_> {
             persistent: p.persistent,
             park: p.park.clone(),
             confirm_timeout_ms: p.confirm_timeout_ms,
+            resend: p.resend,
             journal: self.logs.join(format!("producer-{}.journal", self.step)),
             fault,
         }
@@ -415,6 +416,26 @@ impl Ctx<'_> {
                 self.kill_at_marker(&mut proc, Role::Producer, f, phase, deadline, secs)
                     .await?;
                 self.assert(&f.asserts).await?;
+            }
+            Some(f) if f.action == FaultAction::Cut => {
+                // The proxy drops the publish and cuts: the producer fails
+                // waiting for its confirm, and a new one resumes from the journal.
+                self.proxy().arm(Rule::CutOnPublish {
+                    message: f.message.clone(),
+                });
+                let cfg = self.producer_config(p, None);
+                let mut proc = self.spawn_role(RoleConfig::Producer(cfg))?;
+                self.follow(&mut proc, Role::Producer, phase, deadline, secs, None)
+                    .await?;
+                let code = self.wait_exit(&mut proc, phase, deadline, secs).await?;
+                if code == 0 {
+                    bail!(
+                        "phase {phase}: the producer finished; its publish of {} was never cut",
+                        f.message
+                    );
+                }
+                self.proxy_effect(phase, deadline).await?;
+                self.proxy().release();
             }
             // The proxy holds the confirm; the producer times out and sends again.
             Some(f) => self.proxy().arm(Rule::HoldConfirm {
@@ -487,6 +508,9 @@ impl Ctx<'_> {
         let (action, window, message) = match &event {
             ProxyEvent::Cut { message } => {
                 (FaultAction::Cut, Window::AfterCommitBeforeAck, message)
+            }
+            ProxyEvent::CutPublish { message } => {
+                (FaultAction::Cut, Window::AfterPublishBeforeBroker, message)
             }
             ProxyEvent::Held { message } => (
                 FaultAction::Hold,

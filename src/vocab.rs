@@ -125,6 +125,7 @@ names! {
         AfterAckBeforeCommit = "after-ack-before-commit": "the message is acked, the transaction is still open",
         AfterCommitBeforeAck = "after-commit-before-ack": "the transaction has committed, the ack is not sent",
         AfterAck = "after-ack": "the transaction has committed and the message is acked",
+        AfterPublishBeforeBroker = "after-publish-before-broker": "producer: the publish left the producer and never reached the broker",
         AfterPublishBeforeConfirm = "after-publish-before-confirm": "producer: the broker has the message, its confirm is not yet seen",
         AfterConfirm = "after-confirm": "producer: the confirm is seen and recorded",
     }
@@ -133,13 +134,35 @@ names! {
 /// The windows the producer's path passes, for every message.
 pub const PRODUCER_WINDOWS: &[Window] = &[Window::AfterPublishBeforeConfirm, Window::AfterConfirm];
 
-/// Where the harness's AMQP proxy can act on one message's frames.
-/// A consume step: the ack of the message is dropped and the connection cut
-/// (the consumer committed and acked, the broker never hears the ack).
-/// A publish step: the broker's confirm of the message is held.
-pub const NETWORK_WINDOWS: &[(FaultAction, Window)] = &[
-    (FaultAction::Cut, Window::AfterCommitBeforeAck),
-    (FaultAction::Hold, Window::AfterPublishBeforeConfirm),
+/// The kind of step a fault is attached to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepKind {
+    Publish,
+    Consume,
+}
+
+/// Where the harness's AMQP proxy can act on one message's frames:
+/// - a consume step, `cut`: the consumer's ack of the message is dropped and
+///   the connection closed (it committed and acked; the broker never hears it);
+/// - a publish step, `cut`: the publish itself is dropped and the connection
+///   closed (the broker never gets the message);
+/// - a publish step, `hold`: the broker's confirm of the message is held.
+pub const NETWORK_WINDOWS: &[(FaultAction, StepKind, Window)] = &[
+    (
+        FaultAction::Cut,
+        StepKind::Consume,
+        Window::AfterCommitBeforeAck,
+    ),
+    (
+        FaultAction::Cut,
+        StepKind::Publish,
+        Window::AfterPublishBeforeBroker,
+    ),
+    (
+        FaultAction::Hold,
+        StepKind::Publish,
+        Window::AfterPublishBeforeConfirm,
+    ),
 ];
 
 names! {
@@ -428,9 +451,9 @@ impl fmt::Display for CounterRef {
 names! {
     /// The total-queue checks every lab ends with, each expected to be 0.
     pub enum Check ("check") {
-        Lost = "lost": "events the producer saw confirmed (or sent unconfirmed) that were never applied and are in no queue",
+        Lost = "lost": "events the producer sent (whatever the broker answered) that no service applied and no queue holds",
         DuplicatesApplied = "duplicatesApplied": "business effects beyond the first per (service, eventId)",
-        Unexpected = "unexpected": "events applied that the producer never saw confirmed or sent",
+        Unexpected = "unexpected": "events applied that the producer never sent",
     }
 }
 
@@ -452,6 +475,24 @@ names! {
     }
 }
 
+impl Status {
+    /// A producer line saying it handed the message to the broker (whatever
+    /// the broker answered), or parked it: what the total-queue check
+    /// expects to find applied or queued.
+    pub fn is_a_send(self) -> bool {
+        matches!(
+            self,
+            Status::Confirmed
+                | Status::Unconfirmed
+                | Status::Nacked
+                | Status::ConfirmTimeout
+                | Status::Returned
+                | Status::Parked
+                | Status::CrashInjected
+        )
+    }
+}
+
 names! {
     /// Who a fault acts on.
     pub enum Target ("fault target") {
@@ -467,7 +508,7 @@ names! {
     pub enum FaultAction ("fault action") {
         Kill = "kill": "SIGKILL, exactly at the window (producer, consumer)",
         Restart = "restart": "SIGKILL the broker and start it again on the same data (broker)",
-        Cut = "cut": "drop the message's ack and close the connection (network, consume step)",
+        Cut = "cut": "drop the message's ack (consume step) or its publish (publish step) and close the connection (network)",
         Hold = "hold": "hold the broker's confirm of the message; the producer times out (network, publish step)",
     }
 }

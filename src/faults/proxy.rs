@@ -8,6 +8,9 @@
 //!   the connection closed on both sides; the broker never hears the ack and
 //!   requeues the message. New connections then wait at a gate until the
 //!   harness [`Proxy::release`]s them, once the broker has dropped the old one.
+//! - [`Rule::CutOnPublish`]: the producer's publish of that message (its
+//!   method and header frames) is dropped and the connection closed; the
+//!   broker never gets the message.
 //! - [`Rule::HoldConfirm`]: the broker's confirm of that publish is never
 //!   passed on; the producer times out.
 
@@ -27,6 +30,7 @@ use tokio::task::JoinHandle;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Rule {
     CutOnAck { message: String },
+    CutOnPublish { message: String },
     HoldConfirm { message: String },
 }
 
@@ -35,6 +39,8 @@ pub enum Rule {
 pub enum ProxyEvent {
     /// The ack of `message` was dropped and its connection closed.
     Cut { message: String },
+    /// The publish of `message` was dropped and its connection closed.
+    CutPublish { message: String },
     /// The broker's confirm of `message` was held back.
     Held { message: String },
 }
@@ -126,6 +132,8 @@ struct Conn {
     publish_pending: HashMap<u16, u64>,
     /// (channel, publish sequence number) → message id.
     published: HashMap<(u16, u64), String>,
+    /// A Basic.Publish held back until its header says which message it is.
+    stashed: HashMap<u16, Vec<u8>>,
 }
 
 impl Conn {
@@ -135,6 +143,7 @@ impl Conn {
         self.confirm_seq.remove(&ch);
         self.deliveries.retain(|(c, _), _| *c != ch);
         self.published.retain(|(c, _), _| *c != ch);
+        self.stashed.remove(&ch);
     }
 }
 
@@ -147,6 +156,10 @@ enum Dir {
 enum Verdict {
     Forward,
     Drop,
+    /// Hold the frame back until the next one on its channel decides.
+    Stash(u16),
+    /// Forward what was held back on this channel, then this frame.
+    Release(u16),
     Cut,
 }
 
@@ -196,6 +209,23 @@ async fn pump(
             match judge(dir, frame, &conn, &shared) {
                 Verdict::Forward => out.extend_from_slice(frame),
                 Verdict::Drop => {}
+                Verdict::Stash(ch) => conn
+                    .lock()
+                    .expect("proxy connection state")
+                    .stashed
+                    .insert(ch, frame.to_vec())
+                    .map_or((), |_| ()),
+                Verdict::Release(ch) => {
+                    if let Some(held) = conn
+                        .lock()
+                        .expect("proxy connection state")
+                        .stashed
+                        .remove(&ch)
+                    {
+                        out.extend_from_slice(&held);
+                    }
+                    out.extend_from_slice(frame);
+                }
                 Verdict::Cut => {
                     let _ = to.write_all(&out).await;
                     return;
@@ -246,16 +276,37 @@ fn judge(dir: Dir, frame: &[u8], conn: &Mutex<Conn>, shared: &Shared) -> Verdict
             c.confirm_seq.insert(ch, 0);
         }
         (Dir::ToBroker, AMQPFrame::Method(ch, AMQPClass::Basic(basic::AMQPMethod::Publish(_)))) => {
-            if let Some(seq) = c.confirm_seq.get_mut(&ch) {
-                *seq += 1;
-                let seq = *seq;
-                c.publish_pending.insert(ch, seq);
+            let seq = c.confirm_seq.get(&ch).map_or(0, |s| s + 1);
+            if let Some(s) = c.confirm_seq.get_mut(&ch) {
+                *s = seq;
+            }
+            c.publish_pending.insert(ch, seq);
+            if matches!(rule.as_ref(), Some(Rule::CutOnPublish { .. })) {
+                return Verdict::Stash(ch);
             }
         }
         (Dir::ToBroker, AMQPFrame::Header(ch, h)) => {
             if let Some(seq) = c.publish_pending.remove(&ch) {
-                let mid = h.properties.message_id().as_ref().map(|s| s.to_string());
-                c.published.insert((ch, seq), mid.unwrap_or_default());
+                let mid = h
+                    .properties
+                    .message_id()
+                    .as_ref()
+                    .map(|s| s.to_string())
+                    .unwrap_or_default();
+                if let Some(Rule::CutOnPublish { message }) = rule.as_ref() {
+                    if *message == mid {
+                        let _ = shared.events.send(ProxyEvent::CutPublish {
+                            message: message.clone(),
+                        });
+                        *rule = None;
+                        shared.gate.send_replace(false);
+                        return Verdict::Cut;
+                    }
+                }
+                c.published.insert((ch, seq), mid);
+                if c.stashed.contains_key(&ch) {
+                    return Verdict::Release(ch);
+                }
             }
         }
         (Dir::ToBroker, AMQPFrame::Method(ch, AMQPClass::Basic(basic::AMQPMethod::Ack(a)))) => {

@@ -17,7 +17,7 @@ use super::{
 use crate::transcript::MessageMeta;
 use crate::vocab::{
     check_queue_argument, ArgValue, Check, CounterRef, ExchangeDecl, FaultAction, Pattern,
-    QueueDecl, Target, Then, Topology, Window, NETWORK_WINDOWS, PRODUCER_WINDOWS,
+    QueueDecl, StepKind, Target, Then, Topology, Window, NETWORK_WINDOWS, PRODUCER_WINDOWS,
 };
 
 /// What is wrong, with a hint where the fix is known.
@@ -449,6 +449,7 @@ impl<'a> Checker<'a> {
             persistent: p.persistent,
             park,
             confirm_timeout_ms: p.confirm_timeout_ms.map(|n| n.get()),
+            resend: p.resend,
         }
     }
 
@@ -514,12 +515,17 @@ impl<'a> Checker<'a> {
             (Target::Consumer, FaultAction::Kill, Action::Consume(c)) => c.pattern.def().windows(),
             (Target::Producer, FaultAction::Kill, Action::Publish(_)) => PRODUCER_WINDOWS.to_vec(),
             (Target::Network, a @ (FaultAction::Cut | FaultAction::Hold), step) => {
-                let fits = matches!(
-                    (a, step),
-                    (FaultAction::Cut, Action::Consume(_))
-                        | (FaultAction::Hold, Action::Publish(_))
-                );
-                if !fits {
+                let kind = match step {
+                    Action::Publish(_) => Some(StepKind::Publish),
+                    Action::Consume(_) => Some(StepKind::Consume),
+                    _ => None,
+                };
+                let windows: Vec<Window> = NETWORK_WINDOWS
+                    .iter()
+                    .filter(|(x, k, _)| *x == a && Some(*k) == kind)
+                    .map(|(_, _, w)| *w)
+                    .collect();
+                if windows.is_empty() {
                     self.err(
                         format!("{fkey}.action"),
                         span(&f.action),
@@ -530,11 +536,7 @@ impl<'a> Checker<'a> {
                     );
                     return None;
                 }
-                NETWORK_WINDOWS
-                    .iter()
-                    .filter(|(x, _)| *x == a)
-                    .map(|(_, w)| *w)
-                    .collect()
+                windows
             }
             _ => {
                 self.err(
@@ -601,7 +603,7 @@ impl<'a> Checker<'a> {
             };
             self.err(format!("{fkey}.message"), span(message), kind);
         }
-        let follows = default_then(act);
+        let follows = default_then(act, matches!(action, Action::Publish(_)));
         let then = match &f.then {
             Some(t) if *t.get_ref() != follows => {
                 self.err(
@@ -824,6 +826,12 @@ fn apply_variant(mut raw: RawLab, v: &RawVariant) -> RawLab {
                     p.park = None;
                 }
             }
+            if let Some(x) = v.resend {
+                p.resend = x;
+            }
+            if v.park == Some(false) {
+                p.park = None;
+            }
         }
         if let Some(f) = &mut step.fault {
             let (span, mut inner) = (f.span(), f.get_ref().clone());
@@ -849,9 +857,13 @@ fn apply_variant(mut raw: RawLab, v: &RawVariant) -> RawLab {
 }
 
 /// What follows each fault action.
-fn default_then(a: FaultAction) -> Then {
+/// What follows each fault action: a killed role, or a producer whose
+/// connection was cut under a publish, is started again (it resumes from its
+/// journal); a consumer whose connection was cut connects again itself.
+fn default_then(a: FaultAction, on_publish: bool) -> Then {
     match a {
         FaultAction::Kill => Then::Restart,
+        FaultAction::Cut if on_publish => Then::Restart,
         FaultAction::Cut => Then::Reconnect,
         FaultAction::Restart | FaultAction::Hold => Then::None,
     }

@@ -85,6 +85,8 @@ pub struct Publish {
     /// Where a returned message is published (confirmed).
     pub park: Option<String>,
     pub confirm_timeout_ms: Option<u64>,
+    /// A restarted producer sends again what it never saw confirmed.
+    pub resend: bool,
 }
 
 impl Publish {

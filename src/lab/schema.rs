@@ -100,6 +100,9 @@ pub struct RawPublish {
     pub park: Option<Spanned<String>>,
     /// A publish whose confirm does not come within this is sent again.
     pub confirm_timeout_ms: Option<NonZeroU64>,
+    /// A restarted producer sends again what it sent and never saw confirmed.
+    #[serde(default = "yes")]
+    pub resend: bool,
 }
 
 #[derive(Deserialize, Clone, Debug)]
@@ -233,6 +236,9 @@ pub struct RawVariant {
     pub persistent: Option<bool>,
     pub confirm: Option<bool>,
     pub mandatory: Option<bool>,
+    pub resend: Option<bool>,
+    /// `false`: returned messages are not parked (they are dropped).
+    pub park: Option<bool>,
     /// Overrides every queue's durability.
     pub durable: Option<bool>,
     #[serde(default)]

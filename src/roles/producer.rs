@@ -78,6 +78,16 @@ pub async fn run(cfg: ProducerConfig) -> Result<i32> {
         if journal.done.contains(base) {
             continue;
         }
+        if !cfg.resend && journal.sent.contains_key(base) {
+            // Sent before the restart, never confirmed: this producer takes
+            // it as delivered, as if it had sent it without a confirm.
+            emit(
+                line(&cfg, &m.meta)
+                    .with("routingKey", &m.routing_key)
+                    .status(Status::Unconfirmed),
+            );
+            continue;
+        }
         let mut sends = journal.sent.get(base).copied().unwrap_or(0);
         loop {
             sends += 1;
