@@ -357,7 +357,7 @@ pub fn mermaid(lines: &[String]) -> String {
                     ));
                 }
                 Status::CrashInjected => body.push(format!(
-                    "    Note over P: SIGKILL at the fault window ({mid}); a new producer process resends what it never saw confirmed"
+                    "    Note over P: SIGKILL at the fault window ({mid}), a new producer process resends what it never saw confirmed"
                 )),
                 _ => {}
             },
@@ -438,7 +438,7 @@ pub fn mermaid(lines: &[String]) -> String {
                         next_is_new_process = true;
                     }
                     Status::ConnectionLost => body.push(format!(
-                        "    Note over {c}: connection lost; the same process connects again"
+                        "    Note over {c}: connection lost, the same process connects again"
                     )),
                     _ => {}
                 }
@@ -525,6 +525,35 @@ pub fn junit(records: &[Record]) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Broker, network and producer faults appear as notes on participants
+    /// of their own; no `;` (Mermaid's statement separator) in any note.
+    #[test]
+    fn mermaid_shows_broker_network_and_producer_faults() {
+        let lines: Vec<String> = [
+            "[producer] messageId=mid-1 destination=q routingKey=q status=confirmed",
+            "[producer] messageId=mid-2 destination=q status=crash_injected",
+            "[fault] target=broker action=restart status=injected",
+            "[fault] target=broker action=restart status=healed",
+            "[consumer] messageId=mid-1 destination=q attempt=1 redelivered=false status=received",
+            "[fault] target=network action=cut window=after-commit-before-ack messageId=mid-1 status=injected",
+            "[consumer] consumer=consumer-1 queue=q status=connection_lost",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let m = mermaid(&lines);
+        assert!(m.contains("participant B as RabbitMQ node"), "{m}");
+        assert!(m.contains("participant N as network"), "{m}");
+        assert!(m.contains("Note over B: broker restart"), "{m}");
+        assert!(m.contains("Note over N: the ack of mid-1 dropped"), "{m}");
+        assert!(
+            m.contains("Note over P: SIGKILL at the fault window (mid-2)"),
+            "{m}"
+        );
+        assert!(m.contains("Note over C1: connection lost"), "{m}");
+        assert!(!m.contains(';'), "{m}");
+    }
 
     #[test]
     fn mermaid_marks_the_kill_and_the_second_process() {

@@ -20,7 +20,7 @@ fn expect_setup_error(cmd: &mut std::process::Command, needle: &str) {
 fn unknown_lab() {
     expect_setup_error(
         mqlab(&["lab", "nope"]).current_dir(root()),
-        "unknown lab `nope` (known: consumer-crash",
+        "unknown lab `nope` (known: backlog-drain, broker-restart,",
     );
 }
 
@@ -209,5 +209,48 @@ fn the_example_workflow_passes_actionlint() {
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// A fault on a step its target cannot act on: one line with the key path,
+/// exit 2, before any server starts.
+#[test]
+fn a_fault_on_the_wrong_step_names_the_placements() {
+    let p = scratch_project();
+    let lab = p.path().join("labs/connection-drop.toml");
+    let text = std::fs::read_to_string(&lab).unwrap();
+    std::fs::write(
+        &lab,
+        text.replace(
+            "target = \"network\", action = \"cut\"",
+            "target = \"producer\", action = \"kill\"",
+        ),
+    )
+    .unwrap();
+    expect_setup_error(
+        &mut mqlab(&[
+            "lab",
+            "connection-drop",
+            "--root",
+            p.path().to_str().unwrap(),
+        ]),
+        "connection-drop.toml:14:",
+    );
+    let (_, _, stderr) = run(&mut mqlab(&[
+        "lab",
+        "connection-drop",
+        "--root",
+        p.path().to_str().unwrap(),
+    ]));
+    assert!(
+        stderr.contains(
+            ": step[1].fault.action: `kill` of the producer does not belong on this step"
+        ),
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.lines().filter(|l| l.starts_with("error: ")).count(),
+        1,
+        "{stderr}"
     );
 }

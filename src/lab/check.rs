@@ -1070,6 +1070,74 @@ violations = { rows = 3 }
                 "step[1]: a step has exactly one of `publish`, `consume`, `inspect`",
             ),
             (r#"claim = "c""#, "claim = \"c\"\ncolour = \"red\"", None, "unknown field `colour`"),
+            (
+                r#"fault = { target = "consumer""#,
+                r#"fault = { target = "producer""#,
+                None,
+                "step[1].fault.action: `kill` of the producer does not belong on this step",
+            ),
+            (
+                r#"fault = { target = "consumer", action = "kill""#,
+                r#"fault = { target = "network", action = "hold""#,
+                None,
+                "step[1].fault.action: `hold` of the network does not belong on this step",
+            ),
+            (
+                r#"fault = { target = "consumer", action = "kill", window = "after-commit-before-ack""#,
+                r#"fault = { target = "network", action = "cut", window = "after-receive""#,
+                None,
+                "step[1].fault.window: `cut` of the network never passes window `after-receive` (it passes: after-commit-before-ack)",
+            ),
+            (
+                r#"then = "restart""#,
+                r#"then = "reconnect""#,
+                None,
+                "step[1].fault.then: `reconnect` does not follow `kill` of the consumer: `restart` does",
+            ),
+            (
+                r#"window = "after-commit-before-ack", message = "mid-1", "#,
+                "",
+                None,
+                "step[1].fault: the consumer acts at a window, for one message: set `window` and `message`",
+            ),
+            (
+                "[[step]]\nconsume",
+                "[[step]]\nfault = { target = \"broker\", action = \"restart\", window = \"after-ack\" }\n\n[[step]]\nconsume",
+                None,
+                "step[1].fault.window: a broker restart happens between steps: it has no window and no message",
+            ),
+            (
+                "[[step]]\nconsume",
+                "[[step]]\nfault = { target = \"consumer\", action = \"kill\" }\n\n[[step]]\nconsume",
+                None,
+                "step[1].fault.target: the consumer is faulted inside a publish or consume step, not in a step of its own",
+            ),
+            (
+                r#"messages = ["order-1001", "order-1002"] }"#,
+                r#"messages = ["order-1001", "order-1002"] }
+fault = { target = "producer", action = "kill", window = "after-confirm", message = "mid-3" }"#,
+                None,
+                "step[0].fault.message: `mid-3` is not one of this step's messages (mid-1, mid-2)",
+            ),
+            (
+                r#"messages = ["order-1001", "order-1002"] }"#,
+                r#"messages = ["order-1001", "order-1002"] }
+fault = { target = "producer", action = "kill", window = "before-commit", message = "mid-1" }"#,
+                None,
+                "step[0].fault.window: `kill` of the producer never passes window `before-commit` (it passes: after-publish-before-confirm, after-confirm)",
+            ),
+            (
+                r#"publish = { routing_key = "q","#,
+                r#"publish = { routing_key = "q", park = "q","#,
+                None,
+                "step[0].publish.park: only a `mandatory` publish is ever returned: nothing would be parked",
+            ),
+            (
+                r#"settle = 2 }"#,
+                r#"settle = "all" }"#,
+                None,
+                "step[1].consume.settle: `all`: settle is a positive number of messages, or \"drain\"",
+            ),
         ];
         let mut wrong = Vec::new();
         for (from, to, variant, want) in cases {
