@@ -91,7 +91,7 @@ pub async fn queue_state(channel: &Channel, queue: &str) -> Result<(u32, u32)> {
 /// The messages waiting in a queue (message id, body), read without
 /// consuming them: fetched unacked on a channel of their own, then requeued
 /// when it closes.
-pub async fn peek(conn: &lapin::Connection, queue: &str) -> Result<Vec<(String, Vec<u8>)>> {
+pub async fn peek(conn: &lapin::Connection, queue: &str) -> Result<Vec<Peeked>> {
     let ch = conn.create_channel().await?;
     let mut ids = Vec::new();
     while let Some(m) = ch
@@ -102,18 +102,36 @@ pub async fn peek(conn: &lapin::Connection, queue: &str) -> Result<Vec<(String, 
         .await
         .with_context(|| format!("reading queue `{queue}`"))?
     {
-        ids.push((
-            m.delivery
-                .properties
+        let p = &m.delivery.properties;
+        ids.push(Peeked {
+            message_id: p
                 .message_id()
                 .as_ref()
                 .map(|s| s.to_string())
                 .unwrap_or_default(),
-            m.delivery.data.clone(),
-        ));
+            body: m.delivery.data.clone(),
+            headers: p
+                .headers()
+                .as_ref()
+                .map(|h| {
+                    h.inner()
+                        .keys()
+                        .filter_map(|k| Some((k.to_string(), header_str(Some(h), k.as_str())?)))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        });
     }
     ch.close(200, "peeked".into()).await?;
     Ok(ids)
+}
+
+/// A message read from a queue without consuming it.
+pub struct Peeked {
+    pub message_id: String,
+    pub body: Vec<u8>,
+    /// The headers with a string or integer value.
+    pub headers: BTreeMap<String, String>,
 }
 
 pub fn header_str(headers: Option<&FieldTable>, key: &str) -> Option<String> {

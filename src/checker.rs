@@ -23,6 +23,9 @@ pub struct Observed {
     /// The lab's messages: message id → eventId (the identity).
     #[serde(default)]
     pub events: Events,
+    /// Queues read without consuming (for `dlqHeader`): each message's headers.
+    #[serde(default)]
+    pub dlq: BTreeMap<String, Vec<BTreeMap<String, String>>>,
 }
 
 /// Message id → eventId for the messages a lab publishes. A resend carries
@@ -165,6 +168,46 @@ pub fn evaluate(c: &CounterRef, entries: &[Entry], obs: &Observed) -> Result<Str
             }
         }
         Counter::DlqMoves => consumer(Status::PoisonToDlq).count().to_string(),
+        Counter::Isolated => consumer(Status::MovedToDlq)
+            .filter(|e| q.is_none() || e.get("failureClass") == q)
+            .count()
+            .to_string(),
+        Counter::Retries => consumer(Status::RetryScheduled).count().to_string(),
+        Counter::Rejections => consumer(Status::BusinessRejected).count().to_string(),
+        Counter::RejectionRows => obs.ground.rejection_rows.to_string(),
+        Counter::RetryDelaysHonoured => {
+            // Each redelivery of the message that waited at least the TTL of
+            // the tier its previous attempt was scheduled into.
+            let mut ttl: Option<u128> = None;
+            let mut honoured = 0;
+            for e in entries
+                .iter()
+                .filter(|e| e.role == Role::Consumer.name() && e.get("messageId") == q)
+            {
+                if e.is(Role::Consumer, Status::RetryScheduled) {
+                    ttl = e.get("ttlMs").and_then(|t| t.parse().ok());
+                } else if e.is(Role::Consumer, Status::Received) {
+                    let delay = e.get("delayMs").and_then(|d| d.parse::<u128>().ok());
+                    if let (Some(t), Some(d)) = (ttl.take(), delay) {
+                        if d >= t {
+                            honoured += 1;
+                        }
+                    }
+                }
+            }
+            honoured.to_string()
+        }
+        Counter::DlqHeader => {
+            let (queue, header) = q.unwrap_or_default().split_once('/').unwrap_or_default();
+            let Some(messages) = obs.dlq.get(queue) else {
+                return Err(format!("queue `{queue}` was not read"));
+            };
+            messages
+                .iter()
+                .map(|h| h.get(header).map(String::as_str).unwrap_or("-"))
+                .collect::<Vec<_>>()
+                .join(",")
+        }
         Counter::Returned => entries
             .iter()
             .filter(|e| e.is(Role::Producer, Status::Returned))
@@ -481,6 +524,7 @@ mod tests {
         let mut g = Ground {
             business: vec![row("E1"), row("E2"), row("E3")],
             processed_rows: 3,
+            rejection_rows: 0,
         };
         assert_eq!(get(&confirmed, &g, &[]), vec![0, 0, 0]);
         g.business.push(row("E1"));
@@ -518,12 +562,14 @@ mod tests {
         let once = Ground {
             business: vec![row("E1"), row("E2"), row("E3")],
             processed_rows: 3,
+            rejection_rows: 0,
         };
         assert_eq!(get(&resent, &once, &[]), vec![0, 0, 0]);
         // A consumer that applied both copies: one duplicate of E1.
         let twice = Ground {
             business: vec![row("E1"), row("E2"), row("E3"), row("E1")],
             processed_rows: 0,
+            rejection_rows: 0,
         };
         assert_eq!(get(&resent, &twice, &[]), vec![0, 1, 0]);
         // Two services each applying E1 once are not duplicates.
@@ -535,6 +581,7 @@ mod tests {
                 row("E3"),
             ],
             processed_rows: 0,
+            rejection_rows: 0,
         };
         assert_eq!(get(&resent, &two, &[]), vec![0, 0, 0]);
         // A producer resend after a lost confirm: `mid-2.2` is E2.

@@ -88,6 +88,16 @@ pub struct ProducerConfig {
 pub struct RetryPolicy {
     pub max_attempts: u32,
     pub dlq: String,
+    /// Retry queues of increasing TTL, for the classified pattern: attempt n
+    /// waits in tier min(n, len) - 1.
+    pub tiers: Vec<Tier>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tier {
+    pub queue: String,
+    pub ttl_ms: u64,
 }
 
 /// Where the role blocks so the harness can act on it.
@@ -120,6 +130,9 @@ pub struct ConsumerConfig {
     pub fault: Option<FaultPoint>,
     /// On a lost connection, connect again and go on (else: exit with an error).
     pub reconnect: bool,
+    /// Message id → how many of its first attempts fail transiently (a
+    /// dependency the lab makes unavailable).
+    pub transient_failures: std::collections::BTreeMap<String, u32>,
 }
 
 #[cfg(test)]

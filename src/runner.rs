@@ -25,12 +25,12 @@ use crate::events::{Event, Sink};
 use crate::faults::proxy::{Proxy, ProxyEvent, Rule};
 use crate::lab::{Action, Assertion, Consume, Fault, Lab, Project, Publish, Settle};
 use crate::protocol::{
-    ConsumerConfig, Envelope, FaultPoint, OutMessage, ProducerConfig, RetryPolicy, RoleConfig,
+    ConsumerConfig, Envelope, FaultPoint, OutMessage, ProducerConfig, RetryPolicy, RoleConfig, Tier,
 };
 use crate::snapshot;
 use crate::store;
 use crate::transcript::{Entry, Record, Transcript};
-use crate::vocab::{FaultAction, Role, Status, Target, Window};
+use crate::vocab::{Counter, FaultAction, Role, Status, Target, Window};
 
 /// The snapshot comparison of one run.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -630,9 +630,18 @@ impl Ctx<'_> {
             retry: c.retry.as_ref().map(|r| RetryPolicy {
                 max_attempts: r.max_attempts,
                 dlq: r.dlq.clone(),
+                tiers: r
+                    .tiers
+                    .iter()
+                    .map(|(queue, ttl_ms)| Tier {
+                        queue: queue.clone(),
+                        ttl_ms: *ttl_ms,
+                    })
+                    .collect(),
             }),
             fault,
             reconnect: false,
+            transient_failures: c.transient_failures.clone(),
         }
     }
 
@@ -698,6 +707,11 @@ impl Ctx<'_> {
         self.follow(&mut proc, Role::Consumer, &phase, deadline, secs, None)
             .await?;
         let code = self.wait_exit(&mut proc, &phase, deadline, secs).await?;
+        // A delivery in flight when the consumer closed goes back to the
+        // queue when the broker removes the consumer, a moment after the
+        // process is gone: the queue's state is read after that.
+        self.await_consumers_gone(&c.queue, &phase, deadline)
+            .await?;
         self.observed.consumer_exit_code = Some(code);
         if code != 0 {
             tracing::warn!(
@@ -771,7 +785,11 @@ impl Ctx<'_> {
         let queues: Vec<String> = self.lab.queue_names().map(str::to_string).collect();
         for q in &queues {
             let peeked = crate::amqp::peek(&self.conns().amqp, q).await?;
-            queued.extend(peeked.iter().map(|(mid, body)| store::event_id(body, mid)));
+            queued.extend(
+                peeked
+                    .iter()
+                    .map(|p| store::event_id(&p.body, &p.message_id)),
+            );
         }
         let point = Point::Checks {
             after_line: self.transcript.lines().len(),
@@ -806,6 +824,25 @@ impl Ctx<'_> {
                 .await
                 .map_err(|e| anyhow!("{e:#}"))?;
             self.observed.depths.insert(q, ready);
+        }
+        // Only the queues a `dlqHeader` counter reads are peeked: a peek
+        // requeues, which marks the messages redelivered.
+        let read: BTreeSet<String> = asserts
+            .iter()
+            .filter(|a| a.counter.counter == Counter::DlqHeader)
+            .filter_map(|a| {
+                a.counter
+                    .arg
+                    .as_deref()?
+                    .split_once('/')
+                    .map(|(q, _)| q.to_string())
+            })
+            .collect();
+        for q in read {
+            let peeked = crate::amqp::peek(&self.conns().amqp, &q).await?;
+            self.observed
+                .dlq
+                .insert(q, peeked.into_iter().map(|p| p.headers).collect());
         }
         let point = Point::Assert {
             after_line: self.transcript.lines().len(),

@@ -5,7 +5,7 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use sqlx::{Connection, PgConnection};
 
-use crate::vocab::InspectField;
+use crate::vocab::{FailureClass, InspectField};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!();
 
@@ -54,6 +54,47 @@ impl OrderCreated {
     pub fn parse(body: &[u8]) -> Result<Self, String> {
         serde_json::from_slice(body).map_err(|e| e.to_string())
     }
+
+    /// The failure classes of article 000/002 for an order event: a body
+    /// that does not parse is poison; a negative amount breaks an invariant;
+    /// a currency the business does not take is a business rejection.
+    pub fn classify(body: &[u8]) -> Result<Self, (FailureClass, String)> {
+        let order = Self::parse(body).map_err(|e| (FailureClass::Poison, e))?;
+        if order.amount < 0.0 {
+            return Err((
+                FailureClass::InvariantViolation,
+                format!("amount {} is negative", order.amount),
+            ));
+        }
+        if !ACCEPTED_CURRENCIES.contains(&order.currency.as_str()) {
+            return Err((
+                FailureClass::BusinessRejection,
+                format!("currency `{}` is not accepted", order.currency),
+            ));
+        }
+        Ok(order)
+    }
+}
+
+/// The currencies the inventory service takes.
+pub const ACCEPTED_CURRENCIES: &[&str] = &["CNY", "USD", "EUR"];
+
+/// A business rejection, recorded in the open transaction (with the inbox row).
+pub async fn record_rejection(
+    conn: &mut PgConnection,
+    consumer: &str,
+    event_id: &str,
+    reason: &str,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO business_rejections (consumer_name, event_id, reason) VALUES ($1, $2, $3)",
+    )
+    .bind(consumer)
+    .bind(event_id)
+    .bind(reason)
+    .execute(conn)
+    .await?;
+    Ok(())
 }
 
 /// The inbox key of a delivery: the event id from the body (fallback: the
@@ -132,6 +173,8 @@ pub struct Ground {
     /// One (service, eventId) pair per business row.
     pub business: Vec<(String, String)>,
     pub processed_rows: i64,
+    #[serde(default)]
+    pub rejection_rows: i64,
 }
 
 impl Ground {
@@ -139,6 +182,7 @@ impl Ground {
         match f {
             InspectField::BusinessRows => self.business.len() as i64,
             InspectField::ProcessedRows => self.processed_rows,
+            InspectField::RejectionRows => self.rejection_rows,
         }
     }
 }
@@ -151,9 +195,13 @@ pub async fn read_ground(conn: &mut PgConnection) -> Result<Ground> {
     let (processed_rows,): (i64,) = sqlx::query_as("SELECT count(*) FROM inbox_messages")
         .fetch_one(&mut *conn)
         .await?;
+    let (rejection_rows,): (i64,) = sqlx::query_as("SELECT count(*) FROM business_rejections")
+        .fetch_one(&mut *conn)
+        .await?;
     Ok(Ground {
         business,
         processed_rows,
+        rejection_rows,
     })
 }
 

@@ -11,7 +11,11 @@ pub const PRODUCT: &str = "rabbitmq";
 
 /// Keys whose values differ between runs of the same lab; nothing else is
 /// rewritten, so a real difference always reaches the snapshot diff.
-const VOLATILE: &[(&str, &str)] = &[("timestamp", "<ts>"), ("durationMs", "<ms>")];
+const VOLATILE: &[(&str, &str)] = &[
+    ("timestamp", "<ts>"),
+    ("durationMs", "<ms>"),
+    ("delayMs", "<ms>"),
+];
 
 /// What identifies an event in every line about it (producer and consumer alike).
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -106,6 +106,9 @@ names! {
         Requeued = "requeued": "consumer: nacked with requeue=true",
         Rejected = "rejected": "consumer: rejected without a retry policy",
         PoisonToDlq = "poison_to_dlq": "consumer: moved to the DLQ (after the confirm), then acked",
+        RetryScheduled = "retry_scheduled": "consumer: a transient failure, republished to a retry tier (confirmed), then acked",
+        BusinessRejected = "business_rejected": "consumer: the business said no; recorded with the inbox row, acked, no retry, no DLQ",
+        MovedToDlq = "moved_to_dlq": "consumer: isolated in the DLQ with its diagnostics (its failureClass says why)",
         ConnectionLost = "connection_lost": "consumer: its connection broke; it connects again",
         Injected = "injected": "fault: the harness injected it",
         Healed = "healed": "fault: what the fault broke is back (the broker is ready, the network passes again)",
@@ -128,6 +131,9 @@ names! {
         AfterPublishBeforeBroker = "after-publish-before-broker": "producer: the publish left the producer and never reached the broker",
         AfterPublishBeforeConfirm = "after-publish-before-confirm": "producer: the broker has the message, its confirm is not yet seen",
         AfterConfirm = "after-confirm": "producer: the confirm is seen and recorded",
+        AfterRetryPublishBeforeAck = "after-retry-publish-before-ack": "consumer: the copy in the retry tier is confirmed, the original is not acked",
+        AfterDlqConfirmBeforeAck = "after-dlq-confirm-before-ack": "consumer: the DLQ copy is confirmed, the original is not acked",
+        AfterAckBeforeDlqPublish = "after-ack-before-dlq-publish": "consumer: the original is acked, the DLQ copy is not published",
     }
 }
 
@@ -188,19 +194,52 @@ names! {
         AutoAck = "auto-ack": "autoAck consumer: the broker forgets a message once sent",
         DedupOutsideTx = "dedup-outside-tx": "inbox row committed in its own transaction before the business write",
         RequeueForever = "requeue-forever": "a failed message is nacked with requeue=true: it loops at the head of the queue",
-        UnconfirmedDlq = "unconfirmed-dlq": "DLQ publish without confirms, then ack: an unroutable DLQ loses the message",
+        DlqNoConfirm = "dlq-no-confirm": "retry-dlq's DLQ move without a confirm (so no return is ever seen), then ack: an unroutable DLQ loses the message",
         DedupByRedelivered = "dedup-by-redelivered": "takes redelivered=true as its duplicate test: a resent copy (redelivered=false) applies twice",
+        Classified = "classified": "inbox path; failures by class (article 000/002): transient → retry tiers, business rejection → recorded, poison and invariant violations → DLQ at once",
+        ClassifiedXDeath = "classified-xdeath": "classified, but counts attempts from x-death while it republishes: the count never grows",
+        AckThenPublish = "ack-then-publish": "classified, but acks the original before it publishes the DLQ copy",
+        DlqConfirmWithoutMandatory = "dlq-confirm-without-mandatory": "retry-dlq's DLQ move with a confirm and without `mandatory`: the broker confirms a message it could not route",
     }
 }
 
 /// What a consumer does with a message whose business write fails.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OnFailure {
-    /// Reject into the retry loop; at the last attempt publish to the DLQ
-    /// (`confirmed`: with a publisher confirm and `mandatory`), then ack.
-    RetryThenDlq { confirmed: bool },
+    /// The retry-dlq page's way: every failure is rejected into the retry
+    /// loop (attempts from x-death); at the last attempt the message is
+    /// published to the DLQ, then acked. `confirm`: wait for the publisher
+    /// confirm; `mandatory`: have the broker return what it cannot route.
+    RetryThenDlq { confirm: bool, mandatory: bool },
     /// nack with requeue=true: the message goes back to the head of the queue.
     RequeueForever,
+    /// Article 000's classes: transient failures republished to retry tiers
+    /// (with a `retry-attempt` header and a confirm, then acked), a business
+    /// rejection recorded and acked, poison and invariant violations moved
+    /// to the DLQ at once.
+    Classified {
+        attempts: AttemptsFrom,
+        dlq: DlqOrder,
+    },
+}
+
+/// Where a consumer reads a message's attempt number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttemptsFrom {
+    /// The `retry-attempt` header it sets when it republishes.
+    Header,
+    /// x-death: only counts broker dead-lettering (reject, expiry).
+    XDeath,
+}
+
+/// The order of the DLQ move's two effects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DlqOrder {
+    /// Publish, wait for the confirm, then ack the original: a crash between
+    /// them leaves a duplicate in the DLQ, never a loss.
+    ConfirmThenAck,
+    /// Ack first, publish after: a crash between them loses the message.
+    AckThenPublish,
 }
 
 /// A consumer pattern as data: its success path in order, whether the broker
@@ -219,41 +258,47 @@ use Step::*;
 
 const SAFE_PATH: &[Step] = &[Receive, InboxInsert, Write, Commit, Ack];
 
+/// The retry-dlq page's failure handling (the seed labs' consumer).
+const SEED_FAILURE: OnFailure = OnFailure::RetryThenDlq {
+    confirm: true,
+    mandatory: true,
+};
+
 pub const PATTERNS: &[PatternDef] = &[
     PatternDef {
         pattern: Pattern::Inbox,
         safe: true,
         steps: SAFE_PATH,
         auto_ack: false,
-        on_failure: OnFailure::RetryThenDlq { confirmed: true },
+        on_failure: SEED_FAILURE,
     },
     PatternDef {
         pattern: Pattern::NoInbox,
         safe: false,
         steps: &[Receive, Write, Commit, Ack],
         auto_ack: false,
-        on_failure: OnFailure::RetryThenDlq { confirmed: true },
+        on_failure: SEED_FAILURE,
     },
     PatternDef {
         pattern: Pattern::AckBeforeCommit,
         safe: false,
         steps: &[Receive, InboxInsert, Write, Ack, Commit],
         auto_ack: false,
-        on_failure: OnFailure::RetryThenDlq { confirmed: true },
+        on_failure: SEED_FAILURE,
     },
     PatternDef {
         pattern: Pattern::AutoAck,
         safe: false,
         steps: &[Receive, InboxInsert, Write, Commit],
         auto_ack: true,
-        on_failure: OnFailure::RetryThenDlq { confirmed: true },
+        on_failure: SEED_FAILURE,
     },
     PatternDef {
         pattern: Pattern::DedupOutsideTx,
         safe: false,
         steps: &[Receive, InboxOwnTx, Write, Commit, Ack],
         auto_ack: false,
-        on_failure: OnFailure::RetryThenDlq { confirmed: true },
+        on_failure: SEED_FAILURE,
     },
     PatternDef {
         pattern: Pattern::RequeueForever,
@@ -263,18 +308,61 @@ pub const PATTERNS: &[PatternDef] = &[
         on_failure: OnFailure::RequeueForever,
     },
     PatternDef {
-        pattern: Pattern::UnconfirmedDlq,
+        pattern: Pattern::DlqNoConfirm,
         safe: false,
         steps: SAFE_PATH,
         auto_ack: false,
-        on_failure: OnFailure::RetryThenDlq { confirmed: false },
+        on_failure: OnFailure::RetryThenDlq {
+            confirm: false,
+            mandatory: false,
+        },
+    },
+    PatternDef {
+        pattern: Pattern::DlqConfirmWithoutMandatory,
+        safe: false,
+        steps: SAFE_PATH,
+        auto_ack: false,
+        on_failure: OnFailure::RetryThenDlq {
+            confirm: true,
+            mandatory: false,
+        },
+    },
+    PatternDef {
+        pattern: Pattern::Classified,
+        safe: true,
+        steps: SAFE_PATH,
+        auto_ack: false,
+        on_failure: OnFailure::Classified {
+            attempts: AttemptsFrom::Header,
+            dlq: DlqOrder::ConfirmThenAck,
+        },
+    },
+    PatternDef {
+        pattern: Pattern::ClassifiedXDeath,
+        safe: false,
+        steps: SAFE_PATH,
+        auto_ack: false,
+        on_failure: OnFailure::Classified {
+            attempts: AttemptsFrom::XDeath,
+            dlq: DlqOrder::ConfirmThenAck,
+        },
+    },
+    PatternDef {
+        pattern: Pattern::AckThenPublish,
+        safe: false,
+        steps: SAFE_PATH,
+        auto_ack: false,
+        on_failure: OnFailure::Classified {
+            attempts: AttemptsFrom::Header,
+            dlq: DlqOrder::AckThenPublish,
+        },
     },
     PatternDef {
         pattern: Pattern::DedupByRedelivered,
         safe: false,
         steps: &[Receive, SkipRedelivered, Write, Commit, Ack],
         auto_ack: false,
-        on_failure: OnFailure::RetryThenDlq { confirmed: true },
+        on_failure: SEED_FAILURE,
     },
 ];
 
@@ -308,11 +396,30 @@ impl PatternDef {
         }
     }
 
-    /// Every window this pattern's path passes, in order: a lab naming any
-    /// other is rejected, so no fault point is silently ignored.
+    /// Every window this pattern's path passes, in order (its success path,
+    /// then its failure path): a lab naming any other is rejected, so no
+    /// fault point is silently ignored.
     pub fn windows(&self) -> Vec<Window> {
+        let failure: &[Window] = match self.on_failure {
+            OnFailure::Classified {
+                dlq: DlqOrder::ConfirmThenAck,
+                ..
+            } => &[
+                Window::AfterRetryPublishBeforeAck,
+                Window::AfterDlqConfirmBeforeAck,
+            ],
+            OnFailure::Classified {
+                dlq: DlqOrder::AckThenPublish,
+                ..
+            } => &[
+                Window::AfterRetryPublishBeforeAck,
+                Window::AfterAckBeforeDlqPublish,
+            ],
+            OnFailure::RetryThenDlq { .. } | OnFailure::RequeueForever => &[],
+        };
         (0..self.steps.len())
             .filter_map(|i| self.window_after(i))
+            .chain(failure.iter().copied())
             .collect()
     }
 
@@ -334,6 +441,20 @@ pub enum Arg {
     OptionalQueue,
     Queue,
     MessageId,
+    /// `name` or `name:<failure class>`.
+    OptionalClass,
+    /// `name:<queue>/<header>`.
+    QueueHeader,
+}
+
+names! {
+    /// Why a message could not be processed (article 000, article 002).
+    pub enum FailureClass ("failure class") {
+        Transient = "transient": "may succeed later (a lock, a timeout, a dependency down): retried with backoff",
+        BusinessRejection = "business-rejection": "valid, but the business says no: recorded and acked, never retried",
+        Poison = "poison": "malformed, cannot be processed as it is: isolated in the DLQ at once",
+        InvariantViolation = "invariant-violation": "well-formed but impossible (a negative amount): isolated in the DLQ at once",
+    }
 }
 
 names! {
@@ -354,6 +475,12 @@ names! {
         Deliveries = "deliveries": "how many times a message was delivered",
         DeliveriesBefore = "deliveriesBefore": "deliveries of other messages before this one's first (`never` if it never came)",
         DlqMoves = "dlqMoves": "messages a consumer moved to its DLQ after the confirm",
+        Isolated = "isolated": "messages a consumer isolated in the DLQ (`isolated:<failure class>` for one class)",
+        Retries = "retries": "transient failures republished to a retry tier",
+        Rejections = "rejections": "business rejections the consumer recorded and acked",
+        RejectionRows = "rejectionRows": "business rejection rows in PostgreSQL",
+        RetryDelaysHonoured = "retryDelaysHonoured": "redeliveries of a message that waited at least their tier's TTL (measured, not printed)",
+        DlqHeader = "dlqHeader": "`dlqHeader:<queue>/<header>`: that diagnostic header of each message in the queue, read without consuming",
         Returned = "returned": "publishes the broker returned as unroutable (mandatory)",
         Published = "published": "publishes the producer made, first sends and resends",
         CrashExitCode = "crashExitCode": "exit status of the killed role (128 + signal)",
@@ -369,6 +496,9 @@ impl Counter {
             Received | Unique | UniqueEvents | Redelivered | DuplicatesObserved => {
                 Arg::OptionalQueue
             }
+            Isolated => Arg::OptionalClass,
+            DlqHeader => Arg::QueueHeader,
+            RetryDelaysHonoured => Arg::MessageId,
             DepthAfter => Arg::Queue,
             Attempts | Deliveries | DeliveriesBefore => Arg::MessageId,
             Confirmed
@@ -378,6 +508,9 @@ impl Counter {
             | DlqMoves
             | Returned
             | Published
+            | Retries
+            | Rejections
+            | RejectionRows
             | CrashExitCode
             | CrashAfterBusinessCommit
             | ConsumerExitCode => Arg::None,
@@ -391,6 +524,8 @@ impl Counter {
             Arg::OptionalQueue => format!("{}[:queue]", self.name()),
             Arg::Queue => format!("{}:queue", self.name()),
             Arg::MessageId => format!("{}:message", self.name()),
+            Arg::OptionalClass => format!("{}[:class]", self.name()),
+            Arg::QueueHeader => format!("{}:queue/header", self.name()),
         }
     }
 }
@@ -421,6 +556,15 @@ impl FromStr for CounterRef {
             (Arg::MessageId, None) => Err(format!(
                 "counter `{name}` needs an argument: `{name}:<message id>`"
             )),
+            (Arg::QueueHeader, None) => Err(format!(
+                "counter `{name}` needs an argument: `{name}:<queue>/<header>`"
+            )),
+            (Arg::QueueHeader, Some(a)) if !a.contains('/') => Err(format!(
+                "counter `{name}` takes `<queue>/<header>`, not `{a}`"
+            )),
+            (Arg::OptionalClass, Some(a)) if a.parse::<FailureClass>().is_err() => {
+                Err(a.parse::<FailureClass>().unwrap_err())
+            }
             _ => Ok(CounterRef { counter, arg }),
         }
     }
@@ -462,8 +606,31 @@ names! {
     pub enum InspectField ("inspect field") {
         BusinessRows = "business_rows": "business rows (inventory reservations)",
         ProcessedRows = "processed_rows": "inbox rows",
+        RejectionRows = "rejection_rows": "business rejections recorded",
     }
 }
+
+/// The diagnostic headers of a DLQ copy. Outside the `x-` space: RabbitMQ
+/// 4.x treats `x-` headers as its own (message annotations), so they may
+/// not come back as application headers.
+pub const DLQ_HEADERS: &[(&str, &str)] = &[
+    ("event-id", "the business eventId"),
+    ("event-type", "the event's type"),
+    ("aggregate-id", "the aggregate (order) id"),
+    ("original-queue", "the queue it was consumed from"),
+    ("original-routing-key", "its routing key there"),
+    (
+        "failure-class",
+        "transient, business-rejection, poison, invariant-violation",
+    ),
+    ("last-error", "the last error"),
+    ("attempts", "how many times it was tried"),
+    ("first-failed-at", "when it first failed (RFC 3339)"),
+    ("last-failed-at", "when it last failed (RFC 3339)"),
+];
+
+/// The header a consumer sets when it republishes a message to a retry tier.
+pub const RETRY_ATTEMPT_HEADER: &str = "retry-attempt";
 
 names! {
     /// AMQP exchange types.

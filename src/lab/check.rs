@@ -16,8 +16,9 @@ use super::{
 };
 use crate::transcript::MessageMeta;
 use crate::vocab::{
-    check_queue_argument, ArgValue, Check, CounterRef, ExchangeDecl, FaultAction, Pattern,
-    QueueDecl, StepKind, Target, Then, Topology, Window, NETWORK_WINDOWS, PRODUCER_WINDOWS,
+    check_queue_argument, ArgValue, Check, CounterRef, ExchangeDecl, FaultAction, OnFailure,
+    Pattern, QueueDecl, StepKind, Target, Then, Topology, Window, NETWORK_WINDOWS,
+    PRODUCER_WINDOWS,
 };
 
 /// What is wrong, with a hint where the fix is known.
@@ -43,6 +44,10 @@ pub enum ErrorKind {
     DuplicateQueue(String),
     #[error("only a `mandatory` publish is ever returned: nothing would be parked")]
     ParkWithoutMandatory,
+    #[error("`{queue}` is not a retry tier of `{work}`: it needs an integer `x-message-ttl` and `x-dead-letter-routing-key = \"{work}\"`")]
+    NotATier { queue: String, work: String },
+    #[error("pattern `{0}` retries transient failures through tier queues: set `retry.tiers`")]
+    NoTiers(Pattern),
     #[error("{0}")]
     QueueArgument(String),
     #[error("a quorum queue is always durable")]
@@ -342,7 +347,7 @@ impl<'a> Checker<'a> {
                     Action::Publish(self.publish(&key, p, raw, &mut next_id))
                 }
                 (None, Some(c), None) => {
-                    Action::Consume(self.consume(&key, c, topology, missing_ok))
+                    Action::Consume(self.consume(&key, c, topology, missing_ok, &published))
                 }
                 (None, None, Some(fields)) => Action::Inspect(fields.clone()),
                 (None, None, None) if s.fault.is_some() => {
@@ -459,6 +464,7 @@ impl<'a> Checker<'a> {
         c: &RawConsume,
         topology: &Topology,
         missing_ok: Option<&str>,
+        published: &[String],
     ) -> Consume {
         let declared = |q: &str| topology.queues.iter().any(|d| d.name == q);
         if !declared(c.queue.get_ref()) {
@@ -468,6 +474,7 @@ impl<'a> Checker<'a> {
                 ErrorKind::UnknownQueue(c.queue.get_ref().clone()),
             );
         }
+        let mut tiers = Vec::new();
         if let Some(r) = &c.retry {
             let dlq = r.dlq.get_ref();
             if !declared(dlq) && missing_ok != Some(dlq.as_str()) {
@@ -475,6 +482,46 @@ impl<'a> Checker<'a> {
                     format!("{key}.consume.retry.dlq"),
                     span(&r.dlq),
                     ErrorKind::UnknownQueue(dlq.clone()),
+                );
+            }
+            for (j, t) in r.tiers.iter().enumerate() {
+                let tkey = format!("{key}.consume.retry.tiers[{j}]");
+                let Some(q) = topology.queues.iter().find(|q| &q.name == t.get_ref()) else {
+                    self.err(tkey, span(t), ErrorKind::UnknownQueue(t.get_ref().clone()));
+                    continue;
+                };
+                let back = q.arguments.get("x-dead-letter-routing-key")
+                    == Some(&ArgValue::Str(c.queue.get_ref().clone()));
+                match q.arguments.get("x-message-ttl") {
+                    Some(ArgValue::Int(ttl)) if back => tiers.push((q.name.clone(), *ttl as u64)),
+                    _ => self.err(
+                        tkey,
+                        span(t),
+                        ErrorKind::NotATier {
+                            queue: q.name.clone(),
+                            work: c.queue.get_ref().clone(),
+                        },
+                    ),
+                }
+            }
+        }
+        let classified = matches!(c.pattern.def().on_failure, OnFailure::Classified { .. });
+        if classified && c.retry.as_ref().is_none_or(|r| r.tiers.is_empty()) {
+            self.err(
+                format!("{key}.consume.retry"),
+                span(&c.queue),
+                ErrorKind::NoTiers(c.pattern),
+            );
+        }
+        for m in c.transient_failures.keys() {
+            if !published.contains(m) {
+                self.err(
+                    format!("{key}.consume.transient_failures.{m}"),
+                    span(&c.queue),
+                    ErrorKind::UnpublishedMessage {
+                        message: m.clone(),
+                        published: published.join(", "),
+                    },
                 );
             }
         }
@@ -491,8 +538,14 @@ impl<'a> Checker<'a> {
             retry: c.retry.as_ref().map(|r| Retry {
                 max_attempts: r.max_attempts.get(),
                 dlq: r.dlq.get_ref().clone(),
+                tiers,
             }),
             deadline_secs: c.deadline_secs.get(),
+            transient_failures: c
+                .transient_failures
+                .iter()
+                .map(|(m, n)| (m.clone(), n.get()))
+                .collect(),
         }
     }
 

@@ -116,6 +116,8 @@ pub struct Message {
 pub struct Retry {
     pub max_attempts: u32,
     pub dlq: String,
+    /// Retry queues and the TTL each holds a message for.
+    pub tiers: Vec<(String, u64)>,
 }
 
 /// When a consumer stops.
@@ -138,6 +140,8 @@ pub struct Consume {
     pub max_deliveries: Option<usize>,
     pub retry: Option<Retry>,
     pub deadline_secs: u64,
+    /// Message id → how many of its first attempts fail transiently.
+    pub transient_failures: BTreeMap<String, u32>,
 }
 
 /// A fault attached to a publish or consume step: at a window, for one message.

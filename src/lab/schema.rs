@@ -132,6 +132,9 @@ pub struct RawConsume {
     pub retry: Option<RawRetry>,
     #[serde(default = "default_deadline")]
     pub deadline_secs: NonZeroU64,
+    /// Message id → how many of its first attempts fail transiently.
+    #[serde(default)]
+    pub transient_failures: BTreeMap<String, NonZeroU32>,
 }
 
 #[derive(Deserialize, Clone, Debug)]
@@ -139,6 +142,9 @@ pub struct RawConsume {
 pub struct RawRetry {
     pub max_attempts: NonZeroU32,
     pub dlq: Spanned<String>,
+    /// Retry queues of increasing TTL (the classified pattern republishes to them).
+    #[serde(default)]
+    pub tiers: Vec<Spanned<String>>,
 }
 
 /// When a consumer stops: after this many distinct messages reached a final

@@ -23,7 +23,10 @@ use crate::faults::point;
 use crate::protocol::ConsumerConfig;
 use crate::store::{self, OrderCreated};
 use crate::transcript::{MessageMeta, Record};
-use crate::vocab::{OnFailure, PatternDef, Status, Step};
+use crate::vocab::{
+    AttemptsFrom, DlqOrder, FailureClass, OnFailure, PatternDef, Status, Step, Window,
+    RETRY_ATTEMPT_HEADER,
+};
 
 enum Outcome {
     Settled,
@@ -143,12 +146,30 @@ impl Consumer {
                 .context("the broker closed the consumer")??;
             progress.received += 1;
             let meta = meta_of(&d);
-            let attempt = amqp::attempt_from_x_death(d.properties.headers().as_ref());
+            let headers = d.properties.headers().as_ref();
+            let attempt = match self.def().on_failure {
+                OnFailure::Classified {
+                    attempts: AttemptsFrom::Header,
+                    ..
+                } => amqp::header_str(headers, RETRY_ATTEMPT_HEADER)
+                    .and_then(|a| a.parse().ok())
+                    .unwrap_or(1),
+                _ => amqp::attempt_from_x_death(headers),
+            };
             capture_headers(&d, &meta, attempt);
+            let mut received = self
+                .line(&meta)
+                .with("consumer", &self.cfg.consumer)
+                .with("attempt", attempt);
+            // How long a retried copy really waited (normalized out; the
+            // checker compares it with its tier's TTL).
+            if let Some(at) =
+                amqp::header_str(headers, RETRY_PUBLISHED_AT).and_then(|a| a.parse::<u128>().ok())
+            {
+                received = received.with("delayMs", now_ms().saturating_sub(at));
+            }
             emit(
-                self.line(&meta)
-                    .with("consumer", &self.cfg.consumer)
-                    .with("attempt", attempt)
+                received
                     .with("redelivered", d.redelivered)
                     .status(Status::Received),
             );
@@ -212,7 +233,21 @@ impl Consumer {
                 }
                 Step::Write => {
                     begin(&mut open, &mut self.db).await?;
-                    let write = match OrderCreated::parse(&d.data) {
+                    let injected = self
+                        .cfg
+                        .transient_failures
+                        .get(&meta.message_id)
+                        .is_some_and(|n| attempt <= *n);
+                    let order = if injected {
+                        Err((
+                            FailureClass::Transient,
+                            "inventory backend unavailable (the lab fails this attempt)"
+                                .to_string(),
+                        ))
+                    } else {
+                        OrderCreated::classify(&d.data)
+                    };
+                    let write = match order {
                         Ok(order) => store::reserve_inventory(
                             &mut self.db,
                             &self.cfg.service,
@@ -220,12 +255,13 @@ impl Consumer {
                             &order,
                         )
                         .await
-                        .map_err(|e| e.to_string()),
+                        .map_err(|e| (FailureClass::Transient, e.to_string())),
                         Err(e) => Err(e),
                     };
-                    if let Err(error) = write {
-                        store::rollback(&mut self.db).await?;
-                        return self.failed(d, meta, attempt, &error).await;
+                    if let Err((class, error)) = write {
+                        return self
+                            .failed(d, meta, attempt, &event_id, class, &error)
+                            .await;
                     }
                 }
                 Step::Commit => {
@@ -257,93 +293,243 @@ impl Consumer {
         Ok(Outcome::Settled)
     }
 
-    /// A failed business write: reject into the retry loop, or at the last
-    /// attempt move to the DLQ (confirmed) and only then ack the original.
+    /// A failed business write, the transaction still open with the inbox row.
     async fn failed(
         &mut self,
         d: &Delivery,
         meta: &MessageMeta,
         attempt: u32,
+        event_id: &str,
+        class: FailureClass,
         error: &str,
     ) -> Result<Outcome> {
-        tracing::warn!(message = %meta.message_id, attempt, error, "business write failed");
-        let reject = |requeue| BasicNackOptions {
-            requeue,
-            multiple: false,
-        };
-        let confirmed = match self.def().on_failure {
+        tracing::warn!(message = %meta.message_id, attempt, %class, error, "business write failed");
+        match self.def().on_failure {
+            OnFailure::Classified { dlq, .. } => {
+                self.classified(d, meta, attempt, event_id, class, error, dlq)
+                    .await
+            }
             OnFailure::RequeueForever => {
+                store::rollback(&mut self.db).await?;
                 d.acker.nack(reject(true)).await?;
                 emit(
                     self.line(meta)
                         .with("attempt", attempt)
                         .status(Status::Requeued),
                 );
-                return Ok(Outcome::Pending);
+                Ok(Outcome::Pending)
             }
-            OnFailure::RetryThenDlq { confirmed } => confirmed,
-        };
-        let Some(retry) = self.cfg.retry.clone() else {
-            d.acker.nack(reject(false)).await?;
-            return self.settled(meta, attempt, Status::Rejected);
-        };
-        if attempt < retry.max_attempts {
-            d.acker.nack(reject(false)).await?;
+            OnFailure::RetryThenDlq { confirm, mandatory } => {
+                // The retry-dlq page: every failure takes the same loop.
+                store::rollback(&mut self.db).await?;
+                let Some(retry) = self.cfg.retry.clone() else {
+                    d.acker.nack(reject(false)).await?;
+                    return self.settled(meta, attempt, Status::Rejected);
+                };
+                if attempt < retry.max_attempts {
+                    d.acker.nack(reject(false)).await?;
+                    emit(
+                        self.line(meta)
+                            .with("attempt", attempt)
+                            .status(Status::Retry),
+                    );
+                    return Ok(Outcome::Pending);
+                }
+                let properties = diagnostics(&self.cfg, d, meta, attempt, class, error);
+                self.publish_copy(&retry.dlq, d, properties, confirm, mandatory)
+                    .await?;
+                self.ack(d).await?;
+                self.settled(meta, attempt, Status::PoisonToDlq)
+            }
+        }
+    }
+
+    /// Article 000's classes: a business rejection is recorded (with the
+    /// inbox row, in the open transaction) and acked; a transient failure is
+    /// republished to its retry tier (confirmed), then acked; poison, an
+    /// invariant violation, or a transient failure out of attempts is moved
+    /// to the DLQ with its diagnostics.
+    #[allow(clippy::too_many_arguments)]
+    async fn classified(
+        &mut self,
+        d: &Delivery,
+        meta: &MessageMeta,
+        attempt: u32,
+        event_id: &str,
+        class: FailureClass,
+        error: &str,
+        order: DlqOrder,
+    ) -> Result<Outcome> {
+        if class == FailureClass::BusinessRejection {
+            store::record_rejection(&mut self.db, &self.cfg.service, event_id, error).await?;
+            store::commit(&mut self.db).await?;
+            self.ack(d).await?;
             emit(
                 self.line(meta)
                     .with("attempt", attempt)
-                    .status(Status::Retry),
+                    .with("failureClass", class)
+                    .with("error", error)
+                    .status(Status::BusinessRejected),
+            );
+            return Ok(Outcome::Settled);
+        }
+        store::rollback(&mut self.db).await?;
+        let retry = self
+            .cfg
+            .retry
+            .clone()
+            .context("a classified consumer without a retry policy")?;
+        if class == FailureClass::Transient && attempt < retry.max_attempts {
+            let tier = &retry.tiers[(attempt as usize - 1).min(retry.tiers.len() - 1)];
+            let mut properties = diagnostics(&self.cfg, d, meta, attempt, class, error);
+            let mut headers = properties.headers().clone().unwrap_or_default();
+            set_header(
+                &mut headers,
+                RETRY_ATTEMPT_HEADER,
+                &(attempt + 1).to_string(),
+            );
+            set_header(&mut headers, RETRY_PUBLISHED_AT, &now_ms().to_string());
+            properties = properties.with_headers(headers);
+            self.publish_copy(&tier.queue, d, properties, true, true)
+                .await?;
+            self.window(Window::AfterRetryPublishBeforeAck, meta).await;
+            self.ack(d).await?;
+            emit(
+                self.line(meta)
+                    .with("attempt", attempt)
+                    .with("failureClass", class)
+                    .with("tier", &tier.queue)
+                    .with("ttlMs", tier.ttl_ms)
+                    .status(Status::RetryScheduled),
             );
             return Ok(Outcome::Pending);
         }
-        let mut headers = d.properties.headers().clone().unwrap_or_default();
-        for (k, v) in [
-            ("x-failure-class", "poison"),
-            ("x-last-error", error),
-            ("x-attempts", &attempt.to_string()),
-            ("x-original-queue", &self.cfg.queue),
-            ("x-original-routing-key", d.routing_key.as_str()),
-        ] {
-            headers.insert(k.into(), lapin::types::AMQPValue::LongString(v.into()));
+        let properties = diagnostics(&self.cfg, d, meta, attempt, class, error);
+        match order {
+            DlqOrder::ConfirmThenAck => {
+                self.publish_copy(&retry.dlq, d, properties, true, true)
+                    .await?;
+                self.window(Window::AfterDlqConfirmBeforeAck, meta).await;
+                self.ack(d).await?;
+            }
+            DlqOrder::AckThenPublish => {
+                self.ack(d).await?;
+                self.window(Window::AfterAckBeforeDlqPublish, meta).await;
+                self.publish_copy(&retry.dlq, d, properties, true, true)
+                    .await?;
+            }
         }
-        let properties = d.properties.clone().with_headers(headers);
-        if !confirmed {
-            // Fire and forget: no confirm, no mandatory flag; an unroutable DLQ drops it.
-            self.unconfirmed
-                .basic_publish(
-                    "".into(),
-                    retry.dlq.as_str().into(),
-                    BasicPublishOptions::default(),
-                    &d.data,
-                    properties,
-                )
-                .await?;
+        emit(
+            self.line(meta)
+                .with("attempt", attempt)
+                .with("failureClass", class)
+                .status(Status::MovedToDlq),
+        );
+        Ok(Outcome::Settled)
+    }
+
+    async fn window(&self, w: Window, meta: &MessageMeta) {
+        let barrier = self
+            .ch
+            .basic_qos(self.cfg.prefetch, BasicQosOptions::default());
+        point::reach(
+            self.cfg.fault.as_ref(),
+            w,
+            meta,
+            line(&self.cfg, meta),
+            barrier,
+        )
+        .await;
+    }
+
+    /// Publishes a copy through the default exchange. `confirm`: wait for
+    /// the broker's confirm (on the confirm channel); `mandatory`: have it
+    /// return what it cannot route, which then fails the move.
+    async fn publish_copy(
+        &self,
+        queue: &str,
+        d: &Delivery,
+        properties: lapin::BasicProperties,
+        confirm: bool,
+        mandatory: bool,
+    ) -> Result<()> {
+        let channel = if confirm {
+            &self.confirmed
         } else {
-            let confirm = self
-                .confirmed
-                .basic_publish(
-                    "".into(),
-                    retry.dlq.as_str().into(),
-                    BasicPublishOptions {
-                        mandatory: true,
-                        immediate: false,
-                    },
-                    &d.data,
-                    properties,
-                )
-                .await?
-                .await?;
-            match confirm {
+            &self.unconfirmed
+        };
+        let pending = channel
+            .basic_publish(
+                "".into(),
+                queue.into(),
+                BasicPublishOptions {
+                    mandatory,
+                    immediate: false,
+                },
+                &d.data,
+                properties,
+            )
+            .await?;
+        if confirm {
+            match pending.await? {
                 Confirmation::Ack(None) => {}
                 other => anyhow::bail!(
-                    "the DLQ publish of {} was not confirmed: {other:?}",
-                    meta.message_id
+                    "the publish of {} to `{queue}` was not confirmed: {other:?}",
+                    d.properties
+                        .message_id()
+                        .as_ref()
+                        .map(|m| m.to_string())
+                        .unwrap_or_default()
                 ),
             }
         }
-        self.ack(d).await?;
-        self.settled(meta, attempt, Status::PoisonToDlq)
+        Ok(())
     }
+}
+
+fn reject(requeue: bool) -> BasicNackOptions {
+    BasicNackOptions {
+        requeue,
+        multiple: false,
+    }
+}
+
+fn set_header(headers: &mut FieldTable, key: &str, value: &str) {
+    headers.insert(
+        key.into(),
+        lapin::types::AMQPValue::LongString(value.into()),
+    );
+}
+
+/// The copy's properties: the original's, plus the diagnostics a reader of
+/// the DLQ needs (`vocab::DLQ_HEADERS`, outside the broker's `x-` space).
+fn diagnostics(
+    cfg: &ConsumerConfig,
+    d: &Delivery,
+    meta: &MessageMeta,
+    attempt: u32,
+    class: FailureClass,
+    error: &str,
+) -> lapin::BasicProperties {
+    let mut headers = d.properties.headers().clone().unwrap_or_default();
+    let now = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
+    let first = amqp::header_str(Some(&headers), FIRST_FAILED_AT).unwrap_or_else(|| now.clone());
+    let event_id = store::event_id(&d.data, &meta.message_id);
+    for (k, v) in [
+        ("event-id", event_id.as_str()),
+        ("event-type", meta.event_type.as_str()),
+        ("aggregate-id", meta.aggregate_id.as_str()),
+        ("original-queue", cfg.queue.as_str()),
+        ("original-routing-key", d.routing_key.as_str()),
+        ("failure-class", class.name()),
+        ("last-error", error),
+        ("attempts", &attempt.to_string()),
+        (FIRST_FAILED_AT, &first),
+        ("last-failed-at", &now),
+    ] {
+        set_header(&mut headers, k, v);
+    }
+    d.properties.clone().with_headers(headers)
 }
 
 async fn begin(open: &mut bool, db: &mut PgConnection) -> Result<()> {
@@ -352,6 +538,18 @@ async fn begin(open: &mut bool, db: &mut PgConnection) -> Result<()> {
         *open = true;
     }
     Ok(())
+}
+
+/// The header with which a republished copy says when it left (epoch ms).
+const RETRY_PUBLISHED_AT: &str = "retry-published-at";
+/// When a message first failed (RFC 3339), carried through its retries.
+const FIRST_FAILED_AT: &str = "first-failed-at";
+
+fn now_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or_default()
 }
 
 fn settled(
