@@ -49,7 +49,7 @@ impl Events {
 /// broker answered: a returned message is lost too unless someone parked
 /// it), the business rows in PostgreSQL and what still sits in the lab's
 /// queues (a DLQ, a parking queue, a queue it loops in):
-/// - `lost`: sent, never applied by any service, in no queue;
+/// - `lost`: sent, never applied nor rejected (recorded) by any service, in no queue;
 /// - `duplicatesApplied`: business effects beyond the first per (service, eventId);
 /// - `unexpected`: applied, never sent.
 pub fn total_queue(
@@ -70,9 +70,10 @@ pub fn total_queue(
         .map(|m| events.of(m))
         .collect();
     let applied: BTreeSet<&str> = ground.business.iter().map(|(_, e)| e.as_str()).collect();
+    let rejected: BTreeSet<&str> = ground.rejected.iter().map(|(_, e)| e.as_str()).collect();
     let lost = sent
         .iter()
-        .filter(|e| !applied.contains(*e) && !queued.contains(**e))
+        .filter(|e| !applied.contains(*e) && !rejected.contains(*e) && !queued.contains(**e))
         .count();
     let unexpected = applied.iter().filter(|e| !sent.contains(*e)).count();
     Check::ALL
@@ -174,7 +175,7 @@ pub fn evaluate(c: &CounterRef, entries: &[Entry], obs: &Observed) -> Result<Str
             .to_string(),
         Counter::Retries => consumer(Status::RetryScheduled).count().to_string(),
         Counter::Rejections => consumer(Status::BusinessRejected).count().to_string(),
-        Counter::RejectionRows => obs.ground.rejection_rows.to_string(),
+        Counter::RejectionRows => obs.ground.rejected.len().to_string(),
         Counter::RetryDelaysHonoured => {
             // Each redelivery of the message that waited at least the TTL of
             // the tier its previous attempt was scheduled into.
@@ -524,7 +525,7 @@ mod tests {
         let mut g = Ground {
             business: vec![row("E1"), row("E2"), row("E3")],
             processed_rows: 3,
-            rejection_rows: 0,
+            rejected: Vec::new(),
         };
         assert_eq!(get(&confirmed, &g, &[]), vec![0, 0, 0]);
         g.business.push(row("E1"));
@@ -562,14 +563,14 @@ mod tests {
         let once = Ground {
             business: vec![row("E1"), row("E2"), row("E3")],
             processed_rows: 3,
-            rejection_rows: 0,
+            rejected: Vec::new(),
         };
         assert_eq!(get(&resent, &once, &[]), vec![0, 0, 0]);
         // A consumer that applied both copies: one duplicate of E1.
         let twice = Ground {
             business: vec![row("E1"), row("E2"), row("E3"), row("E1")],
             processed_rows: 0,
-            rejection_rows: 0,
+            rejected: Vec::new(),
         };
         assert_eq!(get(&resent, &twice, &[]), vec![0, 1, 0]);
         // Two services each applying E1 once are not duplicates.
@@ -581,7 +582,7 @@ mod tests {
                 row("E3"),
             ],
             processed_rows: 0,
-            rejection_rows: 0,
+            rejected: Vec::new(),
         };
         assert_eq!(get(&resent, &two, &[]), vec![0, 0, 0]);
         // A producer resend after a lost confirm: `mid-2.2` is E2.

@@ -725,6 +725,29 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// A message waiting in a retry tier is in transit by design: it comes
+    /// back to its work queue when its TTL ends. Queue state is read once no
+    /// tier holds one (each waits at most its TTL), so that no read can catch
+    /// a message between two queues.
+    async fn await_tiers_empty(&mut self) -> Result<()> {
+        let tiers: Vec<(String, u64)> = self
+            .lab
+            .steps
+            .iter()
+            .filter_map(|s| match &s.action {
+                Action::Consume(c) => c.retry.as_ref(),
+                _ => None,
+            })
+            .flat_map(|r| r.tiers.iter().cloned())
+            .collect();
+        for (q, ttl) in tiers {
+            let deadline = Instant::now() + Duration::from_millis(ttl) + Duration::from_secs(10);
+            self.await_depth(&q, 0, "reading the retry tiers", deadline)
+                .await?;
+        }
+        Ok(())
+    }
+
     /// After a kill the broker requeues the dead channel's unacked messages
     /// when it removes its consumer; a new consumer started before that would
     /// see them out of order.
@@ -780,6 +803,7 @@ impl Ctx<'_> {
 
     /// The total-queue checks, from ground truth read now: `[check]` lines.
     async fn check(&mut self) -> Result<()> {
+        self.await_tiers_empty().await?;
         let ground = store::read_ground(&mut self.conns().db).await?;
         let mut queued = BTreeSet::new();
         let queues: Vec<String> = self.lab.queue_names().map(str::to_string).collect();
@@ -817,6 +841,7 @@ impl Ctx<'_> {
         if asserts.is_empty() {
             return Ok(());
         }
+        self.await_tiers_empty().await?;
         self.observed.ground = store::read_ground(&mut self.conns().db).await?;
         let queues: Vec<String> = self.lab.queue_names().map(str::to_string).collect();
         for q in queues {

@@ -173,8 +173,10 @@ pub struct Ground {
     /// One (service, eventId) pair per business row.
     pub business: Vec<(String, String)>,
     pub processed_rows: i64,
+    /// One (service, eventId) pair per recorded business rejection: the
+    /// event was handled, by saying no.
     #[serde(default)]
-    pub rejection_rows: i64,
+    pub rejected: Vec<(String, String)>,
 }
 
 impl Ground {
@@ -182,7 +184,7 @@ impl Ground {
         match f {
             InspectField::BusinessRows => self.business.len() as i64,
             InspectField::ProcessedRows => self.processed_rows,
-            InspectField::RejectionRows => self.rejection_rows,
+            InspectField::RejectionRows => self.rejected.len() as i64,
         }
     }
 }
@@ -195,13 +197,14 @@ pub async fn read_ground(conn: &mut PgConnection) -> Result<Ground> {
     let (processed_rows,): (i64,) = sqlx::query_as("SELECT count(*) FROM inbox_messages")
         .fetch_one(&mut *conn)
         .await?;
-    let (rejection_rows,): (i64,) = sqlx::query_as("SELECT count(*) FROM business_rejections")
-        .fetch_one(&mut *conn)
-        .await?;
+    let rejected: Vec<(String, String)> =
+        sqlx::query_as("SELECT consumer_name, event_id FROM business_rejections ORDER BY id")
+            .fetch_all(&mut *conn)
+            .await?;
     Ok(Ground {
         business,
         processed_rows,
-        rejection_rows,
+        rejected,
     })
 }
 

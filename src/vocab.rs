@@ -199,6 +199,7 @@ names! {
         Classified = "classified": "inbox path; failures by class (article 000/002): transient → retry tiers, business rejection → recorded, poison and invariant violations → DLQ at once",
         ClassifiedXDeath = "classified-xdeath": "classified, but counts attempts from x-death while it republishes: the count never grows",
         AckThenPublish = "ack-then-publish": "classified, but acks the original before it publishes the DLQ copy",
+        RetryEverything = "retry-everything": "classified, but takes every failure as transient: poison and rejections are retried, then dead-lettered",
         DlqConfirmWithoutMandatory = "dlq-confirm-without-mandatory": "retry-dlq's DLQ move with a confirm and without `mandatory`: the broker confirms a message it could not route",
     }
 }
@@ -220,6 +221,8 @@ pub enum OnFailure {
     Classified {
         attempts: AttemptsFrom,
         dlq: DlqOrder,
+        /// `false`: every failure is taken as transient (retried, then dead-lettered).
+        by_class: bool,
     },
 }
 
@@ -335,6 +338,7 @@ pub const PATTERNS: &[PatternDef] = &[
         on_failure: OnFailure::Classified {
             attempts: AttemptsFrom::Header,
             dlq: DlqOrder::ConfirmThenAck,
+            by_class: true,
         },
     },
     PatternDef {
@@ -345,6 +349,7 @@ pub const PATTERNS: &[PatternDef] = &[
         on_failure: OnFailure::Classified {
             attempts: AttemptsFrom::XDeath,
             dlq: DlqOrder::ConfirmThenAck,
+            by_class: true,
         },
     },
     PatternDef {
@@ -355,6 +360,18 @@ pub const PATTERNS: &[PatternDef] = &[
         on_failure: OnFailure::Classified {
             attempts: AttemptsFrom::Header,
             dlq: DlqOrder::AckThenPublish,
+            by_class: true,
+        },
+    },
+    PatternDef {
+        pattern: Pattern::RetryEverything,
+        safe: false,
+        steps: SAFE_PATH,
+        auto_ack: false,
+        on_failure: OnFailure::Classified {
+            attempts: AttemptsFrom::Header,
+            dlq: DlqOrder::ConfirmThenAck,
+            by_class: false,
         },
     },
     PatternDef {

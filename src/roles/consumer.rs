@@ -305,7 +305,12 @@ impl Consumer {
     ) -> Result<Outcome> {
         tracing::warn!(message = %meta.message_id, attempt, %class, error, "business write failed");
         match self.def().on_failure {
-            OnFailure::Classified { dlq, .. } => {
+            OnFailure::Classified { dlq, by_class, .. } => {
+                let class = if by_class {
+                    class
+                } else {
+                    FailureClass::Transient
+                };
                 self.classified(d, meta, attempt, event_id, class, error, dlq)
                     .await
             }
