@@ -17,8 +17,25 @@ pub async fn connect(url: &str) -> Result<Connection> {
         .context("cannot connect to the broker")
 }
 
+/// Declares the topology, except what the lab declares later.
 pub async fn declare(channel: &Channel, topology: &Topology) -> Result<()> {
-    for x in &topology.exchanges {
+    declare_where(channel, topology, |later, _| !later).await
+}
+
+/// Declares the named `later` exchanges and queues (a lab's `declare` step).
+pub async fn declare_later(channel: &Channel, topology: &Topology, names: &[String]) -> Result<()> {
+    declare_where(channel, topology, |later, name| {
+        later && names.iter().any(|n| n == name)
+    })
+    .await
+}
+
+async fn declare_where(
+    channel: &Channel,
+    topology: &Topology,
+    pick: impl Fn(bool, &str) -> bool,
+) -> Result<()> {
+    for x in topology.exchanges.iter().filter(|x| pick(x.later, &x.name)) {
         let kind = match x.kind {
             ExchangeKind::Direct => lapin::ExchangeKind::Direct,
             ExchangeKind::Topic => lapin::ExchangeKind::Topic,
@@ -34,7 +51,7 @@ pub async fn declare(channel: &Channel, topology: &Topology) -> Result<()> {
             .await
             .with_context(|| format!("declaring exchange `{}`", x.name))?;
     }
-    for q in &topology.queues {
+    for q in topology.queues.iter().filter(|q| pick(q.later, &q.name)) {
         let opts = QueueDeclareOptions {
             durable: q.durable,
             ..Default::default()

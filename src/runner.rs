@@ -309,6 +309,14 @@ impl Ctx<'_> {
                 Action::Consume(c) => self.consume(c, step.fault.as_ref()).await?,
                 Action::Inspect(fields) => self.inspect(fields).await?,
                 Action::Broker(action) => self.broker(*action).await?,
+                Action::Declare(names) => {
+                    crate::amqp::declare_later(&self.conns().channel, &lab.topology, names).await?
+                }
+                Action::Await {
+                    queue,
+                    depth,
+                    within_secs,
+                } => self.await_at_least(queue, *depth, *within_secs).await?,
             }
             if let Some(rule) = self.proxy().armed() {
                 self.proxy().disarm();
@@ -723,6 +731,20 @@ impl Ctx<'_> {
             self.assert(&f.asserts).await?;
         }
         Ok(())
+    }
+
+    /// Waits until `queue` holds at least `depth` ready messages, or the time
+    /// is up: then the step ends without an error, and the assertions after
+    /// it say what the queue holds (what did not arrive within the bound).
+    async fn await_at_least(&mut self, queue: &str, depth: u32, within_secs: u64) -> Result<()> {
+        let until = Instant::now() + Duration::from_secs(within_secs);
+        loop {
+            let (ready, _) = crate::amqp::queue_state(&self.conns().channel, queue).await?;
+            if ready >= depth || Instant::now() >= until {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// A message waiting in a retry tier is in transit by design: it comes

@@ -856,6 +856,9 @@ pub struct ExchangeDecl {
     pub name: String,
     pub kind: ExchangeKind,
     pub durable: bool,
+    /// Declared by a lab step, not at the start.
+    #[serde(default)]
+    pub later: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -864,6 +867,16 @@ pub struct QueueDecl {
     pub durable: bool,
     pub arguments: std::collections::BTreeMap<String, ArgValue>,
     pub bindings: Vec<(String, String)>,
+    /// Declared by a lab step, not at the start.
+    #[serde(default)]
+    pub later: bool,
+}
+
+impl QueueDecl {
+    /// A quorum queue: reading its messages counts as a delivery.
+    pub fn is_quorum(&self) -> bool {
+        self.arguments.get("x-queue-type") == Some(&ArgValue::Str("quorum".into()))
+    }
 }
 
 #[cfg(test)]

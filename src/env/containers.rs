@@ -150,6 +150,10 @@ impl ContainersEnv {
                 conf.as_bytes().to_vec(),
             )
             .with_copy_to(
+                CopyTargetOptions::new("/etc/rabbitmq/advanced.config"),
+                super::ADVANCED_CONFIG.as_bytes().to_vec(),
+            )
+            .with_copy_to(
                 CopyTargetOptions::new("/etc/rabbitmq/mqlab-definitions.json"),
                 definitions_json(&opts.vhosts).to_string().into_bytes(),
             )

@@ -183,6 +183,7 @@ impl LocalEnv {
             ),
         )?;
         std::fs::write(base.join("etc/enabled_plugins"), "[].\n")?;
+        std::fs::write(base.join("etc/advanced.config"), super::ADVANCED_CONFIG)?;
 
         // Our own epmd, in the foreground: otherwise beam starts `epmd -daemon`, which outlives us.
         let mut epmd = Command::new(&bins.epmd);
@@ -214,6 +215,10 @@ impl LocalEnv {
             (
                 "RABBITMQ_ENABLED_PLUGINS_FILE",
                 base.join("etc/enabled_plugins").into(),
+            ),
+            (
+                "RABBITMQ_ADVANCED_CONFIG_FILE",
+                base.join("etc/advanced.config").into(),
             ),
             ("RABBITMQ_MNESIA_BASE", base.join("mnesia").into()),
             ("RABBITMQ_LOG_BASE", base.join("log").into()),

@@ -141,6 +141,14 @@ pub fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
         .collect())
 }
 
+/// `advanced.config` for the lab node: a quorum queue's at-least-once
+/// dead-letter worker retries a message its target did not take every
+/// `dead_letter_worker_publisher_confirm_timeout` ms (3 min by default, not
+/// settable in rabbitmq.conf in 3.10): 1 s lets a lab show the message
+/// arriving once the target exists.
+pub const ADVANCED_CONFIG: &str =
+    "[{rabbit, [{dead_letter_worker_publisher_confirm_timeout, 1000}]}].\n";
+
 /// Vhosts, the lab user and its permissions, imported at boot: no CLI round
 /// trips (each `rabbitmqctl` call costs ~0.7 s).
 pub fn definitions_json(vhosts: &[String]) -> serde_json::Value {

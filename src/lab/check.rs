@@ -53,11 +53,13 @@ pub enum ErrorKind {
     #[error("a quorum queue is always durable")]
     QuorumNotDurable,
     #[error(
-        "a step has exactly one of `publish`, `consume`, `inspect` (or only a broker `fault`)"
+        "a step has exactly one of `publish`, `consume`, `inspect`, `declare`, `await` (or only a broker `fault`)"
     )]
     StepActions,
     #[error("an inspect step reads state; a fault belongs on a publish or consume step")]
     NoFaultOnInspect,
+    #[error("`{0}` is not an exchange or queue marked `later = true`")]
+    NotLater(String),
     #[error("no `routing_key` (set it on the message or the step)")]
     NoRoutingKey,
     #[error("fixture `{file}`: {why}")]
@@ -273,6 +275,7 @@ impl<'a> Checker<'a> {
                 name: x.name.clone(),
                 kind: x.kind,
                 durable: x.durable,
+                later: x.later,
             })
             .collect();
         let mut seen = BTreeSet::new();
@@ -328,6 +331,7 @@ impl<'a> Checker<'a> {
                     .iter()
                     .map(|b| (b.exchange.get_ref().clone(), b.key.clone()))
                     .collect(),
+                later: q.later,
             });
         }
         Topology { exchanges, queues }
@@ -339,6 +343,69 @@ impl<'a> Checker<'a> {
         let mut steps = Vec::new();
         for (i, s) in raw.steps.iter().enumerate() {
             let key = format!("step[{i}]");
+            if let Some(names) = &s.declare {
+                if s.publish.is_some()
+                    || s.consume.is_some()
+                    || s.inspect.is_some()
+                    || s.await_depth.is_some()
+                    || s.fault.is_some()
+                {
+                    self.err(key, None, ErrorKind::StepActions);
+                    continue;
+                }
+                for (j, n) in names.iter().enumerate() {
+                    let later = topology
+                        .queues
+                        .iter()
+                        .any(|q| q.later && &q.name == n.get_ref())
+                        || topology
+                            .exchanges
+                            .iter()
+                            .any(|x| x.later && &x.name == n.get_ref());
+                    if !later {
+                        self.err(
+                            format!("{key}.declare[{j}]"),
+                            span(n),
+                            ErrorKind::NotLater(n.get_ref().clone()),
+                        );
+                    }
+                }
+                let asserts = self.asserts(&format!("{key}.assert"), &s.assert, raw);
+                steps.push(Step {
+                    action: Action::Declare(names.iter().map(|n| n.get_ref().clone()).collect()),
+                    fault: None,
+                    asserts,
+                });
+                continue;
+            }
+            if let Some(a) = &s.await_depth {
+                if s.publish.is_some()
+                    || s.consume.is_some()
+                    || s.inspect.is_some()
+                    || s.fault.is_some()
+                {
+                    self.err(key, None, ErrorKind::StepActions);
+                    continue;
+                }
+                if !topology.queues.iter().any(|q| &q.name == a.queue.get_ref()) {
+                    self.err(
+                        format!("{key}.await.queue"),
+                        span(&a.queue),
+                        ErrorKind::UnknownQueue(a.queue.get_ref().clone()),
+                    );
+                }
+                let asserts = self.asserts(&format!("{key}.assert"), &s.assert, raw);
+                steps.push(Step {
+                    action: Action::Await {
+                        queue: a.queue.get_ref().clone(),
+                        depth: a.depth,
+                        within_secs: a.within_secs.get(),
+                    },
+                    fault: None,
+                    asserts,
+                });
+                continue;
+            }
             let action = match (&s.publish, &s.consume, &s.inspect) {
                 (Some(p), None, None) => {
                     // Ids are positional: a message whose fixture is broken
@@ -903,6 +970,24 @@ fn apply_variant(mut raw: RawLab, v: &RawVariant) -> RawLab {
     if let Some(d) = v.durable {
         for q in &mut raw.queues {
             q.durable = d;
+        }
+    }
+    if v.classic == Some(true) {
+        for q in &mut raw.queues {
+            let quorum = q
+                .arguments
+                .get("x-queue-type")
+                .is_some_and(|t| t.get_ref() == &ArgValue::Str("quorum".into()));
+            if quorum {
+                for k in [
+                    "x-queue-type",
+                    "x-dead-letter-strategy",
+                    "x-delivery-limit",
+                    "x-quorum-initial-group-size",
+                ] {
+                    q.arguments.remove(k);
+                }
+            }
         }
     }
     raw.claim = v.claim.clone();

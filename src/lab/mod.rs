@@ -60,6 +60,14 @@ pub enum Action {
     Inspect(Vec<InspectField>),
     /// A fault step of its own: the broker, between two steps.
     Broker(FaultAction),
+    /// Declares exchanges and queues the lab marks `later`.
+    Declare(Vec<String>),
+    /// Waits until `queue` holds `depth` ready messages, at most `within_secs`.
+    Await {
+        queue: String,
+        depth: u32,
+        within_secs: u64,
+    },
 }
 
 impl Action {
@@ -70,6 +78,8 @@ impl Action {
             Action::Consume(c) => format!("consume({})", c.queue),
             Action::Inspect(_) => "inspect".into(),
             Action::Broker(a) => format!("broker({a})"),
+            Action::Declare(names) => format!("declare({})", names.join(", ")),
+            Action::Await { queue, .. } => format!("await({queue})"),
         }
     }
 }

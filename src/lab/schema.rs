@@ -42,6 +42,9 @@ pub struct RawExchange {
     pub kind: ExchangeKind,
     #[serde(default = "yes")]
     pub durable: bool,
+    /// Declared by a `declare` step, not before the first step.
+    #[serde(default)]
+    pub later: bool,
 }
 
 #[derive(Deserialize, Clone, Debug)]
@@ -55,6 +58,9 @@ pub struct RawQueue {
     pub arguments: BTreeMap<String, Spanned<ArgValue>>,
     #[serde(default)]
     pub bind: Vec<RawBinding>,
+    /// Declared by a `declare` step, not before the first step.
+    #[serde(default)]
+    pub later: bool,
 }
 
 #[derive(Deserialize, Clone, Debug)]
@@ -74,9 +80,22 @@ pub struct RawStep {
     pub publish: Option<RawPublish>,
     pub consume: Option<RawConsume>,
     pub inspect: Option<Vec<InspectField>>,
+    /// Declares exchanges and queues the lab marks `later`.
+    pub declare: Option<Vec<Spanned<String>>>,
+    /// Waits until a queue holds `depth` ready messages, or `within_secs` passed.
+    #[serde(rename = "await")]
+    pub await_depth: Option<RawAwait>,
     pub fault: Option<Spanned<RawFault>>,
     #[serde(default)]
     pub assert: Vec<Spanned<String>>,
+}
+
+#[derive(Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct RawAwait {
+    pub queue: Spanned<String>,
+    pub depth: u32,
+    pub within_secs: NonZeroU64,
 }
 
 #[derive(Deserialize, Clone, Debug)]
@@ -247,6 +266,9 @@ pub struct RawVariant {
     pub park: Option<bool>,
     /// Overrides every queue's durability.
     pub durable: Option<bool>,
+    /// `true`: every quorum queue becomes a classic queue (its quorum-only
+    /// arguments dropped).
+    pub classic: Option<bool>,
     #[serde(default)]
     pub violations: BTreeMap<String, Spanned<Expected>>,
 }
