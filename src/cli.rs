@@ -256,12 +256,12 @@ fn cmd_list(project: &Project) -> Result<i32> {
     for name in project.lab_names()? {
         match project.load(&name) {
             Ok(lab) => {
-                out!("  {:<16} {}", lab.name, lab.claim);
+                out!("  {:<20} {}", lab.name, lab.claim);
                 for (v, claim) in project.variants(&name)? {
                     out!("    --variant {v:<18} counterexample: {claim}");
                 }
             }
-            Err(e) => out!("  {name:<16} INVALID: {e:#}"),
+            Err(e) => out!("  {name:<20} INVALID: {e:#}"),
         }
     }
     use crate::vocab::{Counter, InspectField, Target, PATTERNS};
