@@ -443,6 +443,46 @@ pub fn mermaid(lines: &[String]) -> String {
                     _ => {}
                 }
             }
+            Role::Observe => {
+                // A black-box program, seen through the proxies.
+                if next_is_new_process && status == Status::Delivered {
+                    consumers += 1;
+                    next_is_new_process = false;
+                }
+                let c = format!("C{consumers}");
+                let q = queue(e.get("destination").unwrap_or("?"), &mut queues);
+                match status {
+                    Status::Delivered => {
+                        let re = if e.get("redelivered") == Some("true") {
+                            ", redelivered"
+                        } else {
+                            ""
+                        };
+                        body.push(format!("    {q}->>{c}: {mid}{re}"));
+                    }
+                    Status::Committed => {
+                        has_db = true;
+                        body.push(format!("    {c}->>DB: COMMIT ({mid})"));
+                    }
+                    Status::RolledBack => {
+                        has_db = true;
+                        body.push(format!("    {c}->>DB: COMMIT, rolled back ({mid})"));
+                    }
+                    Status::Acked => body.push(format!("    {c}-->>{q}: ack {mid}")),
+                    Status::Held => {
+                        has_network = true;
+                        body.push(format!(
+                            "    Note over N: {} of {mid} held",
+                            e.get("what").unwrap_or("a frame")
+                        ));
+                    }
+                    Status::Killed => {
+                        body.push(format!("    Note over {c}: SIGKILL at the window ({mid})"));
+                        next_is_new_process = true;
+                    }
+                    _ => {}
+                }
+            }
             Role::Inspect | Role::Assert | Role::Check => {}
         }
     }

@@ -10,6 +10,10 @@ use crate::vocab::{Pattern, Window};
 /// Bumped when a field changes meaning; a role refuses a config of another version.
 pub const VERSION: u32 = 1;
 
+/// The version of the contract a user's program is started with
+/// (`MQLAB_CONTRACT`; README, "Bring your own consumer").
+pub const PROGRAM_CONTRACT: u32 = 1;
+
 /// The config of one role process.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "role", rename_all = "kebab-case", deny_unknown_fields)]

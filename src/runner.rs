@@ -8,6 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -22,6 +23,8 @@ use tokio::sync::mpsc;
 use crate::checker::{self, Asserted, Events, History, LabVerdict, Observed, Outcome, Point};
 use crate::env::{process, Endpoints, Environment};
 use crate::events::{Event, Sink};
+use crate::faults::blackbox::{BlackBox, Seen};
+use crate::faults::pgproxy::PgProxy;
 use crate::faults::proxy::{Proxy, ProxyEvent, Rule};
 use crate::lab::{Action, Assertion, Consume, Fault, Lab, Project, Publish, Settle};
 use crate::protocol::{
@@ -136,6 +139,7 @@ impl Suite<'_> {
             endpoints,
             env: &mut *self.env,
             exe: self.exe,
+            root: &self.project.root,
             logs: self.run_dir.join("roles").join(&run),
             conns: None,
             proxy: None,
@@ -213,6 +217,8 @@ struct Ctx<'a> {
     role_endpoints: Endpoints,
     env: &'a mut Environment,
     exe: &'a Path,
+    /// The project's directory: a program's working directory.
+    root: &'a Path,
     logs: PathBuf,
     conns: Option<Conns>,
     proxy: Option<(Proxy, mpsc::UnboundedReceiver<ProxyEvent>)>,
@@ -226,10 +232,10 @@ struct Ctx<'a> {
     role_seq: usize,
 }
 
-/// A role process with its stdout lines.
+/// A role process with its stdout lines (a program's output goes to its log only).
 struct RoleProc {
     child: Child,
-    lines: Lines<BufReader<ChildStdout>>,
+    lines: Option<Lines<BufReader<ChildStdout>>>,
     log: PathBuf,
 }
 
@@ -290,6 +296,12 @@ impl Ctx<'_> {
         &self.proxy.as_ref().expect("prepared before any step").0
     }
 
+    /// PostgreSQL's ground truth now (a program's effects by the lab's query).
+    async fn ground(&mut self) -> Result<store::Ground> {
+        let lab = self.lab;
+        store::read_ground(&mut self.conns().db, lab.effects.as_deref()).await
+    }
+
     fn conns(&mut self) -> &mut Conns {
         self.conns.as_mut().expect("prepared before any step")
     }
@@ -346,7 +358,7 @@ impl Ctx<'_> {
         let stdout = child.stdout.take().context("role stdout")?;
         Ok(RoleProc {
             child,
-            lines: BufReader::new(stdout).lines(),
+            lines: Some(BufReader::new(stdout).lines()),
             log,
         })
     }
@@ -360,7 +372,10 @@ impl Ctx<'_> {
         deadline: Instant,
         secs: u64,
     ) -> Result<Option<String>> {
-        match tokio::time::timeout_at(deadline.into(), p.lines.next_line()).await {
+        let Some(lines) = p.lines.as_mut() else {
+            return Ok(None);
+        };
+        match tokio::time::timeout_at(deadline.into(), lines.next_line()).await {
             Ok(line) => Ok(line?),
             Err(_) => {
                 process::kill_now(&mut p.child);
@@ -666,6 +681,11 @@ impl Ctx<'_> {
                     .0 as usize
             }
         };
+        if let Some(command) = &c.command {
+            return self
+                .consume_program(c, command, settle, fault, &phase, deadline)
+                .await;
+        }
         let mut cfg = self.consumer_config(c, settle, None);
         match fault {
             Some(f) if f.target == Target::Consumer => {
@@ -770,6 +790,177 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// A program mqlab did not write as the consumer (the role contract):
+    /// its delivery, commit and ack for each message are seen through the
+    /// two proxies and written as `[observe]` lines; at the fault's window
+    /// the black box freezes both connections and the program is killed,
+    /// then started again. It is done once it acked `settle` distinct
+    /// messages: then it gets SIGTERM.
+    async fn consume_program(
+        &mut self,
+        c: &Consume,
+        command: &str,
+        settle: usize,
+        fault: Option<&Fault>,
+        phase: &str,
+        deadline: Instant,
+    ) -> Result<()> {
+        let secs = c.deadline_secs;
+        let (tx, mut seen) = mpsc::unbounded_channel();
+        let bb = Arc::new(Mutex::new(BlackBox::new(tx)));
+        let upstream = format!("{}:{}", self.endpoints.pg_host, self.endpoints.pg_port)
+            .parse()
+            .context("the database's address")?;
+        let pg = PgProxy::start(upstream, bb.clone()).await?;
+        self.proxy().watch(Some(bb.clone()));
+        if let Some(f) = fault {
+            bb.lock().expect("black box").arm(f.window, &f.message);
+        }
+        let result = async {
+            let mut proc = self.spawn_program(c, command, pg.port)?;
+            let mut acked = BTreeSet::new();
+            loop {
+                let event = tokio::select! {
+                    e = seen.recv() => e.context("the proxies stopped")?,
+                    status = proc.child.wait() => {
+                        let code = exit_code(status?);
+                        bail!(
+                            "phase {phase}: the program exited with {code} after it settled {} of {settle} messages (acked, transaction ended); last lines of its output:\n{}",
+                            acked.len(),
+                            process::tail(&proc.log, 10)
+                        );
+                    }
+                    _ = tokio::time::sleep_until(deadline.into()) => {
+                        process::kill_now(&mut proc.child);
+                        bail!(
+                            "phase {phase} exceeded {secs} s: the program settled {} of {settle} messages (acked, transaction ended); last lines of its output:\n{}",
+                            acked.len(),
+                            process::tail(&proc.log, 10)
+                        );
+                    }
+                };
+                match event {
+                    Seen::Delivered { message, redelivered } => {
+                        let line = self
+                            .observe_line(&message, &c.queue)
+                            .with("redelivered", redelivered)
+                            .status(Status::Delivered);
+                        self.emit(Role::Observe, &line);
+                    }
+                    Seen::Committed { message } => {
+                        let line = self.observe_line(&message, &c.queue).status(Status::Committed);
+                        self.emit(Role::Observe, &line);
+                    }
+                    Seen::RolledBack { message } => {
+                        let line = self.observe_line(&message, &c.queue).status(Status::RolledBack);
+                        self.emit(Role::Observe, &line);
+                    }
+                    Seen::Held { message, what } => {
+                        let line = self
+                            .observe_line(&message, &c.queue)
+                            .with("what", what)
+                            .status(Status::Held);
+                        self.emit(Role::Observe, &line);
+                    }
+                    Seen::Acked { message } => {
+                        let line = self.observe_line(&message, &c.queue).status(Status::Acked);
+                        self.emit(Role::Observe, &line);
+                    }
+                    Seen::Settled { message } => {
+                        acked.insert(message);
+                        if acked.len() >= settle {
+                            process::stop(&mut proc.child, Signal::SIGTERM, Duration::from_secs(10)).await;
+                            let code = match proc.child.try_wait()? {
+                                Some(status) => exit_code(status),
+                                None => -1,
+                            };
+                            self.observed.consumer_exit_code = Some(code);
+                            return Ok(());
+                        }
+                    }
+                    Seen::Unreachable { message, why } => {
+                        process::kill_now(&mut proc.child);
+                        let window = fault.map(|f| f.window.name()).unwrap_or("?");
+                        bail!("window `{window}` is unreachable for this program at {message}: {why}");
+                    }
+                    Seen::Fire { message } => {
+                        // The window: both connections are frozen. What the
+                        // database holds for the message now, then the kill.
+                        let lab = self.lab;
+                        let event = self.observed.events.of(&message).to_string();
+                        let rows = store::program_rows_for(
+                            &mut self.conns().db,
+                            lab.effects.as_deref().unwrap_or_default(),
+                            &event,
+                        )
+                        .await?;
+                        self.observed.crash_business_rows = Some(rows);
+                        let pid = proc.child.id().context("program already reaped")?;
+                        signal::killpg(Pid::from_raw(pid as i32), Signal::SIGKILL).ok();
+                        let code = exit_code(proc.child.wait().await?);
+                        self.observed.crash_exit_code = Some(code);
+                        let line = self
+                            .observe_line(&message, &c.queue)
+                            .with("exitCode", code)
+                            .with("businessRows", rows)
+                            .status(Status::Killed);
+                        self.emit(Role::Observe, &line);
+                        if let Some(f) = fault {
+                            self.assert(&f.asserts).await?;
+                        }
+                        self.await_consumers_gone(&c.queue, phase, deadline).await?;
+                        bb.lock().expect("black box").reset();
+                        proc = self.spawn_program(c, command, pg.port)?;
+                    }
+                }
+            }
+        }
+        .await;
+        self.proxy().watch(None);
+        result?;
+        self.await_consumers_gone(&c.queue, phase, deadline).await
+    }
+
+    fn observe_line(&self, message: &str, queue: &str) -> Record {
+        Record::new(&self.lab.name)
+            .with("messageId", message)
+            .with("destination", queue)
+    }
+
+    /// Starts the program (`sh -c`, in the project's directory) with the
+    /// contract's environment: its connections go through the proxies.
+    fn spawn_program(&mut self, c: &Consume, command: &str, pg_port: u16) -> Result<RoleProc> {
+        self.role_seq += 1;
+        let log = self.logs.join(format!("{}-program.log", self.role_seq));
+        let mut db = self.endpoints.clone();
+        db.pg_port = pg_port;
+        // `exec`: the program itself is the process mqlab signals and reaps
+        // (its exit status, not a shell's), with variables expanded.
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", &format!("exec {command}")])
+            .current_dir(self.root)
+            .env(
+                "MQLAB_CONTRACT",
+                crate::protocol::PROGRAM_CONTRACT.to_string(),
+            )
+            .env(
+                "MQLAB_AMQP_URL",
+                self.role_endpoints.amqp_url(&vhost_for(&self.run)),
+            )
+            .env("MQLAB_DATABASE_URL", db.pg_url(&database_for(&self.run)))
+            .env("MQLAB_QUEUE", &c.queue)
+            .env("MQLAB_SERVICE", &c.service)
+            .env("MQLAB_PREFETCH", "1")
+            .env("MQLAB_RUN_ID", &self.run);
+        let child = process::spawn(&mut cmd, &log, false)
+            .with_context(|| format!("cannot start the program `{command}`"))?;
+        Ok(RoleProc {
+            child,
+            lines: None,
+            log,
+        })
+    }
+
     /// After a kill the broker requeues the dead channel's unacked messages
     /// when it removes its consumer; a new consumer started before that would
     /// see them out of order.
@@ -826,7 +1017,7 @@ impl Ctx<'_> {
     /// The total-queue checks, from ground truth read now: `[check]` lines.
     async fn check(&mut self) -> Result<()> {
         self.await_tiers_empty().await?;
-        let ground = store::read_ground(&mut self.conns().db).await?;
+        let ground = self.ground().await?;
         let mut queued = BTreeSet::new();
         let queues: Vec<String> = self.lab.queue_names().map(str::to_string).collect();
         for q in &queues {
@@ -848,7 +1039,7 @@ impl Ctx<'_> {
     }
 
     async fn inspect(&mut self, fields: &[crate::vocab::InspectField]) -> Result<()> {
-        let ground = store::read_ground(&mut self.conns().db).await?;
+        let ground = self.ground().await?;
         let mut r = Record::new(&self.lab.name);
         for f in fields {
             r = r.with(f.name(), ground.field(*f));
@@ -864,7 +1055,7 @@ impl Ctx<'_> {
             return Ok(());
         }
         self.await_tiers_empty().await?;
-        self.observed.ground = store::read_ground(&mut self.conns().db).await?;
+        self.observed.ground = self.ground().await?;
         let queues: Vec<String> = self.lab.queue_names().map(str::to_string).collect();
         for q in queues {
             let (ready, _) = crate::amqp::queue_state(&self.conns().channel, &q)

@@ -189,11 +189,17 @@ impl Ground {
     }
 }
 
-pub async fn read_ground(conn: &mut PgConnection) -> Result<Ground> {
-    let business: Vec<(String, String)> =
-        sqlx::query_as("SELECT consumer_name, event_id FROM inventory_reservations ORDER BY id")
-            .fetch_all(&mut *conn)
-            .await?;
+/// The ground truth; `effects`: a program's own query for its business
+/// effects, `(service, eventId)` rows, instead of the built-in table.
+pub async fn read_ground(conn: &mut PgConnection, effects: Option<&str>) -> Result<Ground> {
+    let business = match effects {
+        Some(sql) => program_effects(conn, sql).await?,
+        None => {
+            sqlx::query_as("SELECT consumer_name, event_id FROM inventory_reservations ORDER BY id")
+                .fetch_all(&mut *conn)
+                .await?
+        }
+    };
     let (processed_rows,): (i64,) = sqlx::query_as("SELECT count(*) FROM inbox_messages")
         .fetch_one(&mut *conn)
         .await?;
@@ -206,6 +212,28 @@ pub async fn read_ground(conn: &mut PgConnection) -> Result<Ground> {
         processed_rows,
         rejected,
     })
+}
+
+/// A program's business effects by the lab's query. Before the program
+/// created its tables there are none (undefined_table reads as empty).
+async fn program_effects(conn: &mut PgConnection, sql: &str) -> Result<Vec<(String, String)>> {
+    match sqlx::query_as::<_, (String, String)>(sql)
+        .fetch_all(&mut *conn)
+        .await
+    {
+        Ok(rows) => Ok(rows),
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P01") => Ok(Vec::new()),
+        Err(e) => Err(e).with_context(|| format!("the lab's effects query `{sql}`")),
+    }
+}
+
+/// Business rows of one event, by a program's effects query.
+pub async fn program_rows_for(conn: &mut PgConnection, sql: &str, event_id: &str) -> Result<i64> {
+    Ok(program_effects(conn, sql)
+        .await?
+        .iter()
+        .filter(|(_, e)| e == event_id)
+        .count() as i64)
 }
 
 pub async fn business_rows_for(conn: &mut PgConnection, message_id: &str) -> Result<i64> {

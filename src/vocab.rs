@@ -86,6 +86,7 @@ names! {
         Assert = "assert": "an assertion of the lab, evaluated by the harness",
         Check = "check": "a total-queue check every lab ends with",
         Fault = "fault": "a fault the harness injected (broker, network) and its end",
+        Observe = "observe": "what the harness saw a black-box program do (through its proxies)",
     }
 }
 
@@ -111,6 +112,12 @@ names! {
         MovedToDlq = "moved_to_dlq": "consumer: isolated in the DLQ with its diagnostics (its failureClass says why)",
         ConnectionLost = "connection_lost": "consumer: its connection broke; it connects again",
         Injected = "injected": "fault: the harness injected it",
+        Delivered = "delivered": "observe: the broker delivered the message to the program",
+        Committed = "committed": "observe: the program's COMMIT for the message passed and the database answered",
+        RolledBack = "rolled_back": "observe: the program's COMMIT ended in a rollback",
+        Acked = "acked": "observe: the program acked the message",
+        Held = "held": "observe: a frame of the program's (its commit or ack) held at the window",
+        Killed = "killed": "observe: the program, killed at the window, with the business rows visible then",
         Healed = "healed": "fault: what the fault broke is back (the broker is ready, the network passes again)",
         Done = "done": "a role's closing line, with its totals",
         Snapshot = "snapshot": "inspect: the fields read from PostgreSQL",
@@ -123,6 +130,7 @@ names! {
     /// derives them from the pattern's steps.
     pub enum Window ("fault window") {
         AfterReceive = "after-receive": "the delivery is logged, nothing is written yet",
+        OnDeliver = "on-deliver": "a program's delivery reached it; it has not acted (black-box consumers)",
         AfterInboxCommit = "after-inbox-commit": "the inbox row is committed on its own, the business row is not written",
         BeforeCommit = "before-commit": "the business row is written, the transaction is still open, nothing is acked",
         AfterAckBeforeCommit = "after-ack-before-commit": "the message is acked, the transaction is still open",

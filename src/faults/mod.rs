@@ -6,5 +6,7 @@
 //! a confirm). The broker side is the environment's own kill/restart; the
 //! runner sequences all three.
 
+pub mod blackbox;
+pub mod pgproxy;
 pub mod point;
 pub mod proxy;

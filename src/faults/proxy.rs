@@ -14,7 +14,7 @@
 //! - [`Rule::HoldConfirm`]: the broker's confirm of that publish is never
 //!   passed on; the producer times out.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
@@ -25,6 +25,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
+
+use super::blackbox::{BlackBox, Pass};
 
 /// What the proxy does to one message's frames.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,6 +50,9 @@ pub enum ProxyEvent {
 struct Shared {
     upstream: SocketAddr,
     rule: Mutex<Option<Rule>>,
+    /// For a program mqlab did not write: its deliveries and acks go to the
+    /// black box, which may hold an ack or freeze the connection.
+    blackbox: Mutex<Option<Arc<Mutex<BlackBox>>>>,
     /// `true`: new connections go through; `false`: they wait.
     gate: watch::Sender<bool>,
     events: mpsc::UnboundedSender<ProxyEvent>,
@@ -78,6 +83,7 @@ impl Proxy {
         let shared = Arc::new(Shared {
             upstream,
             rule: Mutex::new(None),
+            blackbox: Mutex::new(None),
             gate: watch::Sender::new(true),
             events,
         });
@@ -117,13 +123,21 @@ impl Proxy {
     pub fn release(&self) {
         self.shared.gate.send_replace(true);
     }
+
+    /// Reports a program's deliveries and acks to `bb` (None: stop).
+    pub fn watch(&self, bb: Option<Arc<Mutex<BlackBox>>>) {
+        *self.shared.blackbox.lock().expect("proxy black box") = bb;
+    }
 }
 
 /// What one connection's frames have said so far.
 #[derive(Default)]
 struct Conn {
-    /// A Deliver waits for its content header: channel → delivery tag.
-    deliver_pending: HashMap<u16, u64>,
+    /// A Deliver waits for its content header: channel → (delivery tag, redelivered).
+    deliver_pending: HashMap<u16, (u64, bool)>,
+    /// Body bytes still to come for the content in progress, per channel
+    /// (a frozen connection still finishes a delivery it let through).
+    body_left: HashMap<u16, u64>,
     /// (channel, delivery tag) → message id.
     deliveries: HashMap<(u16, u64), String>,
     /// Channels in confirm mode → publishes so far (the confirm's delivery tag).
@@ -196,25 +210,31 @@ async fn pump(
 ) {
     let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
     let mut chunk = vec![0u8; 64 * 1024];
+    // Complete frames not judged yet: a black box may hold a delivery (and
+    // so everything after it) until the program ended its last transaction.
+    let mut pending: VecDeque<Vec<u8>> = VecDeque::new();
     loop {
-        let n = match from.read(&mut chunk).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        buf.extend_from_slice(&chunk[..n]);
-        let mut out: Vec<u8> = Vec::with_capacity(buf.len());
-        let mut used = 0;
-        while let Some(len) = frame_len(&buf[used..]) {
-            let frame = &buf[used..used + len];
-            match judge(dir, frame, &conn, &shared) {
-                Verdict::Forward => out.extend_from_slice(frame),
+        let bb = shared.blackbox.lock().expect("proxy black box").clone();
+        let mut out: Vec<u8> = Vec::new();
+        while let Some(frame) = pending.front() {
+            let held = dir == Dir::ToClient
+                && is_deliver(frame)
+                && bb
+                    .as_ref()
+                    .is_some_and(|b| b.lock().expect("black box").holds_next_delivery());
+            if held {
+                break;
+            }
+            let frame = pending.pop_front().expect("a pending frame");
+            match judge(dir, &frame, &conn, &shared) {
+                Verdict::Forward => out.extend_from_slice(&frame),
                 Verdict::Drop => {}
-                Verdict::Stash(ch) => conn
-                    .lock()
-                    .expect("proxy connection state")
-                    .stashed
-                    .insert(ch, frame.to_vec())
-                    .map_or((), |_| ()),
+                Verdict::Stash(ch) => {
+                    conn.lock()
+                        .expect("proxy connection state")
+                        .stashed
+                        .insert(ch, frame);
+                }
                 Verdict::Release(ch) => {
                     if let Some(held) = conn
                         .lock()
@@ -224,20 +244,40 @@ async fn pump(
                     {
                         out.extend_from_slice(&held);
                     }
-                    out.extend_from_slice(frame);
+                    out.extend_from_slice(&frame);
                 }
                 Verdict::Cut => {
                     let _ = to.write_all(&out).await;
                     return;
                 }
             }
-            used += len;
         }
-        buf.drain(..used);
         if !out.is_empty() && to.write_all(&out).await.is_err() {
             return;
         }
+        let release = bb.map(|b| b.lock().expect("black box").release.clone());
+        tokio::select! {
+            n = from.read(&mut chunk) => {
+                let n = match n {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                buf.extend_from_slice(&chunk[..n]);
+                let mut used = 0;
+                while let Some(len) = frame_len(&buf[used..]) {
+                    pending.push_back(buf[used..used + len].to_vec());
+                    used += len;
+                }
+                buf.drain(..used);
+            }
+            _ = async { release.expect("checked").notified().await }, if release.is_some() && !pending.is_empty() => {}
+        }
     }
+}
+
+/// A Basic.Deliver method frame (class 60, method 60).
+fn is_deliver(frame: &[u8]) -> bool {
+    frame.len() > 11 && frame[0] == 1 && frame[7..11] == [0, 60, 0, 60]
 }
 
 /// The length of the first complete frame in `buf` (the 8-byte protocol
@@ -256,14 +296,34 @@ fn frame_len(buf: &[u8]) -> Option<usize> {
 
 /// Reads one frame's meaning (bodies are never parsed) and applies the rule.
 fn judge(dir: Dir, frame: &[u8], conn: &Mutex<Conn>, shared: &Shared) -> Verdict {
+    let bb = shared.blackbox.lock().expect("proxy black box").clone();
+    let frozen = bb
+        .as_ref()
+        .is_some_and(|b| b.lock().expect("black box").frozen());
     if frame.first() == Some(&3) {
-        return Verdict::Forward;
+        // A body frame: it finishes the content in progress on its channel.
+        let ch = u16::from_be_bytes([frame[1], frame[2]]);
+        let mut c = conn.lock().expect("proxy connection state");
+        let left = c.body_left.get(&ch).copied().unwrap_or(0);
+        let size = (frame.len() - 8) as u64;
+        c.body_left.insert(ch, left.saturating_sub(size));
+        return if frozen && left == 0 {
+            Verdict::Drop
+        } else {
+            Verdict::Forward
+        };
+    }
+    if frozen {
+        return Verdict::Drop;
     }
     let Ok((_, parsed)) = parse_frame(frame) else {
         return Verdict::Forward;
     };
     let mut c = conn.lock().expect("proxy connection state");
     let mut rule = shared.rule.lock().expect("proxy rule");
+    if let AMQPFrame::Header(ch, h) = &parsed {
+        c.body_left.insert(*ch, h.body_size);
+    }
     match (dir, parsed) {
         (
             Dir::ToBroker,
@@ -311,6 +371,11 @@ fn judge(dir: Dir, frame: &[u8], conn: &Mutex<Conn>, shared: &Shared) -> Verdict
         }
         (Dir::ToBroker, AMQPFrame::Method(ch, AMQPClass::Basic(basic::AMQPMethod::Ack(a)))) => {
             let acked = c.deliveries.get(&(ch, a.delivery_tag));
+            if let (Some(b), Some(mid)) = (&bb, acked) {
+                if b.lock().expect("black box").on_ack(mid) == Pass::Hold {
+                    return Verdict::Drop;
+                }
+            }
             if let (Some(Rule::CutOnAck { message }), Some(mid)) = (rule.as_ref(), acked) {
                 if message == mid {
                     let _ = shared.events.send(ProxyEvent::Cut {
@@ -323,12 +388,21 @@ fn judge(dir: Dir, frame: &[u8], conn: &Mutex<Conn>, shared: &Shared) -> Verdict
             }
         }
         (Dir::ToClient, AMQPFrame::Method(ch, AMQPClass::Basic(basic::AMQPMethod::Deliver(d)))) => {
-            c.deliver_pending.insert(ch, d.delivery_tag);
+            c.deliver_pending
+                .insert(ch, (d.delivery_tag, d.redelivered));
         }
         (Dir::ToClient, AMQPFrame::Header(ch, h)) => {
-            if let Some(tag) = c.deliver_pending.remove(&ch) {
-                let mid = h.properties.message_id().as_ref().map(|s| s.to_string());
-                c.deliveries.insert((ch, tag), mid.unwrap_or_default());
+            if let Some((tag, redelivered)) = c.deliver_pending.remove(&ch) {
+                let mid = h
+                    .properties
+                    .message_id()
+                    .as_ref()
+                    .map(|s| s.to_string())
+                    .unwrap_or_default();
+                if let Some(b) = &bb {
+                    b.lock().expect("black box").on_deliver(&mid, redelivered);
+                }
+                c.deliveries.insert((ch, tag), mid);
             }
         }
         (Dir::ToClient, AMQPFrame::Method(ch, AMQPClass::Basic(basic::AMQPMethod::Ack(a)))) => {

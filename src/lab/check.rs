@@ -48,6 +48,10 @@ pub enum ErrorKind {
     NotATier { queue: String, work: String },
     #[error("pattern `{0}` retries transient failures through tier queues: set `retry.tiers`")]
     NoTiers(Pattern),
+    #[error("a program's behaviour is its own: `pattern`, `retry`, `transient_failures` and `max_deliveries` are for the built-in consumer")]
+    ProgramHasNoPattern,
+    #[error("a program's business effects are read from its database: set `effects` (SQL returning service and eventId per effect)")]
+    NoEffectsQuery,
     #[error("{0}")]
     QueueArgument(String),
     #[error("a quorum queue is always durable")]
@@ -176,6 +180,8 @@ pub struct Checker<'a> {
     path: &'a Path,
     fixtures: &'a Path,
     errs: Vec<LabError>,
+    /// The lab names an `effects` query.
+    has_effects: bool,
 }
 
 fn span<T>(s: &Spanned<T>) -> Option<Range<usize>> {
@@ -188,6 +194,7 @@ impl<'a> Checker<'a> {
             path,
             fixtures,
             errs: Vec::new(),
+            has_effects: false,
         }
     }
 
@@ -224,6 +231,7 @@ impl<'a> Checker<'a> {
             },
         };
         self.name(&raw);
+        self.has_effects = raw.effects.is_some();
         // A variant may aim its DLQ at a queue that does not exist: that is its point.
         let missing_ok: Option<String> = variant_def
             .as_ref()
@@ -246,6 +254,7 @@ impl<'a> Checker<'a> {
             topology,
             steps,
             violations,
+            effects: raw.effects,
         })
     }
 
@@ -572,12 +581,34 @@ impl<'a> Checker<'a> {
                 }
             }
         }
-        let classified = matches!(c.pattern.def().on_failure, OnFailure::Classified { .. });
+        let pattern = c.pattern.as_ref().map_or(Pattern::Inbox, |p| *p.get_ref());
+        if let Some(cmd) = &c.command {
+            let builtin_only = c.pattern.is_some()
+                || c.retry.is_some()
+                || !c.transient_failures.is_empty()
+                || c.max_deliveries.is_some();
+            if builtin_only {
+                self.err(
+                    format!("{key}.consume.command"),
+                    span(cmd),
+                    ErrorKind::ProgramHasNoPattern,
+                );
+            }
+            if !self.has_effects {
+                self.err(
+                    format!("{key}.consume.command"),
+                    span(cmd),
+                    ErrorKind::NoEffectsQuery,
+                );
+            }
+        }
+        let classified =
+            c.command.is_none() && matches!(pattern.def().on_failure, OnFailure::Classified { .. });
         if classified && c.retry.as_ref().is_none_or(|r| r.tiers.is_empty()) {
             self.err(
                 format!("{key}.consume.retry"),
                 span(&c.queue),
-                ErrorKind::NoTiers(c.pattern),
+                ErrorKind::NoTiers(pattern),
             );
         }
         for m in c.transient_failures.keys() {
@@ -595,7 +626,8 @@ impl<'a> Checker<'a> {
         Consume {
             queue: c.queue.get_ref().clone(),
             service: c.service.clone(),
-            pattern: c.pattern,
+            pattern,
+            command: c.command.as_ref().map(|s| s.get_ref().clone()),
             prefetch: c.prefetch.get(),
             settle: match c.settle {
                 RawSettle::Count(n) => Settle::Count(n.get()),
@@ -632,6 +664,9 @@ impl<'a> Checker<'a> {
         let (target, act) = (*f.target.get_ref(), *f.action.get_ref());
         // The step a target's action belongs on, and the windows it can use there.
         let windows: Vec<Window> = match (target, act, action) {
+            (Target::Consumer, FaultAction::Kill, Action::Consume(c)) if c.command.is_some() => {
+                crate::faults::blackbox::WINDOWS.to_vec()
+            }
             (Target::Consumer, FaultAction::Kill, Action::Consume(c)) => c.pattern.def().windows(),
             (Target::Producer, FaultAction::Kill, Action::Publish(_)) => PRODUCER_WINDOWS.to_vec(),
             (Target::Network, a @ (FaultAction::Cut | FaultAction::Hold), step) => {
@@ -686,11 +721,13 @@ impl<'a> Checker<'a> {
                 .collect::<Vec<_>>()
                 .join(", ");
             let kind = match action {
-                Action::Consume(c) if target == Target::Consumer => ErrorKind::WindowNotReached {
-                    pattern: c.pattern,
-                    window: window_value,
-                    passes,
-                },
+                Action::Consume(c) if target == Target::Consumer && c.command.is_none() => {
+                    ErrorKind::WindowNotReached {
+                        pattern: c.pattern,
+                        window: window_value,
+                        passes,
+                    }
+                }
                 _ => ErrorKind::WindowNotPassed {
                     target,
                     action: act,
@@ -921,7 +958,10 @@ fn apply_variant(mut raw: RawLab, v: &RawVariant) -> RawLab {
     for step in &mut raw.steps {
         if let Some(c) = &mut step.consume {
             if let Some(p) = &v.pattern {
-                c.pattern = *p.get_ref();
+                c.pattern = Some(p.clone());
+            }
+            if let (Some(cmd), true) = (&v.command, c.command.is_some()) {
+                c.command = Some(cmd.clone());
             }
             if let Some(n) = v.settle {
                 c.settle = RawSettle::Count(n);

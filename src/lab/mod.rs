@@ -29,9 +29,26 @@ pub struct Lab {
     pub steps: Vec<Step>,
     /// For a variant: assertion or check name → the value it must FAIL with.
     pub violations: BTreeMap<String, String>,
+    /// The SQL that reads a program's business effects (`(service, eventId)` rows).
+    pub effects: Option<String>,
 }
 
 impl Lab {
+    /// Replaces the program of every consume step that runs one
+    /// (`--consumer-cmd`); `false` when the lab has none.
+    pub fn set_command(&mut self, command: &str) -> bool {
+        let mut any = false;
+        for s in &mut self.steps {
+            if let Action::Consume(c) = &mut s.action {
+                if c.command.is_some() {
+                    c.command = Some(command.to_string());
+                    any = true;
+                }
+            }
+        }
+        any
+    }
+
     /// `lab` or `lab@variant`: the snapshot, vhost and database name.
     pub fn run_name(&self) -> String {
         match &self.variant {
@@ -145,6 +162,9 @@ pub struct Consume {
     /// The consuming service: the inbox key's consumer part.
     pub service: String,
     pub pattern: Pattern,
+    /// A program mqlab did not write, run with `sh -c`, instead of the
+    /// built-in consumer.
+    pub command: Option<String>,
     pub prefetch: u16,
     pub settle: Settle,
     pub max_deliveries: Option<usize>,

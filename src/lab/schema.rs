@@ -33,6 +33,9 @@ pub struct RawLab {
     /// Counterexamples: the same lab with one safety step removed.
     #[serde(default)]
     pub variant: BTreeMap<String, RawVariant>,
+    /// For a lab whose consumer is a program: the SQL that reads its
+    /// business effects from its database, one `(service, eventId)` row each.
+    pub effects: Option<String>,
 }
 
 #[derive(Deserialize, Clone, Debug)]
@@ -142,8 +145,11 @@ pub struct RawConsume {
     /// rows' owner. Two services on one message each apply it once.
     #[serde(default = "default_service")]
     pub service: String,
-    #[serde(default = "default_pattern")]
-    pub pattern: Pattern,
+    /// A built-in consumer's behaviour (default `inbox`).
+    pub pattern: Option<Spanned<Pattern>>,
+    /// A program mqlab did not write, run with `sh -c` (the role contract:
+    /// README); its windows are placed from outside, through the proxies.
+    pub command: Option<Spanned<String>>,
     #[serde(default = "default_prefetch")]
     pub prefetch: NonZeroU16,
     pub settle: Settle,
@@ -213,9 +219,6 @@ fn default_service() -> String {
     "inventory-service".into()
 }
 
-fn default_pattern() -> Pattern {
-    Pattern::Inbox
-}
 fn default_prefetch() -> NonZeroU16 {
     NonZeroU16::MIN
 }
@@ -269,6 +272,8 @@ pub struct RawVariant {
     /// `true`: every quorum queue becomes a classic queue (its quorum-only
     /// arguments dropped).
     pub classic: Option<bool>,
+    /// Replaces the program of every consume step that runs one.
+    pub command: Option<Spanned<String>>,
     #[serde(default)]
     pub violations: BTreeMap<String, Spanned<Expected>>,
 }

@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""An inventory service that consumes order.created events: mqlab's example
+of a user's own consumer, in another language, run as a black box.
+
+mqlab starts it under its role contract v1 (see the project README, "Bring
+your own consumer") with MQLAB_AMQP_URL, MQLAB_DATABASE_URL, MQLAB_QUEUE,
+MQLAB_SERVICE and MQLAB_PREFETCH in its environment, and stops it with
+SIGTERM. Nothing in it knows about mqlab's fault windows: mqlab places them
+from outside, on the program's AMQP and PostgreSQL connections.
+
+    consumer.py safe       inbox row + business row in one transaction,
+                           COMMIT, then ack
+    consumer.py ack-first  acks first, then writes and commits (the broken one)
+"""
+
+import json
+import os
+import signal
+import sys
+
+import pika
+import psycopg
+
+MODE = sys.argv[1] if len(sys.argv) > 1 else "safe"
+if MODE not in ("safe", "ack-first"):
+    sys.exit(f"usage: consumer.py safe|ack-first (not {MODE!r})")
+
+SCHEMA = [
+    """CREATE TABLE IF NOT EXISTS py_inbox (
+         service  text NOT NULL,
+         event_id text NOT NULL,
+         PRIMARY KEY (service, event_id))""",
+    """CREATE TABLE IF NOT EXISTS py_reservations (
+         id       bigserial PRIMARY KEY,
+         service  text    NOT NULL,
+         event_id text    NOT NULL,
+         order_id text    NOT NULL,
+         amount   numeric NOT NULL)""",
+]
+
+
+def main():
+    service = os.environ["MQLAB_SERVICE"]
+    db = psycopg.connect(os.environ["MQLAB_DATABASE_URL"])
+    with db.cursor() as cur:
+        for statement in SCHEMA:
+            cur.execute(statement)
+    db.commit()
+
+    connection = pika.BlockingConnection(pika.URLParameters(os.environ["MQLAB_AMQP_URL"]))
+    channel = connection.channel()
+    channel.basic_qos(prefetch_count=int(os.environ.get("MQLAB_PREFETCH", "1")))
+
+    def on_message(ch, method, properties, body):
+        event = json.loads(body)
+        if MODE == "ack-first":
+            ch.basic_ack(method.delivery_tag)
+        with db.cursor() as cur:
+            cur.execute(
+                "INSERT INTO py_inbox (service, event_id) VALUES (%s, %s) "
+                "ON CONFLICT DO NOTHING",
+                (service, event["eventId"]),
+            )
+            if cur.rowcount == 1:
+                cur.execute(
+                    "INSERT INTO py_reservations (service, event_id, order_id, amount) "
+                    "VALUES (%s, %s, %s, %s)",
+                    (service, event["eventId"], event["orderId"], event["amount"]),
+                )
+                db.commit()
+            else:
+                db.rollback()  # a duplicate: applied before
+        if MODE == "safe":
+            ch.basic_ack(method.delivery_tag)
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    channel.basic_consume(os.environ["MQLAB_QUEUE"], on_message)
+    channel.start_consuming()
+
+
+if __name__ == "__main__":
+    main()

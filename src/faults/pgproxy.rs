@@ -1,0 +1,286 @@
+//! A PostgreSQL wire-protocol proxy for a program mqlab did not write: it
+//! forwards the original bytes, message by message, and reads just enough
+//! of them to see a transaction's `COMMIT` (sent as a simple query, or
+//! parsed as an extended-protocol statement) and the server's answer to it
+//! (`CommandComplete` with tag `COMMIT`, or `ROLLBACK` for a failed
+//! transaction). Those go to the [`BlackBox`], which may hold the `COMMIT`
+//! or freeze the connection.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, Result};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+use super::blackbox::{BlackBox, Pass};
+
+pub struct PgProxy {
+    pub port: u16,
+    accept: JoinHandle<()>,
+}
+
+impl Drop for PgProxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+impl PgProxy {
+    /// Listens on a free 127.0.0.1 port, forwarding to `upstream`.
+    pub async fn start(upstream: SocketAddr, bb: Arc<Mutex<BlackBox>>) -> Result<PgProxy> {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .context("the PostgreSQL proxy cannot listen on 127.0.0.1")?;
+        let port = listener.local_addr()?.port();
+        let accept = tokio::spawn(async move {
+            let mut conns: Vec<JoinHandle<()>> = Vec::new();
+            while let Ok((client, _)) = listener.accept().await {
+                conns.retain(|c| !c.is_finished());
+                conns.push(tokio::spawn(serve(upstream, client, bb.clone())));
+            }
+        });
+        Ok(PgProxy { port, accept })
+    }
+}
+
+async fn serve(upstream: SocketAddr, client: TcpStream, bb: Arc<Mutex<BlackBox>>) {
+    let Ok(server) = TcpStream::connect(upstream).await else {
+        return;
+    };
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    let (cr, cw) = client.into_split();
+    let (sr, sw) = server.into_split();
+    // The client's requests for an SSL or GSS session are answered by the
+    // server with one untyped byte: the server side must know to expect it.
+    let untyped_answers = Arc::new(Mutex::new(0usize));
+    tokio::select! {
+        _ = client_to_server(cr, sw, bb.clone(), untyped_answers.clone()) => {}
+        _ = server_to_client(sr, cw, bb, untyped_answers) => {}
+    }
+}
+
+const SSL_REQUEST: u32 = 80877103;
+const GSSENC_REQUEST: u32 = 80877104;
+
+async fn client_to_server(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    bb: Arc<Mutex<BlackBox>>,
+    untyped_answers: Arc<Mutex<usize>>,
+) {
+    let mut buf: Vec<u8> = Vec::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    // Before the startup message, messages have no type byte.
+    let mut started = false;
+    // Once a frame is held, everything after it is held too (order).
+    let mut holding = false;
+    loop {
+        let n = match from.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        buf.extend_from_slice(&chunk[..n]);
+        let mut out = Vec::new();
+        let mut used = 0;
+        loop {
+            let rest = &buf[used..];
+            let len = if started {
+                if rest.len() < 5 {
+                    break;
+                }
+                1 + u32::from_be_bytes([rest[1], rest[2], rest[3], rest[4]]) as usize
+            } else {
+                if rest.len() < 8 {
+                    break;
+                }
+                u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize
+            };
+            if rest.len() < len {
+                break;
+            }
+            let msg = &rest[..len];
+            if !started {
+                let code = u32::from_be_bytes([msg[4], msg[5], msg[6], msg[7]]);
+                if code == SSL_REQUEST || code == GSSENC_REQUEST {
+                    *untyped_answers.lock().expect("pg proxy state") += 1;
+                } else {
+                    started = true;
+                }
+            } else if !holding && is_commit(msg) {
+                if bb.lock().expect("black box").on_commit_request() == Pass::Hold {
+                    holding = true;
+                }
+            } else if !holding && bb.lock().expect("black box").frozen() {
+                holding = true;
+            }
+            if !holding {
+                out.extend_from_slice(msg);
+            }
+            used += len;
+        }
+        buf.drain(..used);
+        if !out.is_empty() && to.write_all(&out).await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn server_to_client(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    bb: Arc<Mutex<BlackBox>>,
+    untyped_answers: Arc<Mutex<usize>>,
+) {
+    let mut buf: Vec<u8> = Vec::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        buf.extend_from_slice(&chunk[..n]);
+        let mut out = Vec::new();
+        let mut used = 0;
+        loop {
+            let rest = &buf[used..];
+            if rest.is_empty() {
+                break;
+            }
+            let len = {
+                let mut pending = untyped_answers.lock().expect("pg proxy state");
+                if *pending > 0 {
+                    *pending -= 1;
+                    1
+                } else if rest.len() < 5 {
+                    break;
+                } else {
+                    1 + u32::from_be_bytes([rest[1], rest[2], rest[3], rest[4]]) as usize
+                }
+            };
+            if rest.len() < len {
+                break;
+            }
+            let msg = &rest[..len];
+            if len > 1 && msg[0] == b'C' {
+                match command_tag(msg) {
+                    Some("COMMIT") => {
+                        let mut b = bb.lock().expect("black box");
+                        b.on_commit_done(true);
+                        b.on_tx_end();
+                    }
+                    // A ROLLBACK, or the answer to a COMMIT of a failed transaction.
+                    Some("ROLLBACK") => {
+                        let mut b = bb.lock().expect("black box");
+                        b.on_commit_done(false);
+                        b.on_tx_end();
+                    }
+                    _ => {}
+                }
+            }
+            if !bb.lock().expect("black box").frozen() {
+                out.extend_from_slice(msg);
+            }
+            used += len;
+        }
+        buf.drain(..used);
+        if !out.is_empty() && to.write_all(&out).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// A client message that commits: a simple query `COMMIT` / `END` (with or
+/// without `TRANSACTION`/`WORK`, a `;`), or an extended-protocol Parse of one.
+fn is_commit(msg: &[u8]) -> bool {
+    let sql = match msg.first() {
+        Some(b'Q') => &msg[5..],
+        // Parse: statement name \0, query \0, ...
+        Some(b'P') => {
+            let body = &msg[5..];
+            let Some(name_end) = body.iter().position(|b| *b == 0) else {
+                return false;
+            };
+            &body[name_end + 1..]
+        }
+        _ => return false,
+    };
+    let sql = sql.split(|b| *b == 0).next().unwrap_or_default();
+    let sql = String::from_utf8_lossy(sql).to_ascii_uppercase();
+    let words: Vec<&str> = sql
+        .trim()
+        .trim_end_matches(';')
+        .split_whitespace()
+        .collect();
+    matches!(
+        words.as_slice(),
+        ["COMMIT"] | ["END"] | ["COMMIT", "TRANSACTION" | "WORK"] | ["END", "TRANSACTION" | "WORK"]
+    )
+}
+
+/// The tag of a CommandComplete message (`COMMIT`, `INSERT 0 1`, ...).
+fn command_tag(msg: &[u8]) -> Option<&str> {
+    let body = msg.get(5..)?;
+    let end = body.iter().position(|b| *b == 0)?;
+    std::str::from_utf8(&body[..end]).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn query(sql: &str) -> Vec<u8> {
+        let mut m = vec![b'Q'];
+        m.extend_from_slice(&((4 + sql.len() + 1) as u32).to_be_bytes());
+        m.extend_from_slice(sql.as_bytes());
+        m.push(0);
+        m
+    }
+
+    fn parse(name: &str, sql: &str) -> Vec<u8> {
+        let mut body = Vec::new();
+        body.extend_from_slice(name.as_bytes());
+        body.push(0);
+        body.extend_from_slice(sql.as_bytes());
+        body.push(0);
+        body.extend_from_slice(&0u16.to_be_bytes());
+        let mut m = vec![b'P'];
+        m.extend_from_slice(&((4 + body.len()) as u32).to_be_bytes());
+        m.extend_from_slice(&body);
+        m
+    }
+
+    #[test]
+    fn commits_are_recognised_in_both_protocols() {
+        for sql in [
+            "COMMIT",
+            "commit;",
+            " END ",
+            "COMMIT TRANSACTION",
+            "end work;",
+        ] {
+            assert!(is_commit(&query(sql)), "{sql}");
+        }
+        for sql in [
+            "BEGIN",
+            "COMMIT PREPARED 'x'",
+            "SELECT 'COMMIT'",
+            "ROLLBACK",
+        ] {
+            assert!(!is_commit(&query(sql)), "{sql}");
+        }
+        assert!(is_commit(&parse("", "COMMIT")));
+        assert!(is_commit(&parse("s1", "commit")));
+        assert!(!is_commit(&parse("s1", "INSERT INTO t VALUES (1)")));
+    }
+
+    #[test]
+    fn command_tags() {
+        let mut m = vec![b'C'];
+        m.extend_from_slice(&(4u32 + 7).to_be_bytes());
+        m.extend_from_slice(b"COMMIT\0");
+        assert_eq!(command_tag(&m), Some("COMMIT"));
+    }
+}
