@@ -133,6 +133,11 @@ struct LabArgs {
     /// Accept image references that are not pinned by digest
     #[arg(long)]
     allow_floating_images: bool,
+    /// Run this command as the consumer of every step that runs a program
+    /// (a lab with a `command`), instead of the lab file's: a one-off run
+    /// against your own consumer (role contract: README)
+    #[arg(long, value_name = "COMMAND")]
+    consumer_cmd: Option<String>,
     /// Leave RabbitMQ and PostgreSQL running afterwards (with the labs' vhosts and
     /// databases), print how to reach them and the command that stops them
     #[arg(long)]
@@ -339,10 +344,20 @@ fn plan(project: &Project, args: &LabArgs) -> Result<Vec<Lab>> {
     if names.is_empty() {
         bail!("no labs found in `{}`", project.labs_dir().display());
     }
-    let labs: Vec<Lab> = names
+    let mut labs: Vec<Lab> = names
         .iter()
         .map(|n| project.load(n))
         .collect::<Result<_>>()?;
+    if let Some(cmd) = &args.consumer_cmd {
+        for lab in &mut labs {
+            if !lab.set_command(cmd) {
+                bail!(
+                    "lab `{}` runs no program: --consumer-cmd replaces the `command` of a consume step (see examples/python)",
+                    lab.run_name()
+                );
+            }
+        }
+    }
     for lab in &labs {
         snapshot::read(&snapshot::path_for(
             &project.snapshots_dir(),
