@@ -69,6 +69,8 @@ fn main() {
                 exe,
                 run_dir: run_dir.path(),
                 update: false,
+                vhost: None,
+                checks_only: false,
             };
             let mut records = Vec::new();
             suite.run(&labs, &mut records, &mut Quiet).await;

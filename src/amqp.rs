@@ -30,6 +30,20 @@ pub async fn declare_later(channel: &Channel, topology: &Topology, names: &[Stri
     .await
 }
 
+/// Deletes the topology's queues (a run reusing another's vhost).
+pub async fn delete_queues(channel: &Channel, topology: &Topology) -> Result<()> {
+    for q in &topology.queues {
+        channel
+            .queue_delete(
+                q.name.as_str().into(),
+                lapin::options::QueueDeleteOptions::default(),
+            )
+            .await
+            .with_context(|| format!("deleting queue `{}`", q.name))?;
+    }
+    Ok(())
+}
+
 async fn declare_where(
     channel: &Channel,
     topology: &Topology,

@@ -53,6 +53,12 @@ enum Cmd {
     /// Run labs on one freshly started broker and database, then compare each
     /// normalized transcript with its stored snapshot
     Lab(LabArgs),
+    /// Run a lab once per fault point its roles pass (every window × every
+    /// message × every target, and a broker restart between any two steps),
+    /// on one environment, each judged by the total-queue checks alone; print
+    /// the matrix. Exit 0 when a safe lab holds at every point (or a variant
+    /// fails at one at least), 1 otherwise
+    Explore(ExploreArgs),
     /// List the labs with their claims, and the engine's vocabulary
     List,
     /// Re-judge a stored run offline from its evidence JSON (`--evidence DIR`
@@ -90,40 +96,44 @@ enum EnvCmd {
 }
 
 #[derive(clap::Args)]
-struct LabArgs {
-    /// Labs to run (see `mqlab list`); `LAB@VARIANT` runs a counterexample
-    #[arg(value_name = "LAB", required_unless_present = "all")]
-    names: Vec<String>,
-    /// Run every lab under labs/, each followed by its counterexample variants
-    #[arg(long, conflicts_with = "names")]
-    all: bool,
-    /// Run this counterexample variant of the named labs instead of the safe lab
-    #[arg(long, value_name = "NAME", conflicts_with = "all")]
+struct ExploreArgs {
+    /// The lab to explore; `LAB@VARIANT` explores a counterexample
+    #[arg(value_name = "LAB")]
+    lab: String,
+    /// Explore this counterexample variant of the lab
+    #[arg(long, value_name = "NAME")]
     variant: Option<String>,
+    /// Run only this many points, chosen by --seed
+    #[arg(long, value_name = "N")]
+    points: Option<usize>,
+    /// The seed that chooses the points for --points
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write DIR/explore-<run>.md: the matrix
+    #[arg(long, value_name = "DIR")]
+    evidence: Option<PathBuf>,
+    /// Run this command as the consumer of a lab that runs a program
+    #[arg(long, value_name = "COMMAND")]
+    consumer_cmd: Option<String>,
+    #[command(flatten)]
+    env: EnvArgs,
+}
+
+/// Where the servers come from: shared by `lab` and `explore`.
+#[derive(clap::Args)]
+struct EnvArgs {
     /// Where the broker and database come from
     #[arg(long, value_enum, default_value_t = EnvKind::Auto, env = "MQLAB_ENV")]
     env: EnvKind,
-    /// Rewrite the stored snapshots with this run's transcripts
-    #[arg(long)]
-    update: bool,
     /// Seconds to wait for the broker and the database to become ready
     #[arg(long, default_value_t = 60, value_name = "SECS")]
     ready_timeout: u64,
-    /// Also write each normalized transcript to DIR/<lab>.log
-    #[arg(long, value_name = "DIR")]
-    transcript_dir: Option<PathBuf>,
     /// Run the lab broker's AMQP listener on this 127.0.0.1 port [default: a free one]
     #[arg(long, value_name = "PORT")]
     amqp_port: Option<u16>,
     /// Run the lab PostgreSQL on this 127.0.0.1 port [default: a free one]
     #[arg(long, value_name = "PORT")]
     pg_port: Option<u16>,
-    /// Write DIR/<lab>.md (claim, versions, assertions, sequence diagram, log) and DIR/<lab>.json per run
-    #[arg(long, value_name = "DIR")]
-    evidence: Option<PathBuf>,
-    /// Write a JUnit XML report: one testsuite per lab run, one testcase per assertion
-    #[arg(long, value_name = "FILE")]
-    junit: Option<PathBuf>,
     /// RabbitMQ image for --env containers [default: labs/environment.toml]
     #[arg(long, env = "MQLAB_RABBITMQ_IMAGE", value_name = "REF")]
     rabbitmq_image: Option<String>,
@@ -133,6 +143,33 @@ struct LabArgs {
     /// Accept image references that are not pinned by digest
     #[arg(long)]
     allow_floating_images: bool,
+}
+
+#[derive(clap::Args)]
+struct LabArgs {
+    #[command(flatten)]
+    env: EnvArgs,
+    /// Labs to run (see `mqlab list`); `LAB@VARIANT` runs a counterexample
+    #[arg(value_name = "LAB", required_unless_present = "all")]
+    names: Vec<String>,
+    /// Run every lab under labs/, each followed by its counterexample variants
+    #[arg(long, conflicts_with = "names")]
+    all: bool,
+    /// Run this counterexample variant of the named labs instead of the safe lab
+    #[arg(long, value_name = "NAME", conflicts_with = "all")]
+    variant: Option<String>,
+    /// Rewrite the stored snapshots with this run's transcripts
+    #[arg(long)]
+    update: bool,
+    /// Also write each normalized transcript to DIR/<lab>.log
+    #[arg(long, value_name = "DIR")]
+    transcript_dir: Option<PathBuf>,
+    /// Write DIR/<lab>.md (claim, versions, assertions, sequence diagram, log) and DIR/<lab>.json per run
+    #[arg(long, value_name = "DIR")]
+    evidence: Option<PathBuf>,
+    /// Write a JUnit XML report: one testsuite per lab run, one testcase per assertion
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
     /// Run this command as the consumer of every step that runs a program
     /// (a lab with a `command`), instead of the lab file's: a one-off run
     /// against your own consumer (role contract: README)
@@ -188,6 +225,14 @@ pub fn main() -> i32 {
         Cmd::Lab(args) => {
             match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cmd_lab(&project, args)))
             {
+                Ok(r) => r,
+                Err(_) => return exit::INTERNAL,
+            }
+        }
+        Cmd::Explore(args) => {
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                cmd_explore(&project, args)
+            })) {
                 Ok(r) => r,
                 Err(_) => return exit::INTERNAL,
             }
@@ -375,7 +420,7 @@ fn plan(project: &Project, args: &LabArgs) -> Result<Vec<Lab>> {
         std::fs::write(file, "")
             .with_context(|| format!("cannot write the JUnit report `{}`", file.display()))?;
     }
-    if args.keep && matches!(args.env, EnvKind::Containers) {
+    if args.keep && matches!(args.env.env, EnvKind::Containers) {
         bail!("--keep works with the local environment only");
     }
     Ok(labs)
@@ -383,7 +428,7 @@ fn plan(project: &Project, args: &LabArgs) -> Result<Vec<Lab>> {
 
 fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32, Error> {
     let labs = plan(project, &args).usage()?;
-    let images = images(project, &args).usage()?;
+    let images = images(project, &args.env).usage()?;
     let exe = std::env::current_exe()
         .context("cannot find the mqlab executable")
         .usage()?;
@@ -392,10 +437,10 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32, Error> {
     let bar = terminal.progress();
     let opts = EnvOptions {
         dir: run_dir.path().to_path_buf(),
-        ready_timeout: Duration::from_secs(args.ready_timeout),
+        ready_timeout: Duration::from_secs(args.env.ready_timeout),
         keep: args.keep,
-        amqp_port: args.amqp_port,
-        pg_port: args.pg_port,
+        amqp_port: args.env.amqp_port,
+        pg_port: args.env.pg_port,
         vhosts: labs
             .iter()
             .map(|l| runner::vhost_for(&l.run_name()))
@@ -422,30 +467,15 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32, Error> {
     let rt = runtime().map_err(Error::Environment)?;
     let mut records: Vec<RunRecord> = Vec::new();
     let outcome: Result<bool, Error> = rt.block_on(async {
-        let (containers, why) = choose(args.env, args.keep, &images)
-            .await
-            .map_err(Error::Environment)?;
-        let kind = if containers { "containers" } else { "local" };
-        sink.on(&Event::EnvChosen { kind, why: &why }).ok();
-        let start = async {
-            Ok::<_, anyhow::Error>(match containers {
-                true => Environment::Containers(Box::new(
-                    ContainersEnv::start(&opts, &images.0, &images.1).await?,
-                )),
-                false => Environment::Local(Box::new(LocalEnv::start(&opts).await?)),
-            })
-        };
-        let mut env = tokio::select! {
-            env = start => env.map_err(Error::Environment)?,
-            sig = interrupted() => return Err(Error::Interrupted(sig)),
-        };
-        sink.on(&Event::EnvReady(env.info())).ok();
+        let mut env = start_environment(args.env.env, args.keep, &images, &opts, &mut sink).await?;
         let mut suite = Suite {
             project,
             env: &mut env,
             exe: &exe,
             run_dir: run_dir.path(),
             update: args.update,
+            vhost: None,
+            checks_only: false,
         };
         let interrupted_by = tokio::select! {
             _ = suite.run(&labs, &mut records, &mut sink) => None,
@@ -486,6 +516,140 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32, Error> {
         exit::OK
     } else {
         exit::LAB_FAILED
+    })
+}
+
+/// The vhost every explore point runs in, one after the other.
+const EXPLORE_VHOST: &str = "explore";
+
+fn cmd_explore(project: &Project, args: ExploreArgs) -> Result<i32, Error> {
+    let run = match &args.variant {
+        Some(v) => format!("{}@{v}", args.lab),
+        None => args.lab.clone(),
+    };
+    let mut lab = project.load(&run).usage()?;
+    if let Some(cmd) = &args.consumer_cmd {
+        if !lab.set_command(cmd) {
+            return Err(Error::Usage(anyhow::anyhow!(
+                "lab `{run}` runs no program: --consumer-cmd replaces the `command` of a consume step"
+            )));
+        }
+    }
+    let all = crate::explore::points(&lab);
+    let total = all.len();
+    let points = match args.points {
+        Some(n) => crate::explore::sample(all, n, args.seed),
+        None => all,
+    };
+    if let Some(dir) = &args.evidence {
+        evidence::prepare_dir(dir).usage()?;
+    }
+    let images = images(project, &args.env).usage()?;
+    let exe = std::env::current_exe()
+        .context("cannot find the mqlab executable")
+        .usage()?;
+    let run_dir = RunDir::create(&exe).map_err(Error::Environment)?;
+    let terminal = sinks::Terminal::new(project.snapshots_dir());
+    let bar = terminal.progress();
+    let opts = EnvOptions {
+        dir: run_dir.path().to_path_buf(),
+        ready_timeout: Duration::from_secs(args.env.ready_timeout),
+        keep: false,
+        amqp_port: args.env.amqp_port,
+        pg_port: args.env.pg_port,
+        vhosts: vec![EXPLORE_VHOST.into()],
+        progress: Progress::new(move |what| bar.set_message(format!("environment: {what}"))),
+    };
+    // The points' transcripts are not printed: the matrix is the output.
+    let mut sink = sinks::Terminal::quiet(terminal);
+    eprintln!(
+        "mqlab: exploring {run}: {} of {total} fault points (judged by {})",
+        points.len(),
+        crate::explore::judged_by()
+    );
+    let started = Instant::now();
+    let rt = runtime().map_err(Error::Environment)?;
+    let mut results = Vec::new();
+    let outcome: Result<(), Error> = rt.block_on(async {
+        let mut env = start_environment(args.env.env, false, &images, &opts, &mut sink).await?;
+        let mut suite = Suite {
+            project,
+            env: &mut env,
+            exe: &exe,
+            run_dir: run_dir.path(),
+            update: false,
+            vhost: Some(EXPLORE_VHOST.into()),
+            checks_only: true,
+        };
+        let total = points.len();
+        let interrupted_by = tokio::select! {
+            _ = async {
+                for (i, p) in points.into_iter().enumerate() {
+                    let name = format!("{} {}", p.row, p.column);
+                    sink.on(&Event::LabStarted { run: &name, index: i, total }).ok();
+                    let record = suite.run_one(&p.lab, &mut sink).await;
+                    results.push((p, crate::explore::Verdict::of(&record)));
+                }
+            } => None,
+            sig = interrupted() => Some(sig),
+        };
+        env.stop().await;
+        sink.on(&Event::SuiteFinished {
+            records: &[],
+            wall: started.elapsed(),
+        })
+        .ok();
+        match interrupted_by {
+            Some(sig) => Err(Error::Interrupted(sig)),
+            None => Ok(()),
+        }
+    });
+    drop(rt);
+    run_dir.close();
+    outcome?;
+    use crate::explore::Verdict;
+    let count = |f: fn(&Verdict) -> bool| results.iter().filter(|(_, v)| f(v)).count();
+    let (ok, violated, unreachable, errors) = (
+        count(|v| matches!(v, Verdict::Ok)),
+        count(|v| matches!(v, Verdict::Violation(_))),
+        count(|v| matches!(v, Verdict::Unreachable(_))),
+        count(|v| matches!(v, Verdict::Error(_))),
+    );
+    let summary = format!(
+        "{} points in {:.1} s: {ok} hold, {violated} violate a check, {unreachable} never reach their window, {errors} errors",
+        results.len(),
+        started.elapsed().as_secs_f64()
+    );
+    out(&crate::explore::render_text(&results));
+    for (p, v) in &results {
+        match v {
+            Verdict::Violation(what) => {
+                out(&format!("violation: {} at {}: {what}", p.row, p.column))
+            }
+            Verdict::Error(e) => out(&format!("error: {} at {}: {e}", p.row, p.column)),
+            _ => {}
+        }
+    }
+    out(&summary);
+    if let Some(dir) = &args.evidence {
+        let file = dir.join(format!("explore-{run}.md"));
+        std::fs::write(
+            &file,
+            crate::explore::render_markdown(&run, &lab.claim, &results, &summary),
+        )
+        .with_context(|| format!("cannot write `{}`", file.display()))
+        .usage()?;
+        eprintln!("mqlab: matrix written to {}", file.display());
+    }
+    lab.violations.clear();
+    let holds = violated == 0 && errors == 0;
+    Ok(match (args.variant.is_some() || run.contains('@'), holds) {
+        // A safe lab must hold at every point.
+        (false, true) => exit::OK,
+        (false, false) => exit::LAB_FAILED,
+        // A counterexample must fail somewhere (and not merely error).
+        (true, _) if violated > 0 => exit::OK,
+        (true, _) => exit::LAB_FAILED,
     })
 }
 
@@ -565,7 +729,7 @@ const KEPT_FILE: &str = "kept.json";
 
 /// The image references: flag or variable, else the committed pins; each
 /// must be pinned by digest unless floating ones are allowed.
-fn images(project: &Project, args: &LabArgs) -> Result<(String, String)> {
+fn images(project: &Project, args: &EnvArgs) -> Result<(String, String)> {
     if matches!(args.env, EnvKind::Local) {
         return Ok(Default::default());
     }
@@ -585,6 +749,40 @@ fn images(project: &Project, args: &LabArgs) -> Result<(String, String)> {
         check_pinned(reference, args.allow_floating_images)?;
     }
     Ok((r, p))
+}
+
+/// Chooses, starts and announces the environment; Ctrl-C while it boots
+/// is an interruption, a failure to start is an environment error.
+async fn start_environment(
+    kind: EnvKind,
+    keep: bool,
+    images: &(String, String),
+    opts: &EnvOptions,
+    sink: &mut dyn Sink,
+) -> Result<Environment, Error> {
+    let (containers, why) = choose(kind, keep, images)
+        .await
+        .map_err(Error::Environment)?;
+    let name = if containers { "containers" } else { "local" };
+    sink.on(&Event::EnvChosen {
+        kind: name,
+        why: &why,
+    })
+    .ok();
+    let start = async {
+        Ok::<_, anyhow::Error>(match containers {
+            true => Environment::Containers(Box::new(
+                ContainersEnv::start(opts, &images.0, &images.1).await?,
+            )),
+            false => Environment::Local(Box::new(LocalEnv::start(opts).await?)),
+        })
+    };
+    let env = tokio::select! {
+        env = start => env.map_err(Error::Environment)?,
+        sig = interrupted() => return Err(Error::Interrupted(sig)),
+    };
+    sink.on(&Event::EnvReady(env.info())).ok();
+    Ok(env)
 }
 
 /// Which environment runs, and why, in a few words.

@@ -110,6 +110,7 @@ pub fn record(r: &RunRecord, info: &EnvInfo) -> Record {
         SnapshotResult::Updated => ("updated", true, None),
         SnapshotResult::Mismatch(diff) => ("differs", false, Some(diff.clone())),
         SnapshotResult::Error(e) => ("unreadable", false, Some(e.clone())),
+        SnapshotResult::Skipped => ("not compared", true, None),
     };
     assertions.push(Assertion {
         kind: "snapshot".into(),

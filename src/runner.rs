@@ -44,6 +44,8 @@ pub enum SnapshotResult {
     Mismatch(String),
     /// The snapshot could not be read or written.
     Error(String),
+    /// Not compared (`mqlab explore` judges the checks only).
+    Skipped,
 }
 
 /// Everything known about one lab run once it is over: what the sinks get.
@@ -64,6 +66,9 @@ pub struct RunRecord {
     pub verdict: LabVerdict,
     pub snapshot: SnapshotResult,
     pub duration: Duration,
+    /// The fault's window was never reached (its message never got there,
+    /// or the program's order never passes it): why.
+    pub unreachable: Option<String>,
 }
 
 impl RunRecord {
@@ -75,7 +80,7 @@ impl RunRecord {
             LabVerdict::Holds | LabVerdict::CounterexampleConfirmed
         ) && matches!(
             self.snapshot,
-            SnapshotResult::Matched | SnapshotResult::Updated
+            SnapshotResult::Matched | SnapshotResult::Updated | SnapshotResult::Skipped
         )
     }
 
@@ -95,8 +100,21 @@ pub fn vhost_for(run: &str) -> String {
     run.to_string()
 }
 
-pub fn database_for(lab: &str) -> String {
-    format!("lab_{}", lab.replace(['-', '.', '@'], "_"))
+/// The run's database: `lab_` and the run name with every other character
+/// than a letter or a digit made `_`; a name past PostgreSQL's 63 bytes is
+/// cut and made unique by a hash of the whole.
+pub fn database_for(run: &str) -> String {
+    let name: String = format!("lab_{run}")
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    if name.len() <= 63 {
+        return name;
+    }
+    let hash = run.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    });
+    format!("{}_{:012x}", &name[..50], hash & 0xffff_ffff_ffff)
 }
 
 /// Where a suite runs and what it may touch. The runner holds the
@@ -109,6 +127,11 @@ pub struct Suite<'a> {
     pub run_dir: &'a Path,
     /// Rewrite the snapshot of a run that passed and differs.
     pub update: bool,
+    /// Every run in this vhost (`mqlab explore`), each deleting the lab's
+    /// queues first; else each run in its own (`vhost_for`).
+    pub vhost: Option<String>,
+    /// Judge the total-queue checks only: no snapshot (`mqlab explore`).
+    pub checks_only: bool,
 }
 
 impl Suite<'_> {
@@ -128,12 +151,16 @@ impl Suite<'_> {
         }
     }
 
-    async fn run_one(&mut self, lab: &Lab, sink: &mut dyn Sink) -> RunRecord {
+    /// One run, on its own: what `mqlab explore` calls for each point.
+    pub async fn run_one(&mut self, lab: &Lab, sink: &mut dyn Sink) -> RunRecord {
         let started = Instant::now();
         let run = lab.run_name();
         let endpoints = self.env.endpoints().clone();
         let mut ctx = Ctx {
             lab,
+            vhost: self.vhost.clone().unwrap_or_else(|| vhost_for(&run)),
+            shared_vhost: self.vhost.is_some(),
+            unreachable: None,
             run: run.clone(),
             role_endpoints: endpoints.clone(),
             endpoints,
@@ -155,6 +182,7 @@ impl Suite<'_> {
             Ok(()) => None,
             Err(e) => Some(format!("{e:#}")),
         };
+        let unreachable = ctx.unreachable.take();
         if let Some(c) = ctx.conns.take() {
             let _ = c.amqp.close(200, "done".into()).await;
         }
@@ -175,6 +203,7 @@ impl Suite<'_> {
         let normalized = transcript.normalized();
         let snapshot = match snapshot::compare(&path, &lab_file, &normalized, self.update && passed)
         {
+            _ if self.checks_only => SnapshotResult::Skipped,
             Ok(snapshot::Outcome::Matched) => SnapshotResult::Matched,
             Ok(snapshot::Outcome::Updated) => SnapshotResult::Updated,
             Ok(snapshot::Outcome::Mismatch(diff)) => SnapshotResult::Mismatch(diff),
@@ -197,6 +226,7 @@ impl Suite<'_> {
             verdict,
             snapshot,
             duration: started.elapsed(),
+            unreachable,
         }
     }
 }
@@ -211,6 +241,11 @@ struct Conns {
 struct Ctx<'a> {
     lab: &'a Lab,
     run: String,
+    vhost: String,
+    /// Other runs used this vhost before: delete the lab's queues first.
+    shared_vhost: bool,
+    /// Why the fault's window was never reached, when it was not.
+    unreachable: Option<String>,
     /// The servers themselves (the harness's own connections).
     endpoints: Endpoints,
     /// What roles connect to: the broker through the proxy.
@@ -257,6 +292,10 @@ impl Ctx<'_> {
         let mut db = store::connect(&self.endpoints.pg_url(&db_name)).await?;
         store::migrate(&mut db).await?;
         let (amqp, channel) = self.connect_broker().await?;
+        if self.shared_vhost {
+            // Another run used this vhost: its queues of the same names go.
+            crate::amqp::delete_queues(&channel, &self.lab.topology).await?;
+        }
         crate::amqp::declare(&channel, &self.lab.topology).await?;
         std::fs::create_dir_all(&self.logs)?;
         self.conns = Some(Conns { amqp, channel, db });
@@ -287,7 +326,7 @@ impl Ctx<'_> {
     }
 
     async fn connect_broker(&self) -> Result<(lapin::Connection, Channel)> {
-        let amqp = crate::amqp::connect(&self.endpoints.amqp_url(&vhost_for(&self.run))).await?;
+        let amqp = crate::amqp::connect(&self.endpoints.amqp_url(&self.vhost)).await?;
         let channel = amqp.create_channel().await?;
         Ok((amqp, channel))
     }
@@ -318,7 +357,10 @@ impl Ctx<'_> {
             failpoint(&phase);
             match &step.action {
                 Action::Publish(p) => self.publish(p, step.fault.as_ref(), &phase).await?,
-                Action::Consume(c) => self.consume(c, step.fault.as_ref()).await?,
+                Action::Consume(c) => {
+                    self.consume(c, step.fault.as_ref()).await?;
+                    self.unnoticed_cut(&phase).await?;
+                }
                 Action::Inspect(fields) => self.inspect(fields).await?,
                 Action::Broker(action) => self.broker(*action).await?,
                 Action::Declare(names) => {
@@ -332,7 +374,9 @@ impl Ctx<'_> {
             }
             if let Some(rule) = self.proxy().armed() {
                 self.proxy().disarm();
-                bail!("phase {phase}: the network fault never happened ({rule:?}): the role never sent or received that frame");
+                let why = format!("phase {phase}: the network fault never happened ({rule:?}): the role never sent or received that frame");
+                self.unreachable = Some(why.clone());
+                bail!(why);
             }
             self.assert(&step.asserts).await?;
         }
@@ -406,7 +450,7 @@ impl Ctx<'_> {
     fn producer_config(&self, p: &Publish, fault: Option<FaultPoint>) -> ProducerConfig {
         ProducerConfig {
             lab: self.lab.name.clone(),
-            amqp_url: self.role_endpoints.amqp_url(&vhost_for(&self.run)),
+            amqp_url: self.role_endpoints.amqp_url(&self.vhost),
             exchange: p.exchange.clone(),
             destination: p.destination().to_string(),
             messages: p
@@ -551,6 +595,22 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// A cut the consumer never noticed (it had settled its last message and
+    /// left before reading again): its `[fault]` line after the consumer's
+    /// lines, and the proxy's gate opened for whatever connects next.
+    async fn unnoticed_cut(&mut self, phase: &str) -> Result<()> {
+        let pending = match self.proxy.as_mut() {
+            Some((_, rx)) => !rx.is_empty(),
+            None => false,
+        };
+        if pending {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            self.proxy_effect(phase, deadline).await?;
+            self.after_cut(phase, deadline).await?;
+        }
+        Ok(())
+    }
+
     /// After a cut the broker must have dropped the old connection (and
     /// requeued its unacked message) before the consumer may connect again:
     /// the proxy holds new connections until then.
@@ -578,6 +638,10 @@ impl Ctx<'_> {
             .await?
         {
             let code = self.wait_exit(proc, phase, deadline, secs).await?;
+            self.unreachable = Some(format!(
+                "the {role} never reached `{}` for {}",
+                f.window, f.message
+            ));
             bail!(
                 "the {role} exited with {code} before reaching window `{}` for {}; last lines of its log:\n{}",
                 f.window,
@@ -641,7 +705,7 @@ impl Ctx<'_> {
     ) -> ConsumerConfig {
         ConsumerConfig {
             lab: self.lab.name.clone(),
-            amqp_url: self.role_endpoints.amqp_url(&vhost_for(&self.run)),
+            amqp_url: self.role_endpoints.amqp_url(&self.vhost),
             database_url: self.endpoints.pg_url(&database_for(&self.run)),
             queue: c.queue.clone(),
             consumer: "consumer-1".into(),
@@ -703,6 +767,10 @@ impl Ctx<'_> {
                     .await?
                 {
                     let code = self.wait_exit(&mut proc, &phase, deadline, secs).await?;
+                    self.unreachable = Some(format!(
+                        "the consumer never reached `{}` for {}",
+                        f.window, f.message
+                    ));
                     bail!(
                         "the consumer exited with {code} before reaching window `{}` for {}; last lines of its log:\n{}",
                         f.window,
@@ -720,6 +788,11 @@ impl Ctx<'_> {
                     .await?;
                 if let Some(n) = f.restart_settle {
                     cfg.settle = n;
+                }
+                if f.restart_drain {
+                    cfg.settle = crate::amqp::queue_state(&self.conns().channel, &c.queue)
+                        .await?
+                        .0 as usize;
                 }
             }
             Some(f) => {
@@ -800,12 +873,15 @@ impl Ctx<'_> {
         &mut self,
         c: &Consume,
         command: &str,
-        settle: usize,
+        mut settle: usize,
         fault: Option<&Fault>,
         phase: &str,
         deadline: Instant,
     ) -> Result<()> {
         let secs = c.deadline_secs;
+        if settle == 0 {
+            return Ok(());
+        }
         let (tx, mut seen) = mpsc::unbounded_channel();
         let bb = Arc::new(Mutex::new(BlackBox::new(tx)));
         let upstream = format!("{}:{}", self.endpoints.pg_host, self.endpoints.pg_port)
@@ -881,7 +957,9 @@ impl Ctx<'_> {
                     Seen::Unreachable { message, why } => {
                         process::kill_now(&mut proc.child);
                         let window = fault.map(|f| f.window.name()).unwrap_or("?");
-                        bail!("window `{window}` is unreachable for this program at {message}: {why}");
+                        let why = format!("window `{window}` is unreachable for this program at {message}: {why}");
+                        self.unreachable = Some(why.clone());
+                        bail!(why);
                     }
                     Seen::Fire { message } => {
                         // The window: both connections are frozen. What the
@@ -909,6 +987,16 @@ impl Ctx<'_> {
                             self.assert(&f.asserts).await?;
                         }
                         self.await_consumers_gone(&c.queue, phase, deadline).await?;
+                        if fault.is_some_and(|f| f.restart_drain) {
+                            // What is left to settle: what the queue holds now.
+                            let (left, _) =
+                                crate::amqp::queue_state(&self.conns().channel, &c.queue).await?;
+                            settle = acked.len() + left as usize;
+                            if acked.len() >= settle {
+                                // Nothing is left for a new process.
+                                return Ok(());
+                            }
+                        }
                         bb.lock().expect("black box").reset();
                         proc = self.spawn_program(c, command, pg.port)?;
                     }
@@ -943,10 +1031,7 @@ impl Ctx<'_> {
                 "MQLAB_CONTRACT",
                 crate::protocol::PROGRAM_CONTRACT.to_string(),
             )
-            .env(
-                "MQLAB_AMQP_URL",
-                self.role_endpoints.amqp_url(&vhost_for(&self.run)),
-            )
+            .env("MQLAB_AMQP_URL", self.role_endpoints.amqp_url(&self.vhost))
             .env("MQLAB_DATABASE_URL", db.pg_url(&database_for(&self.run)))
             .env("MQLAB_QUEUE", &c.queue)
             .env("MQLAB_SERVICE", &c.service)

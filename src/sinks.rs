@@ -28,6 +28,8 @@ pub fn out(line: &str) {
 pub struct Terminal {
     bar: ProgressBar,
     snapshots: PathBuf,
+    /// `mqlab explore`: progress only, no transcript lines or lab failures.
+    quiet: bool,
 }
 
 impl Terminal {
@@ -43,7 +45,17 @@ impl Terminal {
                 .expect("a valid template"),
         );
         bar.enable_steady_tick(Duration::from_millis(120));
-        Terminal { bar, snapshots }
+        Terminal {
+            bar,
+            snapshots,
+            quiet: false,
+        }
+    }
+
+    /// The same terminal, showing progress only.
+    pub fn quiet(mut t: Terminal) -> Terminal {
+        t.quiet = true;
+        t
     }
 
     /// A handle the environment reports its boot steps through.
@@ -58,6 +70,14 @@ impl Terminal {
 
 impl Sink for Terminal {
     fn on(&mut self, event: &Event) -> Result<()> {
+        if self.quiet
+            && matches!(
+                event,
+                Event::Line(_) | Event::SnapshotCompared { .. } | Event::LabFinished(_)
+            )
+        {
+            return Ok(());
+        }
         match event {
             Event::EnvChosen { kind, why } => self.say(&format!("environment: {kind} ({why})")),
             Event::EnvProgress(what) => self.bar.set_message(format!("environment: {what}")),
@@ -83,7 +103,7 @@ impl Sink for Terminal {
             Event::SnapshotCompared { run, result } => {
                 let path = snapshot::path_for(&self.snapshots, run);
                 match result {
-                    SnapshotResult::Matched => {}
+                    SnapshotResult::Matched | SnapshotResult::Skipped => {}
                     SnapshotResult::Updated => {
                         self.say(&format!("{run}: snapshot updated: {}", path.display()))
                     }

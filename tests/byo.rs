@@ -189,3 +189,37 @@ fn consumer_cmd_needs_a_lab_that_runs_a_program() {
         "{stderr}"
     );
 }
+
+/// explore on a program: every black-box window × every message; a safe
+/// program never reaches after-ack-before-commit (reported, not passed).
+#[test]
+fn explore_runs_every_window_against_the_program() {
+    let (code, stdout, stderr) = run(mqlab(&["explore", "byo-consumer-crash"])
+        .arg("--root")
+        .arg(examples())
+        .env("MQLAB_PYTHON", python()));
+    assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let row = |name: &str| {
+        stdout
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_eq!(
+        row("consumer/after-ack-before-commit").matches('–').count(),
+        3,
+        "{stdout}"
+    );
+    assert_eq!(
+        row("consumer/after-commit-before-ack")
+            .matches("ok")
+            .count(),
+        3,
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(": 22 hold, 0 violate a check, 3 never reach their window, 0 errors"),
+        "{stdout}"
+    );
+}

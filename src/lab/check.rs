@@ -800,6 +800,7 @@ impl<'a> Checker<'a> {
             then,
             kill_at_depth: f.kill_at_depth,
             restart_settle: f.restart_settle,
+            restart_drain: false,
             asserts,
         })
     }

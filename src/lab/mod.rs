@@ -184,6 +184,9 @@ pub struct Fault {
     pub then: Then,
     pub kill_at_depth: Option<u32>,
     pub restart_settle: Option<usize>,
+    /// The consumer started after the kill settles what the queue holds then
+    /// (`mqlab explore`, where a kill can come at any message).
+    pub restart_drain: bool,
     pub asserts: Vec<Assertion>,
 }
 

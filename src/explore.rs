@@ -1,0 +1,426 @@
+//! `mqlab explore`: every fault point a lab's roles pass, each run on its
+//! own and judged by the total-queue checks alone. A scripted lab proves one
+//! window; the bugs that reach production sit in the ones nobody scripted.
+//!
+//! The points of a lab: for each consume step, each window its consumer
+//! passes (a built-in pattern's, or the black-box windows of a program)
+//! times each message published before it, and the network cut of each
+//! message's ack; for each publish step, each producer window and the
+//! network cut of each publish, times its messages; and a broker restart
+//! between any two steps. The lab's own fault and assertions are dropped.
+
+use std::collections::BTreeMap;
+
+use crate::lab::{Action, Fault, Lab, Settle, Step};
+use crate::runner::RunRecord;
+use crate::vocab::{Check, FaultAction, Target, Then, Window, PRODUCER_WINDOWS};
+
+/// One fault point: where, and the lab that injects exactly it.
+#[derive(Clone, Debug)]
+pub struct Point {
+    /// `consumer/after-ack`, `producer/after-confirm`, `network/cut-ack`,
+    /// `broker/restart` ...: the matrix row.
+    pub row: String,
+    /// The message (`mid-2`), or the step after which the broker restarts.
+    pub column: String,
+    pub lab: Lab,
+}
+
+/// What a point showed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every check passed.
+    Ok,
+    /// The checks that failed, as `lost=1`.
+    Violation(String),
+    /// The window is never reached at this message (why).
+    Unreachable(String),
+    /// The run stopped for another reason.
+    Error(String),
+}
+
+impl Verdict {
+    pub fn of(r: &RunRecord) -> Verdict {
+        if let Some(why) = &r.unreachable {
+            return Verdict::Unreachable(why.clone());
+        }
+        if let Some(e) = &r.error {
+            return Verdict::Error(e.lines().next().unwrap_or_default().to_string());
+        }
+        let failed: Vec<String> = r
+            .outcomes
+            .iter()
+            .filter(|o| !o.pass)
+            .map(|o| format!("{}={}", o.name, o.actual))
+            .collect();
+        if failed.is_empty() {
+            Verdict::Ok
+        } else {
+            Verdict::Violation(failed.join(" "))
+        }
+    }
+
+    /// The matrix cell.
+    pub fn cell(&self) -> String {
+        match self {
+            Verdict::Ok => "ok".into(),
+            Verdict::Violation(v) => v.clone(),
+            Verdict::Unreachable(_) => "–".into(),
+            Verdict::Error(_) => "error".into(),
+        }
+    }
+}
+
+/// The lab as every point runs it: no fault, no assertions; each consume
+/// step drains what its queue holds; and at the end, one more consumer per
+/// queue drains what a fault left there (a redelivery, a resent copy), so
+/// that what the fault causes *after* the lab's own steps is judged too.
+fn base_of(lab: &Lab) -> Lab {
+    let mut base = lab.clone();
+    let mut drains: Vec<Step> = Vec::new();
+    for s in &mut base.steps {
+        s.fault = None;
+        s.asserts.clear();
+        if let Action::Consume(c) = &mut s.action {
+            c.settle = Settle::Drain;
+            if !drains
+                .iter()
+                .any(|d| matches!(&d.action, Action::Consume(x) if x.queue == c.queue))
+            {
+                drains.push(Step {
+                    action: Action::Consume(c.clone()),
+                    fault: None,
+                    asserts: Vec::new(),
+                });
+            }
+        }
+    }
+    base.steps.extend(drains);
+    base
+}
+
+fn with_label(mut lab: Lab, label: &str) -> Lab {
+    let run = match &lab.variant {
+        Some(v) => format!("{v}~{label}"),
+        None => format!("~{label}"),
+    };
+    lab.variant = Some(run);
+    lab.violations = BTreeMap::new();
+    lab
+}
+
+fn fault(target: Target, action: FaultAction, window: Window, message: &str, then: Then) -> Fault {
+    Fault {
+        target,
+        action,
+        window,
+        message: message.to_string(),
+        then,
+        kill_at_depth: None,
+        restart_settle: None,
+        restart_drain: true,
+        asserts: Vec::new(),
+    }
+}
+
+/// Every fault point of `lab`, in a fixed order.
+pub fn points(lab: &Lab) -> Vec<Point> {
+    let base = base_of(lab);
+    // The drain steps at the end are not places for a fault.
+    let own = lab.steps.len();
+    let mut out = Vec::new();
+    let mut published: Vec<String> = Vec::new();
+    for (i, step) in base.steps.iter().enumerate().take(own) {
+        let mut at = |row: String, column: String, f: Fault| {
+            let mut l = base.clone();
+            l.steps[i].fault = Some(f);
+            let label = format!("{}:{column}", row.replace('/', "-"));
+            out.push(Point {
+                row,
+                column,
+                lab: with_label(l, &label),
+            });
+        };
+        match &step.action {
+            Action::Publish(p) => {
+                for m in &p.messages {
+                    let mid = &m.meta.message_id;
+                    for w in PRODUCER_WINDOWS {
+                        at(
+                            format!("producer/{w}"),
+                            mid.clone(),
+                            fault(Target::Producer, FaultAction::Kill, *w, mid, Then::Restart),
+                        );
+                    }
+                    at(
+                        "network/cut-publish".into(),
+                        mid.clone(),
+                        fault(
+                            Target::Network,
+                            FaultAction::Cut,
+                            Window::AfterPublishBeforeBroker,
+                            mid,
+                            Then::Restart,
+                        ),
+                    );
+                }
+                published.extend(p.messages.iter().map(|m| m.meta.message_id.clone()));
+            }
+            Action::Consume(c) => {
+                let windows = match &c.command {
+                    Some(_) => crate::faults::blackbox::WINDOWS.to_vec(),
+                    None => c.pattern.def().windows(),
+                };
+                for w in windows {
+                    for mid in &published {
+                        at(
+                            format!("consumer/{w}"),
+                            mid.clone(),
+                            fault(Target::Consumer, FaultAction::Kill, w, mid, Then::Restart),
+                        );
+                    }
+                }
+                if c.command.is_none() {
+                    for mid in &published {
+                        at(
+                            "network/cut-ack".into(),
+                            mid.clone(),
+                            fault(
+                                Target::Network,
+                                FaultAction::Cut,
+                                Window::AfterCommitBeforeAck,
+                                mid,
+                                Then::Reconnect,
+                            ),
+                        );
+                    }
+                }
+            }
+            Action::Inspect(_) | Action::Broker(_) | Action::Declare(_) | Action::Await { .. } => {}
+        }
+    }
+    // A broker restart between any two of the lab's steps.
+    for i in 0..own.saturating_sub(1) {
+        let mut l = base.clone();
+        l.steps.insert(
+            i + 1,
+            Step {
+                action: Action::Broker(FaultAction::Restart),
+                fault: None,
+                asserts: Vec::new(),
+            },
+        );
+        let column = format!("after step {i}");
+        out.push(Point {
+            row: "broker/restart".into(),
+            lab: with_label(l, &format!("broker-restart:after-step-{i}")),
+            column,
+        });
+    }
+    out
+}
+
+/// `n` points of `all`, chosen by `seed` (reproducible), in their order.
+pub fn sample(all: Vec<Point>, n: usize, seed: u64) -> Vec<Point> {
+    if n >= all.len() {
+        return all;
+    }
+    // xorshift; a partial Fisher-Yates over the indices.
+    let mut x = seed | 1;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut idx: Vec<usize> = (0..all.len()).collect();
+    for i in 0..n {
+        let j = i + (next() as usize) % (idx.len() - i);
+        idx.swap(i, j);
+    }
+    let mut keep: Vec<usize> = idx[..n].to_vec();
+    keep.sort();
+    let mut all: Vec<Option<Point>> = all.into_iter().map(Some).collect();
+    keep.into_iter()
+        .map(|i| all[i].take().expect("each index once"))
+        .collect()
+}
+
+/// Rows, columns and the cell at each (row, column).
+pub struct Matrix {
+    pub rows: Vec<String>,
+    pub columns: Vec<String>,
+    pub cells: BTreeMap<(String, String), String>,
+}
+
+/// The matrix: one row per fault, one column per message (or step).
+pub fn matrix(results: &[(Point, Verdict)]) -> Matrix {
+    let mut rows: Vec<String> = Vec::new();
+    let mut columns: Vec<String> = Vec::new();
+    let mut cells = BTreeMap::new();
+    for (p, v) in results {
+        if !rows.contains(&p.row) {
+            rows.push(p.row.clone());
+        }
+        if !columns.contains(&p.column) {
+            columns.push(p.column.clone());
+        }
+        cells.insert((p.row.clone(), p.column.clone()), v.cell());
+    }
+    Matrix {
+        rows,
+        columns,
+        cells,
+    }
+}
+
+/// The matrix as text for a terminal.
+pub fn render_text(results: &[(Point, Verdict)]) -> String {
+    let Matrix {
+        rows,
+        columns,
+        cells,
+    } = matrix(results);
+    let width = |c: &String| {
+        rows.iter()
+            .filter_map(|r| cells.get(&(r.clone(), c.clone())))
+            .map(|s| s.chars().count())
+            .chain(std::iter::once(c.chars().count()))
+            .max()
+            .unwrap_or(2)
+    };
+    let first = rows.iter().map(|r| r.len()).max().unwrap_or(10).max(10);
+    let mut out = format!("{:<first$}", "");
+    for c in &columns {
+        out.push_str(&format!("  {:<w$}", c, w = width(c)));
+    }
+    out.push('\n');
+    for r in &rows {
+        out.push_str(&format!("{r:<first$}"));
+        for c in &columns {
+            let cell = cells
+                .get(&(r.clone(), c.clone()))
+                .map(String::as_str)
+                .unwrap_or("");
+            out.push_str(&format!("  {:<w$}", cell, w = width(c)));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// The matrix as a Markdown page (`--evidence`).
+pub fn render_markdown(
+    run: &str,
+    claim: &str,
+    results: &[(Point, Verdict)],
+    summary: &str,
+) -> String {
+    let Matrix {
+        rows,
+        columns,
+        cells,
+    } = matrix(results);
+    let mut md = format!("# explore {run}\n\n> {claim}\n\n{summary}\n\n| fault |");
+    for c in &columns {
+        md.push_str(&format!(" {c} |"));
+    }
+    md.push_str("\n|---|");
+    md.push_str(&"---|".repeat(columns.len()));
+    md.push('\n');
+    for r in &rows {
+        md.push_str(&format!("| `{r}` |"));
+        for c in &columns {
+            let cell = cells
+                .get(&(r.clone(), c.clone()))
+                .map(String::as_str)
+                .unwrap_or("");
+            md.push_str(&format!(" {cell} |"));
+        }
+        md.push('\n');
+    }
+    md.push_str(
+        "\n`ok`: every total-queue check passed (nothing lost, nothing applied twice, nothing unexpected). \
+         `–`: the window is never reached at this message. Otherwise the checks that failed.\n",
+    );
+    let errors: Vec<String> = results
+        .iter()
+        .filter_map(|(p, v)| match v {
+            Verdict::Error(e) => Some(format!("- `{}` at {}: {e}", p.row, p.column)),
+            _ => None,
+        })
+        .collect();
+    if !errors.is_empty() {
+        md.push_str("\n## Errors\n\n");
+        md.push_str(&errors.join("\n"));
+        md.push('\n');
+    }
+    md
+}
+
+/// The checks every point is judged by.
+pub fn judged_by() -> String {
+    Check::names().join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lab() -> Lab {
+        let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        crate::lab::Project { root }.load("consumer-crash").unwrap()
+    }
+
+    /// consumer-crash: 4 consumer windows × 3 messages, 3 acks to cut,
+    /// 2 producer windows and a publish to cut × 3 messages, 2 restarts.
+    #[test]
+    fn the_points_of_consumer_crash() {
+        let p = points(&lab());
+        assert_eq!(
+            p.len(),
+            12 + 3 + 9 + 2,
+            "{:?}",
+            p.iter().map(|p| &p.row).collect::<Vec<_>>()
+        );
+        let names: std::collections::BTreeSet<String> =
+            p.iter().map(|p| p.lab.run_name()).collect();
+        assert_eq!(
+            names.len(),
+            p.len(),
+            "each point runs under a name of its own"
+        );
+        for point in &p {
+            let faults = point.lab.steps.iter().filter(|s| s.fault.is_some()).count();
+            let restarts = point
+                .lab
+                .steps
+                .iter()
+                .filter(|s| matches!(s.action, Action::Broker(_)))
+                .count();
+            assert_eq!(faults + restarts, 1, "{}", point.lab.run_name());
+            assert!(point.lab.steps.iter().all(|s| s.asserts.is_empty()));
+        }
+    }
+
+    #[test]
+    fn sampling_is_reproducible_and_keeps_order() {
+        let all = points(&lab());
+        let a: Vec<String> = sample(all.clone(), 5, 7)
+            .iter()
+            .map(|p| p.lab.run_name())
+            .collect();
+        let b: Vec<String> = sample(all.clone(), 5, 7)
+            .iter()
+            .map(|p| p.lab.run_name())
+            .collect();
+        assert_eq!(a, b);
+        assert_eq!(a.len(), 5);
+        let order: Vec<String> = all.iter().map(|p| p.lab.run_name()).collect();
+        let positions: Vec<usize> = a
+            .iter()
+            .map(|n| order.iter().position(|o| o == n).unwrap())
+            .collect();
+        assert!(positions.windows(2).all(|w| w[0] < w[1]));
+    }
+}
