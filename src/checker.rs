@@ -321,6 +321,10 @@ pub fn lab_verdict(
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct History {
     pub points: Vec<Point>,
+    /// The transcript as it was written, not normalized: what a counter
+    /// reads (a measured `delayMs`) must still be there to re-judge.
+    #[serde(default)]
+    pub lines: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -59,6 +59,11 @@ enum Cmd {
     /// the matrix. Exit 0 when a safe lab holds at every point (or a variant
     /// fails at one at least), 1 otherwise
     Explore(ExploreArgs),
+    /// Stream messages through competing consumers killed at random windows
+    /// (and optionally broker restarts), reproducible from --seed; end with
+    /// the total-queue check and throughput beside a plain auto-ack consumer.
+    /// Exit 0 when nothing is lost or applied twice, 1 otherwise
+    Soak(SoakArgs),
     /// List the labs with their claims, and the engine's vocabulary
     List,
     /// Re-judge a stored run offline from its evidence JSON (`--evidence DIR`
@@ -81,8 +86,12 @@ enum Cmd {
     /// Internal: a producer or consumer process started by the runner
     #[command(hide = true)]
     Role {
+        /// The config as JSON
+        #[arg(long, required_unless_present = "config_file")]
+        config: Option<String>,
+        /// The config in a file (a long message list does not fit in an argument)
         #[arg(long)]
-        config: String,
+        config_file: Option<PathBuf>,
     },
 }
 
@@ -115,6 +124,36 @@ struct ExploreArgs {
     /// Run this command as the consumer of a lab that runs a program
     #[arg(long, value_name = "COMMAND")]
     consumer_cmd: Option<String>,
+    #[command(flatten)]
+    env: EnvArgs,
+}
+
+#[derive(clap::Args)]
+struct SoakArgs {
+    /// Events to publish (a share of them twice, see --resend-share)
+    #[arg(long, default_value_t = 10_000)]
+    messages: usize,
+    /// Competing consumer processes
+    #[arg(long, default_value_t = 2)]
+    consumers: usize,
+    /// About how many consumer kills, at random windows
+    #[arg(long, default_value_t = 50)]
+    kills: usize,
+    /// The share of events the producer sends twice, back to back
+    #[arg(long, default_value_t = 0.05)]
+    resend_share: f64,
+    /// Broker restarts spread over the run
+    #[arg(long, default_value_t = 0)]
+    broker_restarts: usize,
+    /// The seed of the kills, their windows and the resent events
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// The consumers' pattern (see `mqlab list`)
+    #[arg(long, default_value = "inbox")]
+    pattern: String,
+    /// Skip the auto-ack consumer measured beside it
+    #[arg(long)]
+    no_baseline: bool,
     #[command(flatten)]
     env: EnvArgs,
 }
@@ -237,10 +276,34 @@ pub fn main() -> i32 {
                 Err(_) => return exit::INTERNAL,
             }
         }
+        Cmd::Soak(args) => {
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                cmd_soak(&project, args)
+            })) {
+                Ok(r) => r,
+                Err(_) => return exit::INTERNAL,
+            }
+        }
         Cmd::List => cmd_list(&project).usage(),
         Cmd::Check { files } => cmd_check(&files),
         Cmd::Env(EnvCmd::Down { dir }) => cmd_env_down(&dir).usage(),
-        Cmd::Role { config } => return run_role(&config),
+        Cmd::Role {
+            config,
+            config_file,
+        } => {
+            let config = match (config, config_file) {
+                (Some(c), _) => c,
+                (None, Some(f)) => match std::fs::read_to_string(&f) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        eprintln!("error: cannot read `{}`: {e}", f.display());
+                        return exit::LAB_FAILED;
+                    }
+                },
+                (None, None) => return exit::SETUP,
+            };
+            return run_role(&config);
+        }
         Cmd::Guard { dir } => return crate::env::guard::guard_main(&dir),
     };
     match result {
@@ -519,6 +582,117 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32, Error> {
     })
 }
 
+fn cmd_soak(project: &Project, args: SoakArgs) -> Result<i32, Error> {
+    let pattern: crate::vocab::Pattern = args
+        .pattern
+        .parse()
+        .map_err(|e: String| Error::Usage(anyhow::anyhow!("--pattern: {e}")))?;
+    if args.messages == 0 || args.consumers == 0 {
+        return Err(Error::Usage(anyhow::anyhow!(
+            "--messages and --consumers must be at least 1"
+        )));
+    }
+    if !(0.0..=1.0).contains(&args.resend_share) {
+        return Err(Error::Usage(anyhow::anyhow!(
+            "--resend-share is a share between 0 and 1, not {}",
+            args.resend_share
+        )));
+    }
+    let plan = crate::soak::Plan {
+        messages: args.messages,
+        consumers: args.consumers,
+        kills: args.kills,
+        resend_share: args.resend_share,
+        broker_restarts: args.broker_restarts,
+        seed: args.seed,
+        pattern,
+        baseline: !args.no_baseline,
+    };
+    let images = images(project, &args.env).usage()?;
+    let exe = std::env::current_exe()
+        .context("cannot find the mqlab executable")
+        .usage()?;
+    let run_dir = RunDir::create(&exe).map_err(Error::Environment)?;
+    let terminal = sinks::Terminal::new(project.snapshots_dir());
+    let bar = terminal.progress();
+    let say = terminal.progress();
+    let opts = EnvOptions {
+        dir: run_dir.path().to_path_buf(),
+        ready_timeout: Duration::from_secs(args.env.ready_timeout),
+        keep: false,
+        amqp_port: args.env.amqp_port,
+        pg_port: args.env.pg_port,
+        vhosts: vec!["soak".into()],
+        progress: Progress::new(move |what| bar.set_message(format!("environment: {what}"))),
+    };
+    let mut sink = sinks::Terminal::quiet(terminal);
+    let rt = runtime().map_err(Error::Environment)?;
+    let report: Result<crate::soak::Report, Error> = rt.block_on(async {
+        let mut env = start_environment(args.env.env, false, &images, &opts, &mut sink).await?;
+        let progress = move |what: &str| say.set_message(format!("soak: {what}"));
+        let mut soak = crate::soak::Soak {
+            env: &mut env,
+            exe: exe.clone(),
+            logs: run_dir.path().join("roles/soak"),
+            vhost: "soak".into(),
+            database: "soak".into(),
+            progress: &progress,
+        };
+        let result = tokio::select! {
+            r = soak.run(&plan) => r.map_err(|e| Error::Environment(e.context("the soak stopped"))),
+            sig = interrupted() => Err(Error::Interrupted(sig)),
+        };
+        env.stop().await;
+        sink.on(&Event::SuiteFinished {
+            records: &[],
+            wall: Duration::ZERO,
+        })
+        .ok();
+        result
+    });
+    drop(rt);
+    run_dir.close();
+    let r = report?;
+    out(&format!(
+        "soak: {} messages ({} events, {} sent twice), {} consumers, pattern {}, {} kills, {} broker restarts, seed {}",
+        r.published,
+        args.messages,
+        r.published - args.messages,
+        args.consumers,
+        args.pattern,
+        r.kills,
+        r.broker_restarts,
+        args.seed
+    ));
+    for (check, n) in &r.checks {
+        out(&format!(
+            "[check] {check}={n} {}",
+            if *n == 0 { "PASS" } else { "FAIL" }
+        ));
+    }
+    out(&format!(
+        "{} consumers ({}, with the kills): {:.0} messages/s ({:.2} ms per message, {:.1} s)",
+        args.pattern,
+        args.consumers,
+        r.rate(),
+        1000.0 / r.rate(),
+        r.consume_secs
+    ));
+    if let (Some(rate), Some(secs)) = (r.baseline_rate(), r.baseline_secs) {
+        out(&format!(
+            "auto-ack consumers ({}, no faults): {rate:.0} messages/s ({:.2} ms per message, {secs:.1} s); ratio {:.2}",
+            args.consumers,
+            1000.0 / rate,
+            r.rate() / rate
+        ));
+    }
+    Ok(if r.holds() {
+        exit::OK
+    } else {
+        exit::LAB_FAILED
+    })
+}
+
 /// The vhost every explore point runs in, one after the other.
 const EXPLORE_VHOST: &str = "explore";
 
@@ -670,7 +844,14 @@ fn cmd_check(files: &[PathBuf]) -> Result<i32, Error> {
             )));
         }
         let declared = r.variant.as_ref().map(|_| &r.declared_violations);
-        let (outcomes, verdict) = crate::checker::rejudge(&r.history, &r.transcript, declared);
+        // The raw lines when the record has them (a measured value is
+        // normalized out of the transcript).
+        let lines = if r.history.lines.is_empty() {
+            &r.transcript
+        } else {
+            &r.history.lines
+        };
+        let (outcomes, verdict) = crate::checker::rejudge(&r.history, lines, declared);
         for o in &outcomes {
             out(&format!(
                 "[{}] {}={} {}",

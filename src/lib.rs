@@ -21,6 +21,7 @@ pub mod roles;
 pub mod runner;
 pub mod sinks;
 pub mod snapshot;
+pub mod soak;
 pub mod store;
 pub mod transcript;
 pub mod vocab;

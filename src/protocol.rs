@@ -84,7 +84,8 @@ pub struct ProducerConfig {
     /// (its outbox): a restarted producer resends what it sent and never
     /// saw confirmed, and skips what was.
     pub journal: std::path::PathBuf,
-    pub fault: Option<FaultPoint>,
+    /// Where to stop for the harness's kill: the first of these reached.
+    pub faults: Vec<FaultPoint>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -131,7 +132,8 @@ pub struct ConsumerConfig {
     /// Exit after this many deliveries whatever their outcome (a budget for loops).
     pub max_deliveries: Option<usize>,
     pub retry: Option<RetryPolicy>,
-    pub fault: Option<FaultPoint>,
+    /// Where to stop for the harness's kill: the first of these reached.
+    pub faults: Vec<FaultPoint>,
     /// On a lost connection, connect again and go on (else: exit with an error).
     pub reconnect: bool,
     /// Message id → how many of its first attempts fail transiently (a
@@ -158,7 +160,7 @@ mod tests {
             confirm_timeout_ms: None,
             resend: true,
             journal: "/tmp/j".into(),
-            fault: None,
+            faults: Vec::new(),
         }));
         let json = e.to_json();
         assert!(json.contains("\"role\":\"producer\""), "{json}");

@@ -192,7 +192,8 @@ impl Suite<'_> {
                 checker::lab_verdict(&ctx.outcomes, lab.variant.as_ref().map(|_| &lab.violations))
             }
         };
-        let (transcript, outcomes, history) = (ctx.transcript, ctx.outcomes, ctx.history);
+        let (transcript, outcomes, mut history) = (ctx.transcript, ctx.outcomes, ctx.history);
+        history.lines = transcript.lines().to_vec();
         let passed = matches!(
             verdict,
             LabVerdict::Holds | LabVerdict::CounterexampleConfirmed
@@ -448,6 +449,7 @@ impl Ctx<'_> {
     }
 
     fn producer_config(&self, p: &Publish, fault: Option<FaultPoint>) -> ProducerConfig {
+        let faults = fault.into_iter().collect();
         ProducerConfig {
             lab: self.lab.name.clone(),
             amqp_url: self.role_endpoints.amqp_url(&self.vhost),
@@ -469,7 +471,7 @@ impl Ctx<'_> {
             confirm_timeout_ms: p.confirm_timeout_ms,
             resend: p.resend,
             journal: self.logs.join(format!("producer-{}.journal", self.step)),
-            fault,
+            faults,
         }
     }
 
@@ -703,6 +705,7 @@ impl Ctx<'_> {
         settle: usize,
         fault: Option<FaultPoint>,
     ) -> ConsumerConfig {
+        let faults = fault.into_iter().collect();
         ConsumerConfig {
             lab: self.lab.name.clone(),
             amqp_url: self.role_endpoints.amqp_url(&self.vhost),
@@ -726,7 +729,7 @@ impl Ctx<'_> {
                     })
                     .collect(),
             }),
-            fault,
+            faults,
             reconnect: false,
             transient_failures: c.transient_failures.clone(),
         }

@@ -136,6 +136,19 @@ pub async fn insert_inbox(conn: &mut PgConnection, consumer: &str, event_id: &st
     Ok(r.rows_affected() == 1)
 }
 
+/// Whether the inbox holds (consumer, event): a check that two concurrent
+/// copies of one event both pass (the `check-then-insert` pattern).
+pub async fn inbox_has(conn: &mut PgConnection, consumer: &str, event_id: &str) -> Result<bool> {
+    let (n,): (i64,) = sqlx::query_as(
+        "SELECT count(*) FROM inbox_messages WHERE consumer_name = $1 AND event_id = $2",
+    )
+    .bind(consumer)
+    .bind(event_id)
+    .fetch_one(conn)
+    .await?;
+    Ok(n > 0)
+}
+
 /// The inbox row alone, committed at once (outside any open transaction).
 pub async fn insert_inbox_autocommit(
     conn: &mut PgConnection,

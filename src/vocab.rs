@@ -186,6 +186,8 @@ names! {
         InboxInsert = "inbox-insert": "BEGIN; INSERT the inbox row ON CONFLICT DO NOTHING (no row: a duplicate)",
         InboxOwnTx = "inbox-own-tx": "INSERT the inbox row and COMMIT it in a transaction of its own",
         SkipRedelivered = "skip-redelivered": "a delivery flagged redelivered is acked as a duplicate, unprocessed",
+        InboxSelect = "inbox-select": "BEGIN; SELECT the inbox row (found: a duplicate, rolled back and acked)",
+        InboxInsertIgnoring = "inbox-insert-ignoring": "INSERT the inbox row ON CONFLICT DO NOTHING without looking at the result",
         Write = "write": "write the business row (BEGIN first if no transaction is open)",
         Commit = "commit": "COMMIT the business transaction",
         Ack = "ack": "basic.ack the delivery",
@@ -208,6 +210,7 @@ names! {
         ClassifiedXDeath = "classified-xdeath": "classified, but counts attempts from x-death while it republishes: the count never grows",
         AckThenPublish = "ack-then-publish": "classified, but acks the original before it publishes the DLQ copy",
         RetryEverything = "retry-everything": "classified, but takes every failure as transient: poison and rejections are retried, then dead-lettered",
+        CheckThenInsert = "check-then-insert": "checks the inbox with a SELECT, writes, then inserts the inbox row ignoring a conflict: two copies processed at once both pass the check",
         DlqConfirmWithoutMandatory = "dlq-confirm-without-mandatory": "retry-dlq's DLQ move with a confirm and without `mandatory`: the broker confirms a message it could not route",
     }
 }
@@ -372,6 +375,20 @@ pub const PATTERNS: &[PatternDef] = &[
         },
     },
     PatternDef {
+        pattern: Pattern::CheckThenInsert,
+        safe: false,
+        steps: &[
+            Receive,
+            InboxSelect,
+            Write,
+            InboxInsertIgnoring,
+            Commit,
+            Ack,
+        ],
+        auto_ack: false,
+        on_failure: SEED_FAILURE,
+    },
+    PatternDef {
         pattern: Pattern::RetryEverything,
         safe: false,
         steps: SAFE_PATH,
@@ -411,7 +428,7 @@ impl PatternDef {
         match self.steps[i] {
             Receive => Some(Window::AfterReceive),
             InboxOwnTx => Some(Window::AfterInboxCommit),
-            InboxInsert | SkipRedelivered => None,
+            InboxInsert | SkipRedelivered | InboxSelect | InboxInsertIgnoring => None,
             Write | Commit | Ack => Some(match (committed, acked) {
                 (false, false) => Window::BeforeCommit,
                 (false, true) => Window::AfterAckBeforeCommit,

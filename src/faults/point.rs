@@ -16,7 +16,7 @@ use crate::vocab::{Status, Window};
 /// buffer), then the marker line, then block until the harness kills the
 /// process, exactly as a crashed one would die.
 pub async fn reach<B, E>(
-    fault: Option<&FaultPoint>,
+    faults: &[FaultPoint],
     window: Window,
     meta: &MessageMeta,
     line: Record,
@@ -25,8 +25,10 @@ pub async fn reach<B, E>(
     B: Future<Output = Result<(), E>>,
     E: std::fmt::Display,
 {
-    let Some(f) = fault else { return };
-    if f.window != window || f.message != meta.message_id {
+    if !faults
+        .iter()
+        .any(|f| f.window == window && f.message == meta.message_id)
+    {
         return;
     }
     if let Err(e) = barrier.await {

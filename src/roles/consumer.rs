@@ -215,6 +215,18 @@ impl Consumer {
                         return settled(&self.cfg, meta, attempt, Status::DuplicateSkipped);
                     }
                 }
+                Step::InboxSelect => {
+                    begin(&mut open, &mut self.db).await?;
+                    if store::inbox_has(&mut self.db, &self.cfg.service, &event_id).await? {
+                        store::rollback(&mut self.db).await?;
+                        ack(def, d).await?;
+                        return settled(&self.cfg, meta, attempt, Status::DuplicateSkipped);
+                    }
+                }
+                Step::InboxInsertIgnoring => {
+                    begin(&mut open, &mut self.db).await?;
+                    store::insert_inbox(&mut self.db, &self.cfg.service, &event_id).await?;
+                }
                 Step::InboxOwnTx => {
                     if !store::insert_inbox_autocommit(&mut self.db, &self.cfg.service, &event_id)
                         .await?
@@ -280,14 +292,7 @@ impl Consumer {
                 let barrier = self
                     .ch
                     .basic_qos(self.cfg.prefetch, BasicQosOptions::default());
-                point::reach(
-                    self.cfg.fault.as_ref(),
-                    w,
-                    meta,
-                    line(&self.cfg, meta),
-                    barrier,
-                )
-                .await;
+                point::reach(&self.cfg.faults, w, meta, line(&self.cfg, meta), barrier).await;
             }
         }
         Ok(Outcome::Settled)
@@ -437,14 +442,7 @@ impl Consumer {
         let barrier = self
             .ch
             .basic_qos(self.cfg.prefetch, BasicQosOptions::default());
-        point::reach(
-            self.cfg.fault.as_ref(),
-            w,
-            meta,
-            line(&self.cfg, meta),
-            barrier,
-        )
-        .await;
+        point::reach(&self.cfg.faults, w, meta, line(&self.cfg, meta), barrier).await;
     }
 
     /// Publishes a copy through the default exchange. `confirm`: wait for

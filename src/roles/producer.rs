@@ -106,7 +106,7 @@ pub async fn run(cfg: ProducerConfig) -> Result<i32> {
                     if status == Status::Confirmed {
                         confirmed += 1;
                         point::reach(
-                            cfg.fault.as_ref(),
+                            &cfg.faults,
                             Window::AfterConfirm,
                             &meta,
                             line(&cfg, &meta),
@@ -172,7 +172,7 @@ async fn publish(
         .await
         .with_context(|| format!("publishing {}", meta.message_id))?;
     point::reach(
-        cfg.fault.as_ref(),
+        &cfg.faults,
         Window::AfterPublishBeforeConfirm,
         meta,
         line(cfg, meta),

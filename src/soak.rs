@@ -1,0 +1,480 @@
+//! `mqlab soak`: a stream of messages through competing consumers while the
+//! harness kills them at random windows (and, if asked, restarts the
+//! broker), reproducible from a seed; a share of the events is sent twice,
+//! back to back, so that two consumers can process copies of one event at
+//! the same moment (article 002's check-then-insert race, which only a
+//! unique constraint in the same transaction survives). It ends with the
+//! total-queue check and throughput figures, side by side with a plain
+//! auto-ack consumer without faults on the same broker.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use nix::sys::signal::{self, Signal};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
+
+use crate::checker::{total_queue, Events};
+use crate::env::{process, Environment};
+use crate::protocol::{
+    ConsumerConfig, Envelope, FaultPoint, OutMessage, ProducerConfig, RoleConfig,
+};
+use crate::store;
+use crate::transcript::{Entry, MessageMeta};
+use crate::vocab::{Check, Pattern, QueueDecl, Role, Status, Topology};
+
+/// What a soak is asked to do.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub messages: usize,
+    pub consumers: usize,
+    /// About how many consumer kills over the run.
+    pub kills: usize,
+    /// The share of events sent twice, back to back.
+    pub resend_share: f64,
+    pub broker_restarts: usize,
+    pub seed: u64,
+    pub pattern: Pattern,
+    /// Measure a plain auto-ack consumer without faults too.
+    pub baseline: bool,
+}
+
+/// What a soak found.
+#[derive(Clone, Debug)]
+pub struct Report {
+    pub published: usize,
+    pub kills: usize,
+    pub broker_restarts: usize,
+    pub checks: Vec<(Check, usize)>,
+    pub consume_secs: f64,
+    pub baseline_secs: Option<f64>,
+}
+
+impl Report {
+    pub fn holds(&self) -> bool {
+        self.checks.iter().all(|(_, n)| *n == 0)
+    }
+
+    pub fn rate(&self) -> f64 {
+        self.published as f64 / self.consume_secs
+    }
+
+    pub fn baseline_rate(&self) -> Option<f64> {
+        self.baseline_secs.map(|s| self.published as f64 / s)
+    }
+}
+
+/// A reproducible stream of numbers.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// True with probability `p`.
+    fn chance(&mut self, p: f64) -> bool {
+        (self.next() % 1_000_000) as f64 / 1_000_000.0 < p
+    }
+}
+
+/// The messages: `messages` events, a share of them followed at once by a
+/// copy (the same eventId, a message id of its own).
+pub fn stream(plan: &Plan) -> Vec<OutMessage> {
+    let mut rng = Rng(plan.seed | 1);
+    let mut out = Vec::new();
+    let mut n = 0;
+    for i in 0..plan.messages {
+        let copies = if rng.chance(plan.resend_share) { 2 } else { 1 };
+        for _ in 0..copies {
+            n += 1;
+            let body = serde_json::json!({
+                "eventId": format!("soak-{i:07}"),
+                "eventType": "order.created",
+                "schemaVersion": 1,
+                "orderId": format!("order-{i}"),
+                "customerId": "C1",
+                "amount": 10.0,
+                "currency": "CNY",
+            });
+            out.push(OutMessage {
+                meta: MessageMeta {
+                    message_id: format!("mid-{n}"),
+                    event_type: "order.created".into(),
+                    schema_version: "1".into(),
+                    aggregate_id: format!("order-{i}"),
+                    trace_id: format!("trace-{n}"),
+                    correlation_id: format!("order-{i}"),
+                },
+                routing_key: String::new(),
+                body: body.to_string(),
+            });
+        }
+    }
+    out
+}
+
+/// A role process and its lines.
+struct Proc {
+    child: Child,
+    lines: Lines<BufReader<ChildStdout>>,
+}
+
+pub struct Soak<'a> {
+    pub env: &'a mut Environment,
+    pub exe: PathBuf,
+    pub logs: PathBuf,
+    pub vhost: String,
+    pub database: String,
+    pub progress: &'a dyn Fn(&str),
+}
+
+const QUEUE: &str = "orders.soak";
+const BASELINE_QUEUE: &str = "orders.soak.baseline";
+const SERVICE: &str = "inventory-service";
+
+impl Soak<'_> {
+    fn spawn(&self, n: usize, config: RoleConfig) -> Result<Proc> {
+        let name = match &config {
+            RoleConfig::Producer(_) => "producer",
+            RoleConfig::Consumer(_) => "consumer",
+        };
+        let log = self.logs.join(format!("{n}-{name}.log"));
+        // Thousands of messages do not fit in one argument: a file.
+        let file = self.logs.join(format!("{n}-{name}.json"));
+        std::fs::write(&file, Envelope::new(config).to_json())?;
+        let mut cmd = Command::new(&self.exe);
+        cmd.arg("role")
+            .arg("--config-file")
+            .arg(&file)
+            .env("RUST_LOG", "warn");
+        let mut child = process::spawn(&mut cmd, &log, true)?;
+        let stdout = child.stdout.take().context("role stdout")?;
+        Ok(Proc {
+            child,
+            lines: BufReader::new(stdout).lines(),
+        })
+    }
+
+    fn consumer_config(
+        &self,
+        queue: &str,
+        pattern: Pattern,
+        faults: Vec<FaultPoint>,
+    ) -> ConsumerConfig {
+        let e = self.env.endpoints();
+        ConsumerConfig {
+            lab: "soak".into(),
+            amqp_url: e.amqp_url(&self.vhost),
+            database_url: e.pg_url(&self.database),
+            queue: queue.into(),
+            consumer: "consumer".into(),
+            service: SERVICE.into(),
+            pattern,
+            prefetch: 1,
+            settle: usize::MAX,
+            max_deliveries: None,
+            retry: None,
+            faults,
+            reconnect: false,
+            transient_failures: Default::default(),
+        }
+    }
+
+    /// Publishes every message to `queue` with confirms (a backlog).
+    async fn publish(
+        &self,
+        n: usize,
+        messages: &[OutMessage],
+        queue: &str,
+        lines: &mut Vec<Entry>,
+    ) -> Result<()> {
+        let e = self.env.endpoints();
+        let cfg = ProducerConfig {
+            lab: "soak".into(),
+            amqp_url: e.amqp_url(&self.vhost),
+            exchange: String::new(),
+            destination: queue.into(),
+            messages: messages
+                .iter()
+                .map(|m| OutMessage {
+                    routing_key: queue.into(),
+                    ..m.clone()
+                })
+                .collect(),
+            confirm: true,
+            mandatory: false,
+            persistent: true,
+            park: None,
+            confirm_timeout_ms: None,
+            resend: true,
+            journal: self.logs.join(format!("{queue}.journal")),
+            faults: Vec::new(),
+        };
+        let mut p = self.spawn(n, RoleConfig::Producer(cfg))?;
+        while let Some(line) = p.lines.next_line().await? {
+            if let Some(e) = Entry::parse(&format!("[producer] {line}")) {
+                lines.push(e);
+            }
+        }
+        let status = p.child.wait().await?;
+        if !status.success() {
+            bail!("the producer failed ({status})");
+        }
+        Ok(())
+    }
+
+    /// Runs the soak: a backlog, then competing consumers killed at random
+    /// windows until every message is settled, then the checks.
+    pub async fn run(&mut self, plan: &Plan) -> Result<Report> {
+        let mut db = store::connect(&self.env.endpoints().pg_url("postgres")).await?;
+        store::create_database(&mut db, &self.database).await?;
+        drop(db);
+        let mut db = store::connect(&self.env.endpoints().pg_url(&self.database)).await?;
+        store::migrate(&mut db).await?;
+        let conn = crate::amqp::connect(&self.env.endpoints().amqp_url(&self.vhost)).await?;
+        let channel = conn.create_channel().await?;
+        let topology = Topology {
+            exchanges: Vec::new(),
+            queues: [QUEUE, BASELINE_QUEUE]
+                .iter()
+                .map(|q| QueueDecl {
+                    name: q.to_string(),
+                    durable: true,
+                    arguments: Default::default(),
+                    bindings: Vec::new(),
+                    later: false,
+                })
+                .collect(),
+        };
+        crate::amqp::delete_queues(&channel, &topology).await?;
+        crate::amqp::declare(&channel, &topology).await?;
+        std::fs::create_dir_all(&self.logs)?;
+
+        let messages = stream(plan);
+        let events = Events(
+            messages
+                .iter()
+                .map(|m| {
+                    (
+                        m.meta.message_id.clone(),
+                        store::event_id(m.body.as_bytes(), &m.meta.message_id),
+                    )
+                })
+                .collect(),
+        );
+        let mut lines: Vec<Entry> = Vec::new();
+        (self.progress)(&format!("publishing {} messages", messages.len()));
+        self.publish(0, &messages, QUEUE, &mut lines).await?;
+
+        let mut rng = Rng(plan.seed.wrapping_mul(31) | 1);
+        let windows = plan.pattern.def().windows();
+        let spacing = (messages.len() / plan.kills.max(1)).max(1) as f64;
+        let ids: Vec<String> = messages.iter().map(|m| m.meta.message_id.clone()).collect();
+        let mut settled: BTreeSet<String> = BTreeSet::new();
+        let mut seq = 1;
+        // Each consumer process stops at some of the messages it will get,
+        // each at a window of its own: about one stop per `spacing` messages.
+        let faults_for = |settled: &BTreeSet<String>, rng: &mut Rng| -> Vec<FaultPoint> {
+            let mut points = Vec::new();
+            for m in ids.iter().filter(|m| !settled.contains(*m)) {
+                if rng.chance(1.0 / spacing) {
+                    let window = windows[(rng.next() % windows.len() as u64) as usize];
+                    points.push(FaultPoint {
+                        window,
+                        message: m.clone(),
+                    });
+                }
+            }
+            points
+        };
+        let started = Instant::now();
+        let mut procs: Vec<Proc> = Vec::new();
+        for _ in 0..plan.consumers {
+            seq += 1;
+            let faults = if plan.kills > 0 {
+                faults_for(&settled, &mut rng)
+            } else {
+                Vec::new()
+            };
+            procs.push(self.spawn(
+                seq,
+                RoleConfig::Consumer(self.consumer_config(QUEUE, plan.pattern, faults)),
+            )?);
+        }
+        let total = messages.len();
+        let restart_every = total / (plan.broker_restarts + 1);
+        let mut next_restart = if plan.broker_restarts > 0 {
+            restart_every
+        } else {
+            usize::MAX
+        };
+        let (mut kills, mut restarts) = (0, 0);
+        let deadline = Instant::now() + Duration::from_secs(60 + total as u64 / 20);
+        while settled.len() < total {
+            if Instant::now() > deadline {
+                bail!(
+                    "the soak did not settle every message in time ({} of {total})",
+                    settled.len()
+                );
+            }
+            // The next line of any consumer.
+            let (i, line) = {
+                let futs = procs
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(i, p)| Box::pin(async move { (i, p.lines.next_line().await) }));
+                let ((i, line), _, _) = futures_util::future::select_all(futs).await;
+                (i, line)
+            };
+            let entry = match line {
+                Ok(Some(l)) => Entry::parse(&format!("[consumer] {l}")),
+                // A consumer that ended (its broker went away): start another.
+                _ => {
+                    let _ = procs[i].child.wait().await;
+                    seq += 1;
+                    let faults = if plan.kills > 0 {
+                        faults_for(&settled, &mut rng)
+                    } else {
+                        Vec::new()
+                    };
+                    procs[i] = self.spawn(
+                        seq,
+                        RoleConfig::Consumer(self.consumer_config(QUEUE, plan.pattern, faults)),
+                    )?;
+                    continue;
+                }
+            };
+            let Some(e) = entry else { continue };
+            let status = e.get("status").and_then(|s| s.parse::<Status>().ok());
+            match status {
+                Some(Status::BusinessCommitted | Status::DuplicateSkipped) => {
+                    if let Some(m) = e.get("messageId") {
+                        settled.insert(m.to_string());
+                    }
+                    if settled.len().is_multiple_of(500) {
+                        (self.progress)(&format!(
+                            "{} of {total} settled, {kills} kills",
+                            settled.len()
+                        ));
+                    }
+                }
+                Some(Status::CrashInjected) => {
+                    kills += 1;
+                    let pid = procs[i].child.id().context("consumer already reaped")?;
+                    signal::kill(Pid::from_raw(pid as i32), Signal::SIGKILL)?;
+                    let _ = procs[i].child.wait().await;
+                    seq += 1;
+                    let faults = faults_for(&settled, &mut rng);
+                    procs[i] = self.spawn(
+                        seq,
+                        RoleConfig::Consumer(self.consumer_config(QUEUE, plan.pattern, faults)),
+                    )?;
+                }
+                _ => {}
+            }
+            if settled.len() >= next_restart && restarts < plan.broker_restarts {
+                restarts += 1;
+                next_restart += restart_every;
+                (self.progress)("restarting the broker");
+                self.env.restart_broker().await?;
+            }
+        }
+        let consume_secs = started.elapsed().as_secs_f64();
+        for p in &mut procs {
+            process::stop(&mut p.child, Signal::SIGKILL, Duration::from_secs(5)).await;
+        }
+
+        // The checks: what the producer sent, what PostgreSQL holds, what
+        // is still queued.
+        let conn = crate::amqp::connect(&self.env.endpoints().amqp_url(&self.vhost)).await?;
+        let ground = store::read_ground(&mut db, None).await?;
+        let queued: BTreeSet<String> = crate::amqp::peek(&conn, QUEUE)
+            .await?
+            .iter()
+            .map(|p| store::event_id(&p.body, &p.message_id))
+            .collect();
+        let checks = total_queue(&lines, &ground, &queued, &events);
+
+        let baseline_secs = if plan.baseline {
+            (self.progress)("baseline: the same messages, an auto-ack consumer, no faults");
+            let mut ignored = Vec::new();
+            self.publish(seq + 1, &messages, BASELINE_QUEUE, &mut ignored)
+                .await?;
+            let t = Instant::now();
+            let mut procs = Vec::new();
+            for k in 0..plan.consumers {
+                let mut cfg = self.consumer_config(BASELINE_QUEUE, Pattern::AutoAck, Vec::new());
+                cfg.service = format!("baseline-{k}");
+                procs.push(self.spawn(seq + 2 + k, RoleConfig::Consumer(cfg))?);
+            }
+            let mut seen = 0;
+            while seen < total {
+                let futs = procs
+                    .iter_mut()
+                    .map(|p| Box::pin(async move { p.lines.next_line().await }));
+                let (line, _, _) = futures_util::future::select_all(futs).await;
+                match line? {
+                    Some(l)
+                        if Entry::parse(&format!("[consumer] {l}"))
+                            .is_some_and(|e| e.is(Role::Consumer, Status::Received)) =>
+                    {
+                        seen += 1
+                    }
+                    Some(_) => {}
+                    None => bail!("a baseline consumer ended early"),
+                }
+            }
+            let secs = t.elapsed().as_secs_f64();
+            for p in &mut procs {
+                process::stop(&mut p.child, Signal::SIGKILL, Duration::from_secs(5)).await;
+            }
+            Some(secs)
+        } else {
+            None
+        };
+        Ok(Report {
+            published: total,
+            kills,
+            broker_restarts: restarts,
+            checks,
+            consume_secs,
+            baseline_secs,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stream_resends_a_share_back_to_back() {
+        let plan = Plan {
+            messages: 1000,
+            consumers: 2,
+            kills: 10,
+            resend_share: 0.1,
+            broker_restarts: 0,
+            seed: 4,
+            pattern: Pattern::Inbox,
+            baseline: false,
+        };
+        let s = stream(&plan);
+        let copies = s.len() - 1000;
+        assert!((60..=140).contains(&copies), "{copies}");
+        let events: Vec<String> = s
+            .iter()
+            .map(|m| store::event_id(m.body.as_bytes(), ""))
+            .collect();
+        let adjacent = events.windows(2).filter(|w| w[0] == w[1]).count();
+        assert_eq!(adjacent, copies);
+        assert_eq!(stream(&plan).len(), s.len(), "reproducible");
+    }
+}
