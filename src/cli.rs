@@ -74,7 +74,8 @@ enum Cmd {
         #[arg(required = true, value_name = "RUN_JSON")]
         files: Vec<PathBuf>,
     },
-    /// Manage an environment left running by `mqlab lab --keep`
+    /// Start an environment that outlives mqlab (a warm suite: `--env-dir`),
+    /// or stop one
     #[command(subcommand)]
     Env(EnvCmd),
     /// Internal: cleans up after a run when the harness goes away
@@ -97,9 +98,23 @@ enum Cmd {
 
 #[derive(Subcommand)]
 enum EnvCmd {
+    /// Start RabbitMQ and PostgreSQL, with a vhost for every lab run, `explore`
+    /// and `soak`; print the directory to pass as `--env-dir` (stdout) and
+    /// how to reach and stop it (stderr)
+    Up {
+        /// Seconds to wait for the broker and the database to become ready
+        #[arg(long, default_value_t = 60, value_name = "SECS")]
+        ready_timeout: u64,
+        /// The broker's AMQP listener on this 127.0.0.1 port [default: a free one]
+        #[arg(long, value_name = "PORT")]
+        amqp_port: Option<u16>,
+        /// PostgreSQL on this 127.0.0.1 port [default: a free one]
+        #[arg(long, value_name = "PORT")]
+        pg_port: Option<u16>,
+    },
     /// Stop a kept environment and remove its directory
     Down {
-        /// The run directory `mqlab lab --keep` printed
+        /// The directory `mqlab env up` or `mqlab lab --keep` printed
         dir: PathBuf,
     },
 }
@@ -182,6 +197,45 @@ struct EnvArgs {
     /// Accept image references that are not pinned by digest
     #[arg(long)]
     allow_floating_images: bool,
+    /// Run against the environment `mqlab env up` started in DIR (warm: no
+    /// boot); its broker is killed and restarted by the labs that say so.
+    /// One mqlab at a time per environment
+    #[arg(long, value_name = "DIR", env = "MQLAB_ENV_DIR",
+          conflicts_with_all = ["amqp_port", "pg_port", "rabbitmq_image", "postgres_image"])]
+    env_dir: Option<PathBuf>,
+}
+
+impl EnvArgs {
+    /// The kept environment `--env-dir` names, read before anything starts;
+    /// every vhost the runs need must be there.
+    fn attach(&self, vhosts: &[String]) -> Result<Option<crate::env::local::Kept>> {
+        let Some(dir) = &self.env_dir else {
+            return Ok(None);
+        };
+        if matches!(self.env, EnvKind::Containers) {
+            bail!("--env-dir attaches to a local environment: drop --env containers");
+        }
+        let file = dir.join(KEPT_FILE);
+        let text = std::fs::read_to_string(&file).map_err(|e| {
+            anyhow::anyhow!(
+                "`{}` is not an environment started by `mqlab env up` ({KEPT_FILE}: {e})",
+                dir.display()
+            )
+        })?;
+        let kept: crate::env::local::Kept = serde_json::from_str(&text).map_err(|e| {
+            anyhow::anyhow!(
+                "`{}` is unreadable ({e}): start a new environment with `mqlab env up`",
+                file.display()
+            )
+        })?;
+        if let Some(v) = vhosts.iter().find(|v| !kept.vhosts.contains(v)) {
+            bail!(
+                "the environment in `{}` has no vhost `{v}` (it was started for other labs): start one for these labs with `mqlab env up`",
+                dir.display()
+            );
+        }
+        Ok(Some(kept))
+    }
 }
 
 #[derive(clap::Args)]
@@ -209,6 +263,11 @@ struct LabArgs {
     /// Write a JUnit XML report: one testsuite per lab run, one testcase per assertion
     #[arg(long, value_name = "FILE")]
     junit: Option<PathBuf>,
+    /// Runs at once: labs without a broker fault run concurrently, each in
+    /// its own vhost and database (their lines printed when each ends); a lab
+    /// with one runs alone, after them [default: the number of cores]
+    #[arg(long, value_name = "N", default_value_t = cores(), value_parser = clap::value_parser!(usize))]
+    jobs: usize,
     /// Run this command as the consumer of every step that runs a program
     /// (a lab with a `command`), instead of the lab file's: a one-off run
     /// against your own consumer (role contract: README)
@@ -287,6 +346,11 @@ pub fn main() -> i32 {
         Cmd::List => cmd_list(&project).usage(),
         Cmd::Check { files } => cmd_check(&files),
         Cmd::Env(EnvCmd::Down { dir }) => cmd_env_down(&dir).usage(),
+        Cmd::Env(EnvCmd::Up {
+            ready_timeout,
+            amqp_port,
+            pg_port,
+        }) => cmd_env_up(&project, ready_timeout, amqp_port, pg_port),
         Cmd::Role {
             config,
             config_file,
@@ -320,6 +384,10 @@ pub fn main() -> i32 {
             e.exit_code()
         }
     }
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 fn default_root() -> PathBuf {
@@ -486,11 +554,19 @@ fn plan(project: &Project, args: &LabArgs) -> Result<Vec<Lab>> {
     if args.keep && matches!(args.env.env, EnvKind::Containers) {
         bail!("--keep works with the local environment only");
     }
+    if args.keep && args.env.env_dir.is_some() {
+        bail!("--keep and --env-dir: the environment in --env-dir stays running anyway");
+    }
     Ok(labs)
 }
 
 fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32, Error> {
     let labs = plan(project, &args).usage()?;
+    let vhosts: Vec<String> = labs
+        .iter()
+        .map(|l| runner::vhost_for(&l.run_name()))
+        .collect();
+    let attach = args.env.attach(&vhosts).usage()?;
     let images = images(project, &args.env).usage()?;
     let exe = std::env::current_exe()
         .context("cannot find the mqlab executable")
@@ -504,10 +580,7 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32, Error> {
         keep: args.keep,
         amqp_port: args.env.amqp_port,
         pg_port: args.env.pg_port,
-        vhosts: labs
-            .iter()
-            .map(|l| runner::vhost_for(&l.run_name()))
-            .collect(),
+        vhosts,
         progress: Progress::new(move |what| bar.set_message(format!("environment: {what}"))),
     };
     let mut sink = Fanout::default();
@@ -530,7 +603,8 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32, Error> {
     let rt = runtime().map_err(Error::Environment)?;
     let mut records: Vec<RunRecord> = Vec::new();
     let outcome: Result<bool, Error> = rt.block_on(async {
-        let mut env = start_environment(args.env.env, args.keep, &images, &opts, &mut sink).await?;
+        let mut env =
+            start_environment(args.env.env, args.keep, attach, &images, &opts, &mut sink).await?;
         let mut suite = Suite {
             project,
             env: &mut env,
@@ -539,6 +613,7 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32, Error> {
             update: args.update,
             vhost: None,
             checks_only: false,
+            jobs: args.jobs,
         };
         let interrupted_by = tokio::select! {
             _ = suite.run(&labs, &mut records, &mut sink) => None,
@@ -608,6 +683,7 @@ fn cmd_soak(project: &Project, args: SoakArgs) -> Result<i32, Error> {
         pattern,
         baseline: !args.no_baseline,
     };
+    let attach = args.env.attach(&[SOAK_VHOST.into()]).usage()?;
     let images = images(project, &args.env).usage()?;
     let exe = std::env::current_exe()
         .context("cannot find the mqlab executable")
@@ -622,19 +698,20 @@ fn cmd_soak(project: &Project, args: SoakArgs) -> Result<i32, Error> {
         keep: false,
         amqp_port: args.env.amqp_port,
         pg_port: args.env.pg_port,
-        vhosts: vec!["soak".into()],
+        vhosts: vec![SOAK_VHOST.into()],
         progress: Progress::new(move |what| bar.set_message(format!("environment: {what}"))),
     };
     let mut sink = sinks::Terminal::quiet(terminal);
     let rt = runtime().map_err(Error::Environment)?;
     let report: Result<crate::soak::Report, Error> = rt.block_on(async {
-        let mut env = start_environment(args.env.env, false, &images, &opts, &mut sink).await?;
+        let mut env =
+            start_environment(args.env.env, false, attach, &images, &opts, &mut sink).await?;
         let progress = move |what: &str| say.set_message(format!("soak: {what}"));
         let mut soak = crate::soak::Soak {
             env: &mut env,
             exe: exe.clone(),
             logs: run_dir.path().join("roles/soak"),
-            vhost: "soak".into(),
+            vhost: SOAK_VHOST.into(),
             database: "soak".into(),
             progress: &progress,
         };
@@ -695,6 +772,8 @@ fn cmd_soak(project: &Project, args: SoakArgs) -> Result<i32, Error> {
 
 /// The vhost every explore point runs in, one after the other.
 const EXPLORE_VHOST: &str = "explore";
+/// The vhost and database of `mqlab soak`.
+const SOAK_VHOST: &str = "soak";
 
 fn cmd_explore(project: &Project, args: ExploreArgs) -> Result<i32, Error> {
     let run = match &args.variant {
@@ -718,6 +797,7 @@ fn cmd_explore(project: &Project, args: ExploreArgs) -> Result<i32, Error> {
     if let Some(dir) = &args.evidence {
         evidence::prepare_dir(dir).usage()?;
     }
+    let attach = args.env.attach(&[EXPLORE_VHOST.into()]).usage()?;
     let images = images(project, &args.env).usage()?;
     let exe = std::env::current_exe()
         .context("cannot find the mqlab executable")
@@ -745,7 +825,8 @@ fn cmd_explore(project: &Project, args: ExploreArgs) -> Result<i32, Error> {
     let rt = runtime().map_err(Error::Environment)?;
     let mut results = Vec::new();
     let outcome: Result<(), Error> = rt.block_on(async {
-        let mut env = start_environment(args.env.env, false, &images, &opts, &mut sink).await?;
+        let mut env =
+            start_environment(args.env.env, false, attach, &images, &opts, &mut sink).await?;
         let mut suite = Suite {
             project,
             env: &mut env,
@@ -754,6 +835,7 @@ fn cmd_explore(project: &Project, args: ExploreArgs) -> Result<i32, Error> {
             update: false,
             vhost: Some(EXPLORE_VHOST.into()),
             checks_only: true,
+            jobs: 1,
         };
         let total = points.len();
         let interrupted_by = tokio::select! {
@@ -905,8 +987,7 @@ fn cmd_check(files: &[PathBuf]) -> Result<i32, Error> {
     })
 }
 
-/// Where a kept environment is described; `env down` refuses directories without it.
-const KEPT_FILE: &str = "kept.json";
+use crate::env::local::KEPT_FILE;
 
 /// The image references: flag or variable, else the committed pins; each
 /// must be pinned by digest unless floating ones are allowed.
@@ -937,10 +1018,25 @@ fn images(project: &Project, args: &EnvArgs) -> Result<(String, String)> {
 async fn start_environment(
     kind: EnvKind,
     keep: bool,
+    attach: Option<crate::env::local::Kept>,
     images: &(String, String),
     opts: &EnvOptions,
     sink: &mut dyn Sink,
 ) -> Result<Environment, Error> {
+    if let Some(kept) = attach {
+        let why = format!("--env-dir {}", kept.dir.display());
+        sink.on(&Event::EnvChosen {
+            kind: "local",
+            why: &why,
+        })
+        .ok();
+        let env = LocalEnv::attach(kept, opts.ready_timeout)
+            .await
+            .map_err(|e| Error::Environment(e.context("the kept environment does not answer")))?;
+        let env = Environment::Local(Box::new(env));
+        sink.on(&Event::EnvReady(env.info())).ok();
+        return Ok(env);
+    }
     let (containers, why) = choose(kind, keep, images)
         .await
         .map_err(Error::Environment)?;
@@ -1001,8 +1097,9 @@ fn keep_running(env: Environment, dir: &Path, labs: &[Lab]) -> Result<()> {
     let Environment::Local(env) = env else {
         bail!("--keep works with the local environment only");
     };
+    let mut kept = env.kept()?;
     let e = &env.endpoints;
-    let runs: Vec<_> = labs
+    kept.runs = labs
         .iter()
         .map(|l| {
             serde_json::json!({
@@ -1012,18 +1109,12 @@ fn keep_running(env: Environment, dir: &Path, labs: &[Lab]) -> Result<()> {
             })
         })
         .collect();
-    let info = serde_json::json!({
-        "dir": dir,
-        "broker": env.info.broker_version,
-        "database": env.info.db_version,
-        "runs": runs,
-    });
-    std::fs::write(dir.join(KEPT_FILE), serde_json::to_string_pretty(&info)?)?;
+    kept.write()?;
     eprintln!(
         "mqlab: environment kept running ({}, {})",
         env.info.broker_version, env.info.db_version
     );
-    for r in &runs {
+    for r in kept.runs.iter().take(if labs.len() > 8 { 0 } else { 8 }) {
         eprintln!(
             "  {:<36} {}",
             r["lab"].as_str().unwrap_or(""),
@@ -1031,9 +1122,82 @@ fn keep_running(env: Environment, dir: &Path, labs: &[Lab]) -> Result<()> {
         );
         eprintln!("  {:<36} {}", "", r["postgres"].as_str().unwrap_or(""));
     }
+    if labs.len() > 8 {
+        eprintln!(
+            "  {} vhosts and databases: URLs in {}",
+            labs.len(),
+            dir.join(KEPT_FILE).display()
+        );
+    }
+    eprintln!(
+        "  run labs on it with: mqlab lab ... --env-dir {}",
+        dir.display()
+    );
     eprintln!("  stop it with: mqlab env down {}", dir.display());
     env.detach();
     Ok(())
+}
+
+/// `mqlab env up`: a local environment for every lab run (and `explore`,
+/// `soak`), kept running; its directory on stdout.
+fn cmd_env_up(
+    project: &Project,
+    ready_timeout: u64,
+    amqp_port: Option<u16>,
+    pg_port: Option<u16>,
+) -> Result<i32, Error> {
+    let mut labs = Vec::new();
+    for lab in project.lab_names().usage()? {
+        for run in project.runs_of(&lab).usage()? {
+            labs.push(project.load(&run).usage()?);
+        }
+    }
+    let mut vhosts: Vec<String> = labs
+        .iter()
+        .map(|l| runner::vhost_for(&l.run_name()))
+        .collect();
+    vhosts.extend([EXPLORE_VHOST.to_string(), SOAK_VHOST.to_string()]);
+    let exe = std::env::current_exe()
+        .context("cannot find the mqlab executable")
+        .usage()?;
+    let run_dir = RunDir::create(&exe).map_err(Error::Environment)?;
+    let terminal = sinks::Terminal::new(project.snapshots_dir());
+    let bar = terminal.progress();
+    let opts = EnvOptions {
+        dir: run_dir.path().to_path_buf(),
+        ready_timeout: Duration::from_secs(ready_timeout),
+        keep: true,
+        amqp_port,
+        pg_port,
+        vhosts,
+        progress: Progress::new(move |what| bar.set_message(format!("environment: {what}"))),
+    };
+    let mut sink = sinks::Terminal::quiet(terminal);
+    let rt = runtime().map_err(Error::Environment)?;
+    let outcome: Result<(), Error> = rt.block_on(async {
+        let env = start_environment(
+            EnvKind::Local,
+            true,
+            None,
+            &("".into(), "".into()),
+            &opts,
+            &mut sink,
+        )
+        .await?;
+        keep_running(env, run_dir.path(), &labs).map_err(Error::Environment)
+    });
+    drop(rt);
+    match outcome {
+        Ok(()) => {
+            println!("{}", run_dir.path().display());
+            run_dir.keep();
+            Ok(exit::OK)
+        }
+        Err(e) => {
+            run_dir.close();
+            Err(e)
+        }
+    }
 }
 
 fn cmd_env_down(dir: &Path) -> Result<i32> {

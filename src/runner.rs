@@ -132,103 +132,248 @@ pub struct Suite<'a> {
     pub vhost: Option<String>,
     /// Judge the total-queue checks only: no snapshot (`mqlab explore`).
     pub checks_only: bool,
+    /// Runs at once (`--jobs`): labs without a broker fault run
+    /// concurrently, each in its own vhost and database; a lab with one
+    /// has the environment to itself, after them.
+    pub jobs: usize,
+}
+
+/// What one run needs besides its lab and the environment.
+struct Params<'a> {
+    project: &'a Project,
+    exe: &'a Path,
+    run_dir: &'a Path,
+    update: bool,
+    checks_only: bool,
+    endpoints: Endpoints,
+    vhost: Option<String>,
+    /// The vhosts outlived earlier runs (`--env-dir`): each run deletes its
+    /// lab's queues first (a broker crash can even bring acked messages back).
+    reused: bool,
 }
 
 impl Suite<'_> {
-    /// Runs the labs one after the other; each ends in a [`RunRecord`],
-    /// pushed as soon as it is over (an interrupted suite keeps what ended).
-    pub async fn run(&mut self, labs: &[Lab], records: &mut Vec<RunRecord>, sink: &mut dyn Sink) {
-        for (index, lab) in labs.iter().enumerate() {
-            let run = lab.run_name();
-            let _ = sink.on(&Event::LabStarted {
-                run: &run,
-                index,
-                total: labs.len(),
-            });
-            let record = self.run_one(lab, sink).await;
-            let _ = sink.on(&Event::LabFinished(&record));
-            records.push(record);
+    fn params(&self) -> Params<'_> {
+        Params {
+            project: self.project,
+            exe: self.exe,
+            run_dir: self.run_dir,
+            update: self.update,
+            checks_only: self.checks_only,
+            endpoints: self.env.endpoints().clone(),
+            vhost: self.vhost.clone(),
+            reused: self.env.reused(),
         }
     }
 
-    /// One run, on its own: what `mqlab explore` calls for each point.
-    pub async fn run_one(&mut self, lab: &Lab, sink: &mut dyn Sink) -> RunRecord {
-        let started = Instant::now();
-        let run = lab.run_name();
-        let endpoints = self.env.endpoints().clone();
-        let mut ctx = Ctx {
-            lab,
-            vhost: self.vhost.clone().unwrap_or_else(|| vhost_for(&run)),
-            shared_vhost: self.vhost.is_some(),
-            unreachable: None,
-            run: run.clone(),
-            role_endpoints: endpoints.clone(),
-            endpoints,
-            env: &mut *self.env,
-            exe: self.exe,
-            root: &self.project.root,
-            logs: self.run_dir.join("roles").join(&run),
-            conns: None,
-            proxy: None,
-            step: 0,
-            transcript: Transcript::default(),
-            observed: Observed::default(),
-            outcomes: Vec::new(),
-            history: History::default(),
-            sink,
-            role_seq: 0,
+    /// Runs the labs; each ends in a [`RunRecord`], pushed as soon as it is
+    /// over (an interrupted suite keeps what ended), and the records end in
+    /// the labs' order.
+    pub async fn run(&mut self, labs: &[Lab], records: &mut Vec<RunRecord>, sink: &mut dyn Sink) {
+        let total = labs.len();
+        let alone = |l: &Lab| {
+            l.steps
+                .iter()
+                .any(|s| matches!(s.action, Action::Broker(_)))
         };
-        let error = match ctx.run_steps().await {
-            Ok(()) => None,
-            Err(e) => Some(format!("{e:#}")),
-        };
-        let unreachable = ctx.unreachable.take();
-        if let Some(c) = ctx.conns.take() {
-            let _ = c.amqp.close(200, "done".into()).await;
-        }
-        let verdict = match &error {
-            Some(e) => LabVerdict::Failed(e.clone()),
-            None => {
-                checker::lab_verdict(&ctx.outcomes, lab.variant.as_ref().map(|_| &lab.violations))
+        let mut order: Vec<String> = labs.iter().map(Lab::run_name).collect();
+        if self.jobs > 1 && self.vhost.is_none() {
+            let shared: Vec<(usize, &Lab)> =
+                labs.iter().enumerate().filter(|(_, l)| !alone(l)).collect();
+            let params = self.params();
+            {
+                let out = std::cell::RefCell::new(&mut *sink);
+                let finished = std::cell::RefCell::new(&mut *records);
+                let runs = futures_util::stream::iter(shared.into_iter().map(|(index, lab)| {
+                    let (params, sink, finished) = (&params, &out, &finished);
+                    async move {
+                        let run = lab.run_name();
+                        let _ = sink.borrow_mut().on(&Event::LabStarted {
+                            run: &run,
+                            index,
+                            total,
+                        });
+                        // A run's events wait for its end: concurrent runs' lines
+                        // do not interleave.
+                        let mut held = Held::default();
+                        let record = execute(params, None, lab, &mut held).await;
+                        let mut out = sink.borrow_mut();
+                        held.replay(&mut **out);
+                        let _ = out.on(&Event::LabFinished(&record));
+                        finished.borrow_mut().push(record);
+                    }
+                }));
+                futures_util::StreamExt::for_each_concurrent(runs, self.jobs, |f| f).await;
             }
-        };
-        let (transcript, outcomes, mut history) = (ctx.transcript, ctx.outcomes, ctx.history);
-        history.lines = transcript.lines().to_vec();
-        let passed = matches!(
-            verdict,
-            LabVerdict::Holds | LabVerdict::CounterexampleConfirmed
-        );
-        // A failed run is still compared: its diff shows where it went wrong.
-        let path = snapshot::path_for(&self.project.snapshots_dir(), &run);
-        let lab_file = format!("labs/{}.toml", lab.name);
-        let normalized = transcript.normalized();
-        let snapshot = match snapshot::compare(&path, &lab_file, &normalized, self.update && passed)
-        {
-            _ if self.checks_only => SnapshotResult::Skipped,
-            Ok(snapshot::Outcome::Matched) => SnapshotResult::Matched,
-            Ok(snapshot::Outcome::Updated) => SnapshotResult::Updated,
-            Ok(snapshot::Outcome::Mismatch(diff)) => SnapshotResult::Mismatch(diff),
-            Err(e) => SnapshotResult::Error(format!("{e:#}")),
-        };
-        let _ = sink.on(&Event::SnapshotCompared {
-            run: &run,
-            result: &snapshot,
-        });
-        RunRecord {
-            run,
-            lab: lab.name.clone(),
-            variant: lab.variant.clone(),
-            claim: lab.claim.clone(),
-            violations: lab.violations.clone(),
-            transcript,
-            outcomes,
-            history,
-            error,
-            verdict,
-            snapshot,
-            duration: started.elapsed(),
-            unreachable,
+            for (index, lab) in labs.iter().enumerate().filter(|(_, l)| alone(l)) {
+                self.run_logged(lab, index, total, records, sink).await;
+            }
+        } else {
+            for (index, lab) in labs.iter().enumerate() {
+                self.run_logged(lab, index, total, records, sink).await;
+            }
+            order.clear();
         }
+        if !order.is_empty() {
+            records.sort_by_key(|r| order.iter().position(|o| *o == r.run));
+        }
+    }
+
+    async fn run_logged(
+        &mut self,
+        lab: &Lab,
+        index: usize,
+        total: usize,
+        records: &mut Vec<RunRecord>,
+        sink: &mut dyn Sink,
+    ) {
+        let run = lab.run_name();
+        let _ = sink.on(&Event::LabStarted {
+            run: &run,
+            index,
+            total,
+        });
+        let record = self.run_one(lab, sink).await;
+        let _ = sink.on(&Event::LabFinished(&record));
+        records.push(record);
+    }
+
+    /// One run, with the environment to itself: what `mqlab explore` calls
+    /// for each point.
+    pub async fn run_one(&mut self, lab: &Lab, sink: &mut dyn Sink) -> RunRecord {
+        let params = Params {
+            project: self.project,
+            exe: self.exe,
+            run_dir: self.run_dir,
+            update: self.update,
+            checks_only: self.checks_only,
+            endpoints: self.env.endpoints().clone(),
+            vhost: self.vhost.clone(),
+            reused: self.env.reused(),
+        };
+        execute(&params, Some(&mut *self.env), lab, sink).await
+    }
+}
+
+/// The events of one run, kept until it ends (`--jobs`).
+#[derive(Default)]
+struct Held {
+    events: Vec<HeldEvent>,
+}
+
+enum HeldEvent {
+    Line(String),
+    Outcome(Outcome),
+    Snapshot(String, SnapshotResult),
+}
+
+impl Sink for Held {
+    fn on(&mut self, event: &Event) -> Result<()> {
+        match event {
+            Event::Line(l) => self.events.push(HeldEvent::Line(l.to_string())),
+            Event::Outcome(o) => self.events.push(HeldEvent::Outcome((*o).clone())),
+            Event::SnapshotCompared { run, result } => self
+                .events
+                .push(HeldEvent::Snapshot(run.to_string(), (*result).clone())),
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+impl Held {
+    fn replay(self, sink: &mut dyn Sink) {
+        for e in &self.events {
+            let _ = match e {
+                HeldEvent::Line(l) => sink.on(&Event::Line(l)),
+                HeldEvent::Outcome(o) => sink.on(&Event::Outcome(o)),
+                HeldEvent::Snapshot(run, result) => {
+                    sink.on(&Event::SnapshotCompared { run, result })
+                }
+            };
+        }
+    }
+}
+
+/// One lab run, from its preparation to its snapshot comparison.
+async fn execute(
+    p: &Params<'_>,
+    env: Option<&mut Environment>,
+    lab: &Lab,
+    sink: &mut dyn Sink,
+) -> RunRecord {
+    let started = Instant::now();
+    let run = lab.run_name();
+    let endpoints = p.endpoints.clone();
+    let mut ctx = Ctx {
+        lab,
+        vhost: p.vhost.clone().unwrap_or_else(|| vhost_for(&run)),
+        shared_vhost: p.vhost.is_some() || p.reused,
+        unreachable: None,
+        run: run.clone(),
+        role_endpoints: endpoints.clone(),
+        endpoints,
+        env,
+        exe: p.exe,
+        root: &p.project.root,
+        logs: p.run_dir.join("roles").join(&run),
+        conns: None,
+        proxy: None,
+        step: 0,
+        transcript: Transcript::default(),
+        observed: Observed::default(),
+        outcomes: Vec::new(),
+        history: History::default(),
+        sink,
+        role_seq: 0,
+    };
+    let error = match ctx.run_steps().await {
+        Ok(()) => None,
+        Err(e) => Some(format!("{e:#}")),
+    };
+    let unreachable = ctx.unreachable.take();
+    if let Some(c) = ctx.conns.take() {
+        let _ = c.amqp.close(200, "done".into()).await;
+    }
+    let verdict = match &error {
+        Some(e) => LabVerdict::Failed(e.clone()),
+        None => checker::lab_verdict(&ctx.outcomes, lab.variant.as_ref().map(|_| &lab.violations)),
+    };
+    let (transcript, outcomes, mut history) = (ctx.transcript, ctx.outcomes, ctx.history);
+    history.lines = transcript.lines().to_vec();
+    let passed = matches!(
+        verdict,
+        LabVerdict::Holds | LabVerdict::CounterexampleConfirmed
+    );
+    // A failed run is still compared: its diff shows where it went wrong.
+    let path = snapshot::path_for(&p.project.snapshots_dir(), &run);
+    let lab_file = format!("labs/{}.toml", lab.name);
+    let normalized = transcript.normalized();
+    let snapshot = match snapshot::compare(&path, &lab_file, &normalized, p.update && passed) {
+        _ if p.checks_only => SnapshotResult::Skipped,
+        Ok(snapshot::Outcome::Matched) => SnapshotResult::Matched,
+        Ok(snapshot::Outcome::Updated) => SnapshotResult::Updated,
+        Ok(snapshot::Outcome::Mismatch(diff)) => SnapshotResult::Mismatch(diff),
+        Err(e) => SnapshotResult::Error(format!("{e:#}")),
+    };
+    let _ = ctx.sink.on(&Event::SnapshotCompared {
+        run: &run,
+        result: &snapshot,
+    });
+    RunRecord {
+        run,
+        lab: lab.name.clone(),
+        variant: lab.variant.clone(),
+        claim: lab.claim.clone(),
+        violations: lab.violations.clone(),
+        transcript,
+        outcomes,
+        history,
+        error,
+        verdict,
+        snapshot,
+        duration: started.elapsed(),
+        unreachable,
     }
 }
 
@@ -251,7 +396,9 @@ struct Ctx<'a> {
     endpoints: Endpoints,
     /// What roles connect to: the broker through the proxy.
     role_endpoints: Endpoints,
-    env: &'a mut Environment,
+    /// The environment, for a broker fault; None for a run that shares it
+    /// with concurrent runs (it has no broker step).
+    env: Option<&'a mut Environment>,
     exe: &'a Path,
     /// The project's directory: a program's working directory.
     root: &'a Path,
@@ -689,7 +836,11 @@ impl Ctx<'_> {
                 .status(status)
         };
         self.emit(Role::Fault, &line(&self.lab.name, Status::Injected));
-        self.env.restart_broker().await?;
+        self.env
+            .as_mut()
+            .context("a broker fault needs the environment to itself: this run shares it")?
+            .restart_broker()
+            .await?;
         let (amqp, channel) = self.connect_broker().await?;
         crate::amqp::declare(&channel, &self.lab.topology).await?;
         let c = self.conns();

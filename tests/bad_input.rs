@@ -254,3 +254,22 @@ fn a_fault_on_the_wrong_step_names_the_placements() {
         "{stderr}"
     );
 }
+
+#[test]
+fn an_env_dir_that_is_not_a_kept_environment() {
+    let tmp = tempfile::tempdir().unwrap();
+    expect_setup_error(
+        mqlab(&["lab", "routing", "--env-dir", tmp.path().to_str().unwrap()]).current_dir(root()),
+        "is not an environment started by `mqlab env up`",
+    );
+    expect_setup_error(
+        mqlab(&[
+            "explore",
+            "routing",
+            "--env-dir",
+            tmp.path().to_str().unwrap(),
+        ])
+        .current_dir(root()),
+        "is not an environment started by `mqlab env up`",
+    );
+}

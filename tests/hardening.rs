@@ -129,6 +129,66 @@ fn keep_then_env_down() {
     assert_nothing_left(tmp.path(), Path::new(&dir), &stderr);
 }
 
+/// `mqlab env up` keeps an environment; labs run on it warm with
+/// `--env-dir`, twice (the second run's vhosts hold what the first left, and
+/// its broker is the one the first restarted); a lab that needs a vhost the
+/// environment lacks is refused before anything runs; `env down` leaves
+/// nothing.
+#[test]
+fn env_up_warm_runs_then_env_down() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (code, stdout, stderr) = run(mqlab(&["env", "up"])
+        .current_dir(root())
+        .env("TMPDIR", tmp.path()));
+    assert_eq!(code, 0, "{stderr}");
+    let dir = stdout.trim().to_string();
+    assert!(
+        Path::new(&dir).join("kept.json").is_file(),
+        "{stdout}\n{stderr}"
+    );
+    for _ in 0..2 {
+        let (code, stdout, stderr) = run(mqlab(&[
+            "lab",
+            "broker-restart",
+            "consumer-crash",
+            "routing",
+            "--env-dir",
+            &dir,
+        ])
+        .current_dir(root())
+        .env("TMPDIR", tmp.path()));
+        assert_eq!(code, 0, "{stdout}\n{stderr}");
+        assert!(stdout.contains("3 passed, 0 failed"), "{stdout}");
+        assert!(stderr.contains(&format!("--env-dir {dir}")), "{stderr}");
+    }
+    let scratch = scratch_project();
+    let extra = scratch.path().join("labs/routing-copy.toml");
+    let text = std::fs::read_to_string(scratch.path().join("labs/routing.toml")).unwrap();
+    std::fs::write(
+        &extra,
+        text.replacen("name = \"routing\"", "name = \"routing-copy\"", 1),
+    )
+    .unwrap();
+    std::fs::copy(
+        scratch.path().join("snapshots/routing.snap"),
+        scratch.path().join("snapshots/routing-copy.snap"),
+    )
+    .unwrap();
+    let (code, _, stderr) = run(&mut mqlab(&[
+        "lab",
+        "routing-copy",
+        "--env-dir",
+        &dir,
+        "--root",
+        scratch.path().to_str().unwrap(),
+    ]));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("has no vhost `routing-copy`"), "{stderr}");
+    let (code, _, stderr) = run(&mut mqlab(&["env", "down", &dir]));
+    assert_eq!(code, 0, "{stderr}");
+    assert_nothing_left(tmp.path(), Path::new(&dir), &stderr);
+}
+
 /// SIGKILL of `mqlab lab --all` at 20 moments spread over its boot and its
 /// first labs (a seeded sequence, printed): every time, no marked process
 /// and no file is left. The moments are the experiment's input, not a wait

@@ -86,16 +86,58 @@ pub struct LocalEnv {
     postgres: Option<Child>,
     /// `--keep`: the servers outlive mqlab.
     keep: bool,
+    /// A node another mqlab started (`--env-dir`): not our child, killed by
+    /// its pid; `stop` lets go of everything instead of stopping it.
+    rabbit_pid: Option<u32>,
+    attached: bool,
+    /// The vhosts created at boot (kept.json lists them for `--env-dir`).
+    vhosts: Vec<String>,
     pub endpoints: Endpoints,
     pub info: EnvInfo,
 }
 
-/// How the node was started, kept to start it again after a kill.
+/// How the node was started, kept to start it again after a kill (also by
+/// another mqlab, from kept.json).
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 struct RabbitLaunch {
     program: PathBuf,
     envs: Vec<(String, std::ffi::OsString)>,
     out: PathBuf,
     log: PathBuf,
+}
+
+/// Where a kept environment is described; `env down` and `--env-dir`
+/// refuse directories without it.
+pub const KEPT_FILE: &str = "kept.json";
+
+/// What a kept environment (`mqlab env up`, `mqlab lab --keep`) writes to
+/// `DIR/kept.json`: enough for `--env-dir DIR` to connect, and to kill and
+/// restart its broker.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct Kept {
+    pub dir: PathBuf,
+    pub broker: String,
+    pub database: String,
+    pub broker_source: String,
+    pub database_source: String,
+    pub endpoints: Endpoints,
+    pub vhosts: Vec<String>,
+    rabbit_pid: u32,
+    rabbit: RabbitLaunch,
+    /// For people: each lab run's URLs.
+    #[serde(default)]
+    pub runs: Vec<serde_json::Value>,
+}
+
+impl Kept {
+    pub fn write(&self) -> Result<()> {
+        let file = self.dir.join(KEPT_FILE);
+        // Written whole then renamed: a reader never sees half a file.
+        let tmp = file.with_extension("json.tmp");
+        std::fs::write(&tmp, serde_json::to_string_pretty(self)?)?;
+        std::fs::rename(&tmp, &file)?;
+        Ok(())
+    }
 }
 
 impl LocalEnv {
@@ -113,6 +155,9 @@ impl LocalEnv {
         let mut env = LocalEnv {
             dir,
             keep: opts.keep,
+            rabbit_pid: None,
+            attached: false,
+            vhosts: opts.vhosts.clone(),
             epmd: None,
             rabbit: None,
             rabbit_stdin: None,
@@ -253,8 +298,12 @@ impl LocalEnv {
             // The node halts when its stdin closes: a `sleep` that carries the
             // run's mark holds the pipe open until `mqlab env down`.
             let (read, write) = nix::unistd::pipe()?;
+            let mark = launch.envs.iter().find(|(k, _)| k == RUN_VAR);
             let holder = Command::new("sleep")
                 .arg("infinity")
+                // The node's mark, not this run's: `env down` of the node's
+                // directory reaps it, and no other run's guard does.
+                .envs(mark.map(|(k, v)| (k, v)))
                 .stdin(Stdio::null())
                 .stdout(Stdio::from(write))
                 .stderr(Stdio::null())
@@ -379,6 +428,20 @@ impl LocalEnv {
     /// Orderly teardown: RabbitMQ halts when its stdin closes; PostgreSQL gets
     /// a fast shutdown; then the directory goes.
     pub async fn stop(mut self) {
+        if self.attached {
+            // A restart gave the node a new pid: the next run kills that one.
+            if let Ok(fresh) = self.kept() {
+                let file = fresh.dir.join(KEPT_FILE);
+                if let Ok(mut kept) = std::fs::read_to_string(&file)
+                    .map_err(anyhow::Error::from)
+                    .and_then(|t| Ok(serde_json::from_str::<Kept>(&t)?))
+                {
+                    kept.rabbit_pid = fresh.rabbit_pid;
+                    let _ = kept.write();
+                }
+            }
+            return self.detach();
+        }
         drop(self.rabbit_stdin.take());
         if let Some(mut c) = self.rabbit.take() {
             process::stop(&mut c, Signal::SIGKILL, Duration::from_secs(5)).await;
@@ -396,6 +459,9 @@ impl LocalEnv {
 /// and data directory, or frozen.
 impl LocalEnv {
     pub async fn kill_broker(&mut self) -> Result<()> {
+        if let Some(pid) = self.rabbit_pid.take() {
+            return kill_foreign(pid).await;
+        }
         drop(self.rabbit_stdin.take());
         let mut c = self.rabbit.take().context("the broker is not running")?;
         // Reap before anything polls the port: a dying beam still accepts for a moment.
@@ -404,7 +470,7 @@ impl LocalEnv {
     }
 
     pub async fn restart_broker(&mut self) -> Result<()> {
-        if self.rabbit.is_some() {
+        if self.rabbit.is_some() || self.rabbit_pid.is_some() {
             self.kill_broker().await?;
         }
         self.launch_rabbit()?;
@@ -426,12 +492,79 @@ impl LocalEnv {
             .rabbit
             .as_ref()
             .and_then(|c| c.id())
+            .or(self.rabbit_pid)
             .context("the broker is not running")?;
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig)?;
         Ok(())
     }
 
     /// `--keep`: let go of the servers without stopping them.
+    pub fn attached(&self) -> bool {
+        self.attached
+    }
+
+    /// What `--env-dir` needs to reach this environment again.
+    pub fn kept(&self) -> Result<Kept> {
+        let pid = self
+            .rabbit
+            .as_ref()
+            .and_then(|c| c.id())
+            .or(self.rabbit_pid)
+            .context("the broker is not running")?;
+        Ok(Kept {
+            dir: self.dir.parent().unwrap_or(&self.dir).to_path_buf(),
+            broker: self.info.broker_version.clone(),
+            database: self.info.db_version.clone(),
+            broker_source: self.info.broker_source.clone(),
+            database_source: self.info.db_source.clone(),
+            endpoints: self.endpoints.clone(),
+            vhosts: self.vhosts.clone(),
+            rabbit_pid: pid,
+            rabbit: self
+                .rabbit_launch
+                .clone()
+                .context("RabbitMQ was never configured")?,
+            runs: Vec::new(),
+        })
+    }
+
+    /// Connects to a kept environment: both servers must answer.
+    pub async fn attach(kept: Kept, ready_timeout: Duration) -> Result<LocalEnv> {
+        let started = Instant::now();
+        let mut env = LocalEnv {
+            dir: kept.dir.join("env"),
+            epmd: None,
+            rabbit: None,
+            rabbit_stdin: None,
+            rabbit_launch: Some(kept.rabbit),
+            ready_probe: (
+                kept.vhosts.first().cloned().unwrap_or_else(|| "/".into()),
+                ready_timeout,
+            ),
+            postgres: None,
+            keep: true,
+            rabbit_pid: Some(kept.rabbit_pid),
+            attached: true,
+            vhosts: kept.vhosts,
+            endpoints: kept.endpoints,
+            info: EnvInfo {
+                kind: "local",
+                broker_version: String::new(),
+                broker_source: kept.broker_source,
+                db_version: String::new(),
+                db_source: kept.database_source,
+                ready: Duration::ZERO,
+            },
+        };
+        let root = kept.dir.join("env");
+        // A short wait: the servers are up already, or gone.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        env.info.broker_version = env.rabbit_ready(deadline).await?;
+        env.info.db_version = env.postgres_ready(&root, deadline).await?;
+        env.info.ready = started.elapsed();
+        Ok(env)
+    }
+
     pub fn detach(mut self) {
         for c in [self.rabbit.take(), self.postgres.take(), self.epmd.take()]
             .into_iter()
@@ -452,6 +585,35 @@ impl Drop for LocalEnv {
         {
             process::kill_now(c);
         }
+    }
+}
+
+/// Kills a kept node this process did not start (its whole process group)
+/// and waits until it is gone (or a zombie: every port closed).
+async fn kill_foreign(pid: u32) -> Result<()> {
+    let stat = format!("/proc/{pid}/stat");
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    if !String::from_utf8_lossy(&cmdline).contains("beam") {
+        bail!("the kept broker (pid {pid}) is not running");
+    }
+    let p = nix::unistd::Pid::from_raw(pid as i32);
+    let _ = nix::sys::signal::killpg(p, Signal::SIGKILL);
+    let _ = nix::sys::signal::kill(p, Signal::SIGKILL);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let state = std::fs::read_to_string(&stat).unwrap_or_default();
+        let dead = state
+            .rsplit(')')
+            .next()
+            .map(|rest| rest.trim_start().starts_with('Z'))
+            .unwrap_or(true);
+        if state.is_empty() || dead {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("the kept broker (pid {pid}) did not die after SIGKILL");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

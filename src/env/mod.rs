@@ -10,7 +10,7 @@ use std::time::Duration;
 
 /// How to reach the servers. Credentials live here and in URLs only, never in
 /// a transcript.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Endpoints {
     pub amqp_host: String,
     pub amqp_port: u16,
@@ -186,6 +186,11 @@ impl Environment {
             Environment::Local(e) => &e.info,
             Environment::Containers(e) => &e.info,
         }
+    }
+
+    /// Its vhosts may hold what earlier runs left (`--env-dir`).
+    pub fn reused(&self) -> bool {
+        matches!(self, Environment::Local(e) if e.attached())
     }
 
     pub async fn stop(self) {
