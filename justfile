@@ -28,7 +28,7 @@ lint:
     cargo fmt --check
     cargo clippy --all-targets -- -D warnings
 
-# Print environment-ready, per-lab and whole-suite times (MQLAB_BENCH_RUNS, default 5)
+# Print boot, cold and warm `lab --all`, explore and soak figures (MQLAB_BENCH_RUNS, default 3)
 bench:
     cargo bench --bench suite
 

@@ -1,14 +1,18 @@
 //! `cargo bench --bench suite` (or `just bench`): figures, printed, never
 //! asserted (a slow machine is not a bug). Over MQLAB_BENCH_RUNS runs
-//! (default 3), each on a freshly started local environment:
+//! (default 3):
 //!
-//! - environment ready (RabbitMQ + PostgreSQL booted: the "bare boot");
-//! - cold `lab --all`: boot + every run of every lab, serially;
-//! - warm `lab --all`: the same runs on the running environment;
-//! - `explore consumer-crash` on the running environment (points, seconds);
-//! - soak: the inbox consumers (2, with kills) and as many auto-ack
-//!   consumers (no faults) draining 1k and 10k messages (100k with
-//!   MQLAB_BENCH_SOAK_100K=1): messages/s, ms per message, the ratio.
+//! - environment ready: RabbitMQ + PostgreSQL booted (in parallel; the
+//!   broker is the longer), in process: the "bare boot";
+//! - soak on that environment: the inbox consumers (2, with kills) and as
+//!   many auto-ack consumers (no faults) draining 1k and 10k messages (100k
+//!   with MQLAB_BENCH_SOAK_100K=1): messages/s, ms per message, the ratio;
+//! - cold `mqlab lab --all --env local` (boot + every run, default --jobs),
+//!   and its ratio to the bare boot measured in the same run;
+//! - `mqlab env up`, then warm `mqlab lab --all --env-dir` and
+//!   `mqlab explore consumer-crash --env-dir`, then `mqlab env down`.
+//!
+//! The commands are the release binary, run as a user runs them.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -16,9 +20,7 @@ use std::time::{Duration, Instant};
 use mqlab::env::guard::RunDir;
 use mqlab::env::local::LocalEnv;
 use mqlab::env::{EnvOptions, Environment};
-use mqlab::events::Quiet;
 use mqlab::lab::Project;
-use mqlab::runner::{self, Suite};
 use mqlab::soak::{Plan, Soak};
 use mqlab::vocab::Pattern;
 
@@ -61,71 +63,39 @@ fn main() {
         Some((_, vs)) => vs.push(v),
         None => rows.push((name.to_string(), vec![v])),
     };
+    let mqlab = |args: &[&str]| -> (f64, String) {
+        let t = Instant::now();
+        let out = std::process::Command::new(exe)
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .expect("mqlab runs");
+        let secs = t.elapsed().as_secs_f64();
+        assert!(
+            out.status.success(),
+            "mqlab {args:?} failed: {:?}",
+            out.status
+        );
+        (secs, String::from_utf8_lossy(&out.stdout).into_owned())
+    };
     for i in 0..runs {
         let run_dir = RunDir::create(exe).expect("run directory");
-        rt.block_on(async {
-            let started = Instant::now();
-            let mut vhosts: Vec<String> = labs
-                .iter()
-                .map(|l| runner::vhost_for(&l.run_name()))
-                .collect();
-            vhosts.extend(["explore".to_string(), "soak".to_string()]);
+        let boot = rt.block_on(async {
             let opts = EnvOptions {
                 dir: run_dir.path().to_path_buf(),
                 keep: false,
                 amqp_port: None,
                 pg_port: None,
                 ready_timeout: Duration::from_secs(60),
-                vhosts,
+                vhosts: vec!["soak".into()],
                 progress: Default::default(),
+                management: false,
             };
             let mut env =
                 Environment::Local(Box::new(LocalEnv::start(&opts).await.expect("environment")));
             let boot = env.info().ready.as_secs_f64();
             push("environment ready (s)", boot);
-            let mut suite = Suite {
-                project: &project,
-                env: &mut env,
-                exe,
-                run_dir: run_dir.path(),
-                update: false,
-                vhost: None,
-                checks_only: false,
-                jobs: 1,
-            };
-            let mut records = Vec::new();
-            let t = Instant::now();
-            suite.run(&labs, &mut records, &mut Quiet).await;
-            let warm = t.elapsed().as_secs_f64();
-            for r in &records {
-                assert!(r.passed(), "{} failed in run {i}", r.run);
-            }
-            push("cold lab --all (s)", started.elapsed().as_secs_f64());
-            push("warm lab --all (s)", warm);
-            push("cold --all / boot", started.elapsed().as_secs_f64() / boot);
-
-            let lab = project.load("consumer-crash").unwrap();
-            let points = mqlab::explore::points(&lab);
-            let mut suite = Suite {
-                project: &project,
-                env: &mut env,
-                exe,
-                run_dir: run_dir.path(),
-                update: false,
-                vhost: Some("explore".into()),
-                checks_only: true,
-                jobs: 1,
-            };
-            let t = Instant::now();
-            for p in &points {
-                let r = suite.run_one(&p.lab, &mut Quiet).await;
-                assert_eq!(mqlab::explore::Verdict::of(&r), mqlab::explore::Verdict::Ok);
-            }
-            push(
-                &format!("explore consumer-crash, {} points (s)", points.len()),
-                t.elapsed().as_secs_f64(),
-            );
-
             for n in &sizes {
                 let plan = Plan {
                     messages: *n,
@@ -156,8 +126,26 @@ fn main() {
                 push(&format!("soak {n}: inbox / auto-ack"), r.rate() / base);
             }
             env.stop().await;
+            boot
         });
         run_dir.close();
+
+        let (cold, _) = mqlab(&["lab", "--all", "--env", "local"]);
+        push(&format!("cold lab --all, {} runs (s)", labs.len()), cold);
+        push("cold lab --all / environment ready", cold / boot);
+
+        let (up, dir) = mqlab(&["env", "up"]);
+        push("env up (s)", up);
+        let dir = dir.trim().to_string();
+        let (warm, _) = mqlab(&["lab", "--all", "--env-dir", &dir]);
+        push(&format!("warm lab --all, {} runs (s)", labs.len()), warm);
+        let points = mqlab::explore::points(&project.load("consumer-crash").unwrap()).len();
+        let (explore, _) = mqlab(&["explore", "consumer-crash", "--env-dir", &dir]);
+        push(
+            &format!("warm explore consumer-crash, {points} points (s)"),
+            explore,
+        );
+        mqlab(&["env", "down", &dir]);
         eprintln!("run {}/{runs} done", i + 1);
     }
     println!("mqlab benchmark: {runs} runs (min median max), 2-core figures in the README");

@@ -78,6 +78,9 @@ enum Cmd {
     /// or stop one
     #[command(subcommand)]
     Env(EnvCmd),
+    /// Join reports of runs split over CI jobs (`--partition`)
+    #[command(subcommand)]
+    Report(ReportCmd),
     /// Internal: cleans up after a run when the harness goes away
     #[command(hide = true)]
     Guard {
@@ -111,11 +114,33 @@ enum EnvCmd {
         /// PostgreSQL on this 127.0.0.1 port [default: a free one]
         #[arg(long, value_name = "PORT")]
         pg_port: Option<u16>,
+        /// Also enable RabbitMQ's management API, and print the three URLs
+        /// that `--env external` takes (to try it on these servers)
+        #[arg(long)]
+        management: bool,
     },
     /// Stop a kept environment and remove its directory
     Down {
         /// The directory `mqlab env up` or `mqlab lab --keep` printed
         dir: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum ReportCmd {
+    /// Merge `--evidence` directories into one: every run's page and JSON,
+    /// one index (OUT/README.md) and one JUnit report from the runs' JSON.
+    /// Exit 0 when every merged run passed, 1 otherwise
+    Merge {
+        /// Evidence directories written by `mqlab lab --evidence DIR`
+        #[arg(required = true, value_name = "DIR")]
+        dirs: Vec<PathBuf>,
+        /// Where the merged evidence goes
+        #[arg(long, value_name = "OUT")]
+        out: PathBuf,
+        /// The merged JUnit report [default: OUT/junit.xml]
+        #[arg(long, value_name = "FILE")]
+        junit: Option<PathBuf>,
     },
 }
 
@@ -139,6 +164,10 @@ struct ExploreArgs {
     /// Run this command as the consumer of a lab that runs a program
     #[arg(long, value_name = "COMMAND")]
     consumer_cmd: Option<String>,
+    /// Run share K of N of the points (after --points): `K/N`, `count:K/N`
+    /// or `hash:K/N`, as for `mqlab lab`
+    #[arg(long, value_name = "K/N")]
+    partition: Option<crate::partition::Partition>,
     #[command(flatten)]
     env: EnvArgs,
 }
@@ -203,9 +232,57 @@ struct EnvArgs {
     #[arg(long, value_name = "DIR", env = "MQLAB_ENV_DIR",
           conflicts_with_all = ["amqp_port", "pg_port", "rabbitmq_image", "postgres_image"])]
     env_dir: Option<PathBuf>,
+    /// --env external: the broker, amqp://USER:PASSWORD@HOST:PORT (the user
+    /// needs every right on the vhosts mqlab creates)
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "MQLAB_EXTERNAL_AMQP_URL",
+        hide_env_values = true
+    )]
+    amqp_url: Option<String>,
+    /// --env external: the broker's management API, http://USER:PASSWORD@HOST:15672
+    /// (an `administrator`; without USER, the AMQP user) to create and delete vhosts
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "MQLAB_EXTERNAL_MANAGEMENT_URL",
+        hide_env_values = true
+    )]
+    management_url: Option<String>,
+    /// --env external: PostgreSQL, postgres://USER:PASSWORD@HOST:PORT/DB (a role
+    /// with CREATEDB; DB is where it connects to create the runs' databases)
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "MQLAB_EXTERNAL_DATABASE_URL",
+        hide_env_values = true
+    )]
+    database_url: Option<String>,
 }
 
 impl EnvArgs {
+    /// `--env external`'s servers, parsed before anything connects; the URL
+    /// flags without `--env external` are a mistake worth one line.
+    fn external(&self) -> Result<Option<crate::env::external::ExternalConfig>> {
+        let given = [&self.amqp_url, &self.management_url, &self.database_url];
+        if !matches!(self.env, EnvKind::External) {
+            if given.iter().any(|u| u.is_some()) {
+                bail!("--amqp-url, --management-url and --database-url go with --env external");
+            }
+            return Ok(None);
+        }
+        if self.env_dir.is_some() {
+            bail!("--env external and --env-dir: choose one");
+        }
+        match (&self.amqp_url, &self.management_url, &self.database_url) {
+            (Some(a), Some(m), Some(d)) => Ok(Some(crate::env::external::ExternalConfig::parse(a, m, d)?)),
+            _ => bail!(
+                "--env external needs --amqp-url, --management-url and --database-url (or MQLAB_EXTERNAL_AMQP_URL, MQLAB_EXTERNAL_MANAGEMENT_URL, MQLAB_EXTERNAL_DATABASE_URL)"
+            ),
+        }
+    }
+
     /// The kept environment `--env-dir` names, read before anything starts;
     /// every vhost the runs need must be there.
     fn attach(&self, vhosts: &[String]) -> Result<Option<crate::env::local::Kept>> {
@@ -273,6 +350,15 @@ struct LabArgs {
     /// against your own consumer (role contract: README)
     #[arg(long, value_name = "COMMAND")]
     consumer_cmd: Option<String>,
+    /// Run share K of N of the runs (CI matrix jobs): `K/N` or `count:K/N`
+    /// deals them in turn, `hash:K/N` by a hash of each run's name; the N
+    /// shares run every run exactly once (`mqlab report merge` joins them)
+    #[arg(long, value_name = "K/N")]
+    partition: Option<crate::partition::Partition>,
+    /// Skip the labs this environment cannot run (a broker fault on
+    /// --env external) instead of refusing to start; they are listed
+    #[arg(long)]
+    skip_unsupported: bool,
     /// Leave RabbitMQ and PostgreSQL running afterwards (with the labs' vhosts and
     /// databases), print how to reach them and the command that stops them
     #[arg(long)]
@@ -287,6 +373,9 @@ enum EnvKind {
     Local,
     /// RabbitMQ and PostgreSQL from the images pinned in labs/environment.toml, through testcontainers
     Containers,
+    /// Your own RabbitMQ and PostgreSQL (--amqp-url, --management-url,
+    /// --database-url): each run makes and removes its own vhost and database
+    External,
 }
 
 pub fn main() -> i32 {
@@ -346,11 +435,15 @@ pub fn main() -> i32 {
         Cmd::List => cmd_list(&project).usage(),
         Cmd::Check { files } => cmd_check(&files),
         Cmd::Env(EnvCmd::Down { dir }) => cmd_env_down(&dir).usage(),
+        Cmd::Report(ReportCmd::Merge { dirs, out, junit }) => {
+            cmd_report_merge(&dirs, &out, junit.as_deref())
+        }
         Cmd::Env(EnvCmd::Up {
             ready_timeout,
             amqp_port,
             pg_port,
-        }) => cmd_env_up(&project, ready_timeout, amqp_port, pg_port),
+            management,
+        }) => cmd_env_up(&project, ready_timeout, amqp_port, pg_port, management),
         Cmd::Role {
             config,
             config_file,
@@ -520,6 +613,10 @@ fn plan(project: &Project, args: &LabArgs) -> Result<Vec<Lab>> {
     if names.is_empty() {
         bail!("no labs found in `{}`", project.labs_dir().display());
     }
+    let names = match &args.partition {
+        Some(p) => p.share(names, |n| n.clone()),
+        None => names,
+    };
     let mut labs: Vec<Lab> = names
         .iter()
         .map(|n| project.load(n))
@@ -561,13 +658,41 @@ fn plan(project: &Project, args: &LabArgs) -> Result<Vec<Lab>> {
 }
 
 fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32, Error> {
-    let labs = plan(project, &args).usage()?;
+    let mut labs = plan(project, &args).usage()?;
+    let external = args.env.external().usage()?;
+    let mut skipped = Vec::new();
+    if external.is_some() {
+        let (cannot, can): (Vec<Lab>, Vec<Lab>) = labs.into_iter().partition(Lab::has_broker_fault);
+        skipped = cannot.iter().map(Lab::run_name).collect::<Vec<_>>();
+        if !skipped.is_empty() && !args.skip_unsupported {
+            return Err(Error::Usage(anyhow::anyhow!(
+                "not runnable on --env external (a broker fault; the broker is not mqlab's): {} (--skip-unsupported runs the others)",
+                skipped.join(", ")
+            )));
+        }
+        labs = can;
+        if !skipped.is_empty() {
+            eprintln!(
+                "mqlab: skipped, not runnable on --env external (a broker fault): {}",
+                skipped.join(", ")
+            );
+        }
+    }
+    if let (Some(p), true) = (&args.partition, labs.is_empty()) {
+        eprintln!("mqlab: partition {p} holds none of these runs; nothing to run");
+        return Ok(exit::OK);
+    }
     let vhosts: Vec<String> = labs
         .iter()
         .map(|l| runner::vhost_for(&l.run_name()))
         .collect();
     let attach = args.env.attach(&vhosts).usage()?;
     let images = images(project, &args.env).usage()?;
+    let rt = runtime().map_err(Error::Environment)?;
+    if let Some(config) = &external {
+        rt.block_on(crate::env::external::ExternalEnv::preflight(config))
+            .usage()?;
+    }
     let exe = std::env::current_exe()
         .context("cannot find the mqlab executable")
         .usage()?;
@@ -582,6 +707,7 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32, Error> {
         pg_port: args.env.pg_port,
         vhosts,
         progress: Progress::new(move |what| bar.set_message(format!("environment: {what}"))),
+        management: false,
     };
     let mut sink = Fanout::default();
     sink.push(terminal);
@@ -600,11 +726,15 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32, Error> {
     }
     eprintln!("mqlab: run directory {}", run_dir.path().display());
     let started = Instant::now();
-    let rt = runtime().map_err(Error::Environment)?;
     let mut records: Vec<RunRecord> = Vec::new();
     let outcome: Result<bool, Error> = rt.block_on(async {
-        let mut env =
-            start_environment(args.env.env, args.keep, attach, &images, &opts, &mut sink).await?;
+        let mut env = match external {
+            Some(config) => start_external(config, &opts.vhosts, &mut sink).await?,
+            None => {
+                start_environment(args.env.env, args.keep, attach, &images, &opts, &mut sink)
+                    .await?
+            }
+        };
         let mut suite = Suite {
             project,
             env: &mut env,
@@ -631,6 +761,13 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32, Error> {
             wall: started.elapsed(),
         })
         .ok();
+        if !skipped.is_empty() {
+            eprintln!(
+                "mqlab: {} skipped (not runnable on --env external): {}",
+                skipped.len(),
+                skipped.join(", ")
+            );
+        }
         match interrupted_by {
             Some(sig) => Err(Error::Interrupted(sig)),
             None => Ok(kept),
@@ -683,6 +820,11 @@ fn cmd_soak(project: &Project, args: SoakArgs) -> Result<i32, Error> {
         pattern,
         baseline: !args.no_baseline,
     };
+    if matches!(args.env.env, EnvKind::External) {
+        return Err(Error::Usage(anyhow::anyhow!(
+            "soak runs on --env local or containers"
+        )));
+    }
     let attach = args.env.attach(&[SOAK_VHOST.into()]).usage()?;
     let images = images(project, &args.env).usage()?;
     let exe = std::env::current_exe()
@@ -700,6 +842,7 @@ fn cmd_soak(project: &Project, args: SoakArgs) -> Result<i32, Error> {
         pg_port: args.env.pg_port,
         vhosts: vec![SOAK_VHOST.into()],
         progress: Progress::new(move |what| bar.set_message(format!("environment: {what}"))),
+        management: false,
     };
     let mut sink = sinks::Terminal::quiet(terminal);
     let rt = runtime().map_err(Error::Environment)?;
@@ -790,12 +933,24 @@ fn cmd_explore(project: &Project, args: ExploreArgs) -> Result<i32, Error> {
     }
     let all = crate::explore::points(&lab);
     let total = all.len();
-    let points = match args.points {
+    let mut points = match args.points {
         Some(n) => crate::explore::sample(all, n, args.seed),
         None => all,
     };
+    if let Some(p) = &args.partition {
+        points = p.share(points, |p| format!("{} {}", p.row, p.column));
+        if points.is_empty() {
+            eprintln!("mqlab: partition {p} of {run}'s points holds none; nothing to run");
+            return Ok(exit::OK);
+        }
+    }
     if let Some(dir) = &args.evidence {
         evidence::prepare_dir(dir).usage()?;
+    }
+    if matches!(args.env.env, EnvKind::External) {
+        return Err(Error::Usage(anyhow::anyhow!(
+            "explore runs on --env local or containers: its points restart the broker"
+        )));
     }
     let attach = args.env.attach(&[EXPLORE_VHOST.into()]).usage()?;
     let images = images(project, &args.env).usage()?;
@@ -813,6 +968,7 @@ fn cmd_explore(project: &Project, args: ExploreArgs) -> Result<i32, Error> {
         pg_port: args.env.pg_port,
         vhosts: vec![EXPLORE_VHOST.into()],
         progress: Progress::new(move |what| bar.set_message(format!("environment: {what}"))),
+        management: false,
     };
     // The points' transcripts are not printed: the matrix is the output.
     let mut sink = sinks::Terminal::quiet(terminal);
@@ -992,7 +1148,7 @@ use crate::env::local::KEPT_FILE;
 /// The image references: flag or variable, else the committed pins; each
 /// must be pinned by digest unless floating ones are allowed.
 fn images(project: &Project, args: &EnvArgs) -> Result<(String, String)> {
-    if matches!(args.env, EnvKind::Local) {
+    if matches!(args.env, EnvKind::Local | EnvKind::External) || args.env_dir.is_some() {
         return Ok(Default::default());
     }
     let pins_file = project.labs_dir().join("environment.toml");
@@ -1062,12 +1218,33 @@ async fn start_environment(
     Ok(env)
 }
 
+/// The user's servers: vhosts created, versions read; Ctrl-C meanwhile
+/// removes what was created.
+async fn start_external(
+    config: crate::env::external::ExternalConfig,
+    vhosts: &[String],
+    sink: &mut dyn Sink,
+) -> Result<Environment, Error> {
+    sink.on(&Event::EnvChosen {
+        kind: "external",
+        why: "--env external",
+    })
+    .ok();
+    let env = tokio::select! {
+        env = crate::env::external::ExternalEnv::start(config, vhosts) => env.map_err(Error::Environment)?,
+        sig = interrupted() => return Err(Error::Interrupted(sig)),
+    };
+    let env = Environment::External(Box::new(env));
+    sink.on(&Event::EnvReady(env.info())).ok();
+    Ok(env)
+}
+
 /// Which environment runs, and why, in a few words.
 async fn choose(kind: EnvKind, keep: bool, images: &(String, String)) -> Result<(bool, String)> {
     let host =
         std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".into());
     Ok(match kind {
-        EnvKind::Local => (false, "--env local".into()),
+        EnvKind::Local | EnvKind::External => (false, "--env local".into()),
         EnvKind::Containers => {
             crate::env::containers::engine().await?;
             (true, "--env containers".into())
@@ -1133,6 +1310,15 @@ fn keep_running(env: Environment, dir: &Path, labs: &[Lab]) -> Result<()> {
         "  run labs on it with: mqlab lab ... --env-dir {}",
         dir.display()
     );
+    if let Some(port) = env.management_port {
+        eprintln!(
+            "  or as if it were yours: mqlab lab ... --env external --amqp-url {} --management-url http://{}:{}@127.0.0.1:{port} --database-url {}",
+            e.amqp_url("").trim_end_matches('/'),
+            e.amqp_user,
+            e.amqp_password,
+            e.pg_url(&e.pg_admin)
+        );
+    }
     eprintln!("  stop it with: mqlab env down {}", dir.display());
     env.detach();
     Ok(())
@@ -1145,6 +1331,7 @@ fn cmd_env_up(
     ready_timeout: u64,
     amqp_port: Option<u16>,
     pg_port: Option<u16>,
+    management: bool,
 ) -> Result<i32, Error> {
     let mut labs = Vec::new();
     for lab in project.lab_names().usage()? {
@@ -1171,6 +1358,7 @@ fn cmd_env_up(
         pg_port,
         vhosts,
         progress: Progress::new(move |what| bar.set_message(format!("environment: {what}"))),
+        management,
     };
     let mut sink = sinks::Terminal::quiet(terminal);
     let rt = runtime().map_err(Error::Environment)?;
@@ -1198,6 +1386,22 @@ fn cmd_env_up(
             Err(e)
         }
     }
+}
+
+fn cmd_report_merge(dirs: &[PathBuf], out: &Path, junit: Option<&Path>) -> Result<i32, Error> {
+    let m = crate::report::merge(dirs, out, junit).usage()?;
+    eprintln!(
+        "mqlab: merged {} runs from {} directories into {} (index README.md), JUnit {}",
+        m.runs,
+        dirs.len(),
+        out.display(),
+        m.junit.display()
+    );
+    if m.failed.is_empty() {
+        return Ok(exit::OK);
+    }
+    eprintln!("mqlab: {} failed: {}", m.failed.len(), m.failed.join(", "));
+    Ok(exit::LAB_FAILED)
 }
 
 fn cmd_env_down(dir: &Path) -> Result<i32> {

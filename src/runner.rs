@@ -150,6 +150,8 @@ struct Params<'a> {
     /// The vhosts outlived earlier runs (`--env-dir`): each run deletes its
     /// lab's queues first (a broker crash can even bring acked messages back).
     reused: bool,
+    /// Before every vhost and database name (`--env external`).
+    prefix: String,
 }
 
 impl Suite<'_> {
@@ -163,6 +165,7 @@ impl Suite<'_> {
             endpoints: self.env.endpoints().clone(),
             vhost: self.vhost.clone(),
             reused: self.env.reused(),
+            prefix: self.env.prefix(),
         }
     }
 
@@ -171,13 +174,12 @@ impl Suite<'_> {
     /// the labs' order.
     pub async fn run(&mut self, labs: &[Lab], records: &mut Vec<RunRecord>, sink: &mut dyn Sink) {
         let total = labs.len();
-        let alone = |l: &Lab| {
-            l.steps
-                .iter()
-                .any(|s| matches!(s.action, Action::Broker(_)))
-        };
+        let alone = Lab::has_broker_fault;
         let mut order: Vec<String> = labs.iter().map(Lab::run_name).collect();
-        if self.jobs > 1 && self.vhost.is_none() {
+        // Concurrency only pays with two runs to overlap; one run streams
+        // its lines as they happen.
+        let overlapping = labs.iter().filter(|l| !alone(l)).count() > 1;
+        if self.jobs > 1 && self.vhost.is_none() && overlapping {
             let shared: Vec<(usize, &Lab)> =
                 labs.iter().enumerate().filter(|(_, l)| !alone(l)).collect();
             let params = self.params();
@@ -250,6 +252,7 @@ impl Suite<'_> {
             endpoints: self.env.endpoints().clone(),
             vhost: self.vhost.clone(),
             reused: self.env.reused(),
+            prefix: self.env.prefix(),
         };
         execute(&params, Some(&mut *self.env), lab, sink).await
     }
@@ -307,7 +310,12 @@ async fn execute(
     let endpoints = p.endpoints.clone();
     let mut ctx = Ctx {
         lab,
-        vhost: p.vhost.clone().unwrap_or_else(|| vhost_for(&run)),
+        vhost: format!(
+            "{}{}",
+            p.prefix,
+            p.vhost.clone().unwrap_or_else(|| vhost_for(&run))
+        ),
+        database: database_for(&format!("{}{run}", p.prefix)),
         shared_vhost: p.vhost.is_some() || p.reused,
         unreachable: None,
         run: run.clone(),
@@ -388,6 +396,7 @@ struct Ctx<'a> {
     lab: &'a Lab,
     run: String,
     vhost: String,
+    database: String,
     /// Other runs used this vhost before: delete the lab's queues first.
     shared_vhost: bool,
     /// Why the fault's window was never reached, when it was not.
@@ -433,8 +442,8 @@ impl Ctx<'_> {
     /// The lab's own database and vhost objects, fresh.
     async fn prepare(&mut self) -> Result<()> {
         self.phase("prepare");
-        let db_name = database_for(&self.run);
-        let mut admin = store::connect(&self.endpoints.pg_url("postgres")).await?;
+        let db_name = self.database.clone();
+        let mut admin = store::connect(&self.endpoints.pg_url(&self.endpoints.pg_admin)).await?;
         store::create_database(&mut admin, &db_name).await?;
         drop(admin);
         let mut db = store::connect(&self.endpoints.pg_url(&db_name)).await?;
@@ -860,7 +869,7 @@ impl Ctx<'_> {
         ConsumerConfig {
             lab: self.lab.name.clone(),
             amqp_url: self.role_endpoints.amqp_url(&self.vhost),
-            database_url: self.endpoints.pg_url(&database_for(&self.run)),
+            database_url: self.endpoints.pg_url(&self.database),
             queue: c.queue.clone(),
             consumer: "consumer-1".into(),
             service: c.service.clone(),
@@ -1186,7 +1195,7 @@ impl Ctx<'_> {
                 crate::protocol::PROGRAM_CONTRACT.to_string(),
             )
             .env("MQLAB_AMQP_URL", self.role_endpoints.amqp_url(&self.vhost))
-            .env("MQLAB_DATABASE_URL", db.pg_url(&database_for(&self.run)))
+            .env("MQLAB_DATABASE_URL", db.pg_url(&self.database))
             .env("MQLAB_QUEUE", &c.queue)
             .env("MQLAB_SERVICE", &c.service)
             .env("MQLAB_PREFETCH", "1")

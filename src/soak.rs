@@ -233,7 +233,8 @@ impl Soak<'_> {
     /// Runs the soak: a backlog, then competing consumers killed at random
     /// windows until every message is settled, then the checks.
     pub async fn run(&mut self, plan: &Plan) -> Result<Report> {
-        let mut db = store::connect(&self.env.endpoints().pg_url("postgres")).await?;
+        let mut db =
+            store::connect(&self.env.endpoints().pg_url(&self.env.endpoints().pg_admin)).await?;
         store::create_database(&mut db, &self.database).await?;
         drop(db);
         let mut db = store::connect(&self.env.endpoints().pg_url(&self.database)).await?;

@@ -58,6 +58,7 @@ fn with_env(containers: bool) {
             pg_port: None,
             vhosts: vec!["faults".into()],
             progress: Default::default(),
+            management: false,
         };
         let mut env = match &images {
             None => Environment::Local(Box::new(LocalEnv::start(&opts).await.unwrap())),

@@ -256,7 +256,7 @@ impl ContainersEnv {
     }
 
     async fn db_ready(&self, deadline: Instant) -> Result<String> {
-        let url = self.endpoints.pg_url("postgres");
+        let url = self.endpoints.pg_url(&self.endpoints.pg_admin);
         loop {
             if let Ok(mut c) = store::connect(&url).await {
                 return store::server_version(&mut c).await;

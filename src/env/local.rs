@@ -92,6 +92,8 @@ pub struct LocalEnv {
     attached: bool,
     /// The vhosts created at boot (kept.json lists them for `--env-dir`).
     vhosts: Vec<String>,
+    /// The management API's port, when enabled.
+    pub management_port: Option<u16>,
     pub endpoints: Endpoints,
     pub info: EnvInfo,
 }
@@ -122,6 +124,8 @@ pub struct Kept {
     pub database_source: String,
     pub endpoints: Endpoints,
     pub vhosts: Vec<String>,
+    #[serde(default)]
+    pub management_port: Option<u16>,
     rabbit_pid: u32,
     rabbit: RabbitLaunch,
     /// For people: each lab run's URLs.
@@ -158,6 +162,7 @@ impl LocalEnv {
             rabbit_pid: None,
             attached: false,
             vhosts: opts.vhosts.clone(),
+            management_port: opts.management.then_some(ports[4]),
             epmd: None,
             rabbit: None,
             rabbit_stdin: None,
@@ -220,14 +225,22 @@ impl LocalEnv {
         std::fs::set_permissions(&cookie, std::fs::Permissions::from_mode(0o400))?;
         let definitions = base.join("etc/definitions.json");
         std::fs::write(&definitions, definitions_json(&opts.vhosts).to_string())?;
+        let management = match self.management_port {
+            Some(port) => format!("management.tcp.ip = 127.0.0.1\nmanagement.tcp.port = {port}\n"),
+            None => String::new(),
+        };
         std::fs::write(
             base.join("etc/rabbitmq.conf"),
             format!(
-                "log.console = false\nload_definitions = {}\n",
+                "log.console = false\nload_definitions = {}\n{management}",
                 definitions.display()
             ),
         )?;
-        std::fs::write(base.join("etc/enabled_plugins"), "[].\n")?;
+        let plugins = match self.management_port {
+            Some(_) => "[rabbitmq_management].\n",
+            None => "[].\n",
+        };
+        std::fs::write(base.join("etc/enabled_plugins"), plugins)?;
         std::fs::write(base.join("etc/advanced.config"), super::ADVANCED_CONFIG)?;
 
         // Our own epmd, in the foreground: otherwise beam starts `epmd -daemon`, which outlives us.
@@ -410,7 +423,7 @@ impl LocalEnv {
     }
 
     async fn postgres_ready(&self, root: &Path, deadline: Instant) -> Result<String> {
-        let url = self.endpoints.pg_url("postgres");
+        let url = self.endpoints.pg_url(&self.endpoints.pg_admin);
         loop {
             if let Ok(mut c) = store::connect(&url).await {
                 return store::server_version(&mut c).await;
@@ -519,6 +532,7 @@ impl LocalEnv {
             database_source: self.info.db_source.clone(),
             endpoints: self.endpoints.clone(),
             vhosts: self.vhosts.clone(),
+            management_port: self.management_port,
             rabbit_pid: pid,
             rabbit: self
                 .rabbit_launch
@@ -546,6 +560,7 @@ impl LocalEnv {
             rabbit_pid: Some(kept.rabbit_pid),
             attached: true,
             vhosts: kept.vhosts,
+            management_port: kept.management_port,
             endpoints: kept.endpoints,
             info: EnvInfo {
                 kind: "local",

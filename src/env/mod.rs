@@ -2,6 +2,7 @@
 //! runner only sees [`Endpoints`] and [`EnvInfo`], never how they were started.
 
 pub mod containers;
+pub mod external;
 pub mod guard;
 pub mod local;
 pub mod process;
@@ -19,6 +20,15 @@ pub struct Endpoints {
     pub pg_host: String,
     pub pg_port: u16,
     pub pg_user: String,
+    #[serde(default)]
+    pub pg_password: Option<String>,
+    /// The database the harness connects to to create the runs' ones.
+    #[serde(default = "postgres_db")]
+    pub pg_admin: String,
+}
+
+fn postgres_db() -> String {
+    "postgres".into()
 }
 
 impl Endpoints {
@@ -32,14 +42,16 @@ impl Endpoints {
             pg_host: "127.0.0.1".into(),
             pg_port,
             pg_user: "postgres".into(),
+            pg_password: None,
+            pg_admin: postgres_db(),
         }
     }
 
     pub fn amqp_url(&self, vhost: &str) -> String {
         format!(
             "amqp://{}:{}@{}:{}/{}",
-            self.amqp_user,
-            self.amqp_password,
+            percent_encode(&self.amqp_user),
+            percent_encode(&self.amqp_password),
             self.amqp_host,
             self.amqp_port,
             percent_encode(vhost)
@@ -47,9 +59,16 @@ impl Endpoints {
     }
 
     pub fn pg_url(&self, database: &str) -> String {
+        let password = match &self.pg_password {
+            Some(p) => format!(":{}", percent_encode(p)),
+            None => String::new(),
+        };
         format!(
-            "postgres://{}@{}:{}/{}",
-            self.pg_user, self.pg_host, self.pg_port, database
+            "postgres://{}{password}@{}:{}/{}",
+            percent_encode(&self.pg_user),
+            self.pg_host,
+            self.pg_port,
+            database
         )
     }
 }
@@ -114,6 +133,9 @@ pub struct EnvOptions {
     /// One isolated vhost per lab run, created at broker boot.
     pub vhosts: Vec<String>,
     pub progress: Progress,
+    /// Enable RabbitMQ's management plugin (HTTP API on a free 127.0.0.1
+    /// port): `mqlab env up --management`, for `--env external` against it.
+    pub management: bool,
 }
 
 /// The lab broker's only user. A fixed password is fine for a throwaway node
@@ -166,11 +188,19 @@ pub fn definitions_json(vhosts: &[String]) -> serde_json::Value {
     })
 }
 
+fn not_ours() -> anyhow::Result<()> {
+    anyhow::bail!(
+        "the broker is the user's (--env external): mqlab cannot kill, restart or pause it"
+    )
+}
+
 /// The environment a run uses: one enum, so that the runner and the CLI do
 /// not care where the servers come from.
 pub enum Environment {
     Local(Box<local::LocalEnv>),
     Containers(Box<containers::ContainersEnv>),
+    /// The user's servers (`--env external`): no broker fault.
+    External(Box<external::ExternalEnv>),
 }
 
 impl Environment {
@@ -178,6 +208,7 @@ impl Environment {
         match self {
             Environment::Local(e) => &e.endpoints,
             Environment::Containers(e) => &e.endpoints,
+            Environment::External(e) => &e.endpoints,
         }
     }
 
@@ -185,6 +216,16 @@ impl Environment {
         match self {
             Environment::Local(e) => &e.info,
             Environment::Containers(e) => &e.info,
+            Environment::External(e) => &e.info,
+        }
+    }
+
+    /// Prepended to every vhost and database name of a run: the external
+    /// environment shares its servers with the user's own objects.
+    pub fn prefix(&self) -> String {
+        match self {
+            Environment::External(e) => e.prefix().to_string(),
+            _ => String::new(),
         }
     }
 
@@ -197,6 +238,7 @@ impl Environment {
         match self {
             Environment::Local(e) => e.stop().await,
             Environment::Containers(mut e) => e.stop().await,
+            Environment::External(e) => e.stop().await,
         }
     }
 
@@ -204,6 +246,7 @@ impl Environment {
         match self {
             Environment::Local(e) => e.kill_broker().await,
             Environment::Containers(e) => e.kill_broker().await,
+            Environment::External(_) => not_ours(),
         }
     }
 
@@ -211,6 +254,7 @@ impl Environment {
         match self {
             Environment::Local(e) => e.restart_broker().await,
             Environment::Containers(e) => e.restart_broker().await,
+            Environment::External(_) => not_ours(),
         }
     }
 
@@ -218,6 +262,7 @@ impl Environment {
         match self {
             Environment::Local(e) => e.pause_broker(),
             Environment::Containers(e) => e.pause_broker().await,
+            Environment::External(_) => not_ours(),
         }
     }
 
@@ -225,6 +270,7 @@ impl Environment {
         match self {
             Environment::Local(e) => e.resume_broker(),
             Environment::Containers(e) => e.resume_broker().await,
+            Environment::External(_) => not_ours(),
         }
     }
 }

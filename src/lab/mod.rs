@@ -49,6 +49,15 @@ impl Lab {
         any
     }
 
+    /// A step kills, restarts or pauses the broker: such a run has the
+    /// broker to itself (`--jobs`), and cannot run on a broker that is not
+    /// mqlab's (`--env external`).
+    pub fn has_broker_fault(&self) -> bool {
+        self.steps
+            .iter()
+            .any(|s| matches!(s.action, Action::Broker(_)))
+    }
+
     /// `lab` or `lab@variant`: the snapshot, vhost and database name.
     pub fn run_name(&self) -> String {
         match &self.variant {
