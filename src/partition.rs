@@ -83,7 +83,7 @@ impl Partition {
 
 /// FNV-1a, 64 bits: stable across Rust versions and machines, unlike the
 /// standard library's hasher.
-fn fnv1a(s: &str) -> u64 {
+pub fn fnv1a(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
     })

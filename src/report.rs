@@ -68,7 +68,11 @@ pub fn merge(inputs: &[PathBuf], out: &Path, junit: Option<&Path>) -> Result<Mer
         for ext in ["json", "md", "png"] {
             let from = dir.join(format!("{run}.{ext}"));
             let to = out.join(format!("{run}.{ext}"));
-            if from.exists() && from != to {
+            let same = match (from.canonicalize(), to.canonicalize()) {
+                (Ok(a), Ok(b)) => a == b,
+                _ => false,
+            };
+            if from.exists() && !same {
                 std::fs::copy(&from, &to)
                     .with_context(|| format!("cannot copy `{}`", from.display()))?;
             }

@@ -552,8 +552,12 @@ impl Ctx<'_> {
         };
         self.role_seq += 1;
         let log = self.logs.join(format!("{}-{role}.log", self.role_seq));
+        let file = self.logs.join(format!("{}-{role}.json", self.role_seq));
+        process::write_private(&file, &Envelope::new(config).to_json())?;
         let mut cmd = Command::new(self.exe);
-        cmd.args(["role", "--config", &Envelope::new(config).to_json()])
+        cmd.arg("role")
+            .arg("--config-file")
+            .arg(&file)
             .env("RUST_LOG", "warn");
         let mut child = process::spawn(&mut cmd, &log, true)?;
         let stdout = child.stdout.take().context("role stdout")?;

@@ -148,7 +148,7 @@ impl Soak<'_> {
         let log = self.logs.join(format!("{n}-{name}.log"));
         // Thousands of messages do not fit in one argument: a file.
         let file = self.logs.join(format!("{n}-{name}.json"));
-        std::fs::write(&file, Envelope::new(config).to_json())?;
+        process::write_private(&file, &Envelope::new(config).to_json())?;
         let mut cmd = Command::new(&self.exe);
         cmd.arg("role")
             .arg("--config-file")

@@ -142,6 +142,14 @@ fn env_up_warm_runs_then_env_down() {
         .env("TMPDIR", tmp.path()));
     assert_eq!(code, 0, "{stderr}");
     let dir = stdout.trim().to_string();
+    // `env down` even when an assertion below fails (again at the end).
+    struct Down(String);
+    impl Drop for Down {
+        fn drop(&mut self) {
+            let _ = mqlab(&["env", "down", &self.0]).output();
+        }
+    }
+    let _down = Down(dir.clone());
     assert!(
         Path::new(&dir).join("kept.json").is_file(),
         "{stdout}\n{stderr}"
@@ -161,6 +169,16 @@ fn env_up_warm_runs_then_env_down() {
         assert!(stdout.contains("3 passed, 0 failed"), "{stdout}");
         assert!(stderr.contains(&format!("--env-dir {dir}")), "{stderr}");
     }
+    // Another mqlab holds the environment: refused, exit 2, nothing run.
+    let lock = std::fs::File::open(Path::new(&dir).join("kept.lock")).unwrap();
+    lock.lock().unwrap();
+    let (code, _, stderr) = run(mqlab(&["lab", "routing", "--env-dir", &dir]).current_dir(root()));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("another mqlab is running on the environment"),
+        "{stderr}"
+    );
+    drop(lock);
     let scratch = scratch_project();
     let extra = scratch.path().join("labs/routing-copy.toml");
     let text = std::fs::read_to_string(scratch.path().join("labs/routing.toml")).unwrap();

@@ -105,8 +105,8 @@ pub struct ExternalEnv {
 }
 
 impl ExternalEnv {
-    /// Checks the rights (exit 2 when missing: `Err` from here is a usage
-    /// error), then creates the vhosts.
+    /// Checks that both servers answer, and the rights (exit 2 when not:
+    /// `Err` from here is a usage error), before anything is created.
     pub async fn preflight(config: &ExternalConfig) -> Result<()> {
         let who: serde_json::Value = config.management.get("/api/whoami").await?;
         let tags = match &who["tags"] {
@@ -125,9 +125,16 @@ impl ExternalEnv {
             );
         }
         let e = &config.endpoints;
-        let mut db = store::connect(&e.pg_url(&e.pg_admin))
-            .await
-            .context("--database-url")?;
+        within(
+            "the broker (--amqp-url)",
+            amqp::broker_version(&e.amqp_host, e.amqp_port),
+        )
+        .await?;
+        let mut db = within(
+            "PostgreSQL (--database-url)",
+            store::connect(&e.pg_url(&e.pg_admin)),
+        )
+        .await?;
         let can: (bool,) = sqlx::query_as(
             "SELECT rolcreatedb OR rolsuper FROM pg_roles WHERE rolname = current_user",
         )
@@ -142,10 +149,18 @@ impl ExternalEnv {
         Ok(())
     }
 
-    pub async fn start(config: ExternalConfig, vhosts: &[String]) -> Result<ExternalEnv> {
-        let started = Instant::now();
-        let prefix = format!("mqlab{}-", std::process::id());
-        let mut env = ExternalEnv {
+    /// Nothing created yet; `create` makes the vhosts, `stop` removes what
+    /// was made, even when `create` failed or was interrupted half way.
+    pub fn new(config: ExternalConfig) -> ExternalEnv {
+        // Unique per invocation: pids repeat across CI containers sharing
+        // one broker, and another run's objects must never be adopted.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or_default();
+        let tag = crate::partition::fnv1a(&format!("{}-{nanos}", std::process::id()));
+        let prefix = format!("mqlab{:06x}-", tag & 0xff_ffff);
+        ExternalEnv {
             endpoints: config.endpoints.clone(),
             info: EnvInfo {
                 kind: "external",
@@ -164,35 +179,48 @@ impl ExternalEnv {
             management: config.management,
             prefix,
             vhosts: Vec::new(),
-        };
+        }
+    }
+
+    pub async fn create(&mut self, vhosts: &[String]) -> Result<()> {
+        let started = Instant::now();
         for v in vhosts {
-            let name = env.vhost(v);
-            env.management
+            let name = self.vhost(v);
+            let status = self
+                .management
                 .put(
                     &format!("/api/vhosts/{}", enc(&name)),
                     serde_json::json!({}),
                 )
                 .await?;
+            if status != 201 {
+                // 204: it existed. Not ours: never used, never removed.
+                bail!("vhost `{name}` already exists on the external broker: not mqlab's to use");
+            }
             // Recorded before the permissions: a failure from here on still
             // removes the vhost.
-            env.vhosts.push(name.clone());
-            env.management
+            self.vhosts.push(name.clone());
+            self.management
                 .put(
                     &format!(
                         "/api/permissions/{}/{}",
                         enc(&name),
-                        enc(&env.endpoints.amqp_user)
+                        enc(&self.endpoints.amqp_user)
                     ),
                     serde_json::json!({"configure": ".*", "write": ".*", "read": ".*"}),
                 )
                 .await?;
         }
-        env.info.broker_version =
-            amqp::broker_version(&env.endpoints.amqp_host, env.endpoints.amqp_port).await?;
-        let mut db = store::connect(&env.endpoints.pg_url(&env.endpoints.pg_admin)).await?;
-        env.info.db_version = store::server_version(&mut db).await?;
-        env.info.ready = started.elapsed();
-        Ok(env)
+        let e = &self.endpoints;
+        self.info.broker_version = within(
+            "the broker",
+            amqp::broker_version(&e.amqp_host, e.amqp_port),
+        )
+        .await?;
+        let mut db = within("PostgreSQL", store::connect(&e.pg_url(&e.pg_admin))).await?;
+        self.info.db_version = store::server_version(&mut db).await?;
+        self.info.ready = started.elapsed();
+        Ok(())
     }
 
     /// This invocation's name for a lab run's vhost (and, through
@@ -229,10 +257,17 @@ impl ExternalEnv {
                     .bind(&pattern)
                     .fetch_all(&mut db)
                     .await?;
+            let mut failed = Vec::new();
             for (name,) in names {
-                sqlx::query(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
-                    .execute(&mut db)
-                    .await?;
+                // WITH (FORCE), PostgreSQL 13 or later: a role process still
+                // connected would otherwise keep its database.
+                let drop = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
+                if sqlx::query(&drop).execute(&mut db).await.is_err() {
+                    failed.push(name);
+                }
+            }
+            if !failed.is_empty() {
+                bail!("could not drop {}", failed.join(", "));
             }
             anyhow::Ok(())
         };
@@ -241,6 +276,14 @@ impl ExternalEnv {
                 "mqlab: could not remove this run's databases ({pattern}) from the external PostgreSQL: {err:#}"
             );
         }
+    }
+}
+
+/// The user's servers may not answer at all: say so within seconds.
+async fn within<T>(what: &str, f: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    match tokio::time::timeout(Duration::from_secs(10), f).await {
+        Ok(r) => r.with_context(|| format!("{what} does not answer as expected")),
+        Err(_) => bail!("{what} did not answer within 10 s"),
     }
 }
 
@@ -254,14 +297,14 @@ impl Management {
         method: &'static str,
         path: &str,
         body: Option<serde_json::Value>,
-    ) -> Result<String> {
+    ) -> Result<(u16, String)> {
         let url = format!("{}{path}", self.base);
         let auth = format!(
             "Basic {}",
             base64_encode(format!("{}:{}", self.user, self.password).as_bytes())
         );
         let shown = url.clone();
-        tokio::task::spawn_blocking(move || -> Result<String> {
+        tokio::task::spawn_blocking(move || -> Result<(u16, String)> {
             let agent: ureq::Agent = ureq::Agent::config_builder()
                 .timeout_global(Some(Duration::from_secs(10)))
                 .http_status_as_error(false)
@@ -280,7 +323,7 @@ impl Management {
             let status = response.status().as_u16();
             let text = response.body_mut().read_to_string().unwrap_or_default();
             match status {
-                200..=299 => Ok(text),
+                200..=299 => Ok((status, text)),
                 401 => bail!("the management API at {shown} refused the credentials (401)"),
                 403 => bail!("the management user lacks the rights for {method} {shown} (403)"),
                 s => bail!("{method} {shown}: HTTP {s}: {}", text.trim()),
@@ -290,12 +333,13 @@ impl Management {
     }
 
     async fn get(&self, path: &str) -> Result<serde_json::Value> {
-        let text = self.call("GET", path, None).await?;
+        let (_, text) = self.call("GET", path, None).await?;
         serde_json::from_str(&text).context("the management API answered something else than JSON")
     }
 
-    async fn put(&self, path: &str, body: serde_json::Value) -> Result<()> {
-        self.call("PUT", path, Some(body)).await.map(drop)
+    /// The status: 201 created, 204 it was there already.
+    async fn put(&self, path: &str, body: serde_json::Value) -> Result<u16> {
+        Ok(self.call("PUT", path, Some(body)).await?.0)
     }
 
     async fn delete(&self, path: &str) -> Result<()> {

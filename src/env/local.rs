@@ -90,6 +90,10 @@ pub struct LocalEnv {
     /// its pid; `stop` lets go of everything instead of stopping it.
     rabbit_pid: Option<u32>,
     attached: bool,
+    /// The `sleep` holding a kept node's stdin open: replaced at a restart.
+    holder_pid: Option<u32>,
+    /// Held while attached: one mqlab at a time per kept environment.
+    _lock: Option<std::fs::File>,
     /// The vhosts created at boot (kept.json lists them for `--env-dir`).
     vhosts: Vec<String>,
     /// The management API's port, when enabled.
@@ -127,7 +131,12 @@ pub struct Kept {
     #[serde(default)]
     pub management_port: Option<u16>,
     rabbit_pid: u32,
+    #[serde(default)]
+    holder_pid: Option<u32>,
     rabbit: RabbitLaunch,
+    /// `DIR/kept.lock`, held by the mqlab attached to it.
+    #[serde(skip)]
+    pub lock: Option<std::fs::File>,
     /// For people: each lab run's URLs.
     #[serde(default)]
     pub runs: Vec<serde_json::Value>,
@@ -161,6 +170,8 @@ impl LocalEnv {
             keep: opts.keep,
             rabbit_pid: None,
             attached: false,
+            holder_pid: None,
+            _lock: None,
             vhosts: opts.vhosts.clone(),
             management_port: opts.management.then_some(ports[4]),
             epmd: None,
@@ -307,6 +318,11 @@ impl LocalEnv {
         cmd.env_clear()
             .envs(launch.envs.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped());
+        // Its crash dumps (MnesiaCore.*, erl_crash.dump) land in its own
+        // directory, not in the user's.
+        if let Some(dir) = launch.out.parent() {
+            cmd.current_dir(dir);
+        }
         if self.keep {
             // The node halts when its stdin closes: a `sleep` that carries the
             // run's mark holds the pipe open until `mqlab env down`.
@@ -323,6 +339,16 @@ impl LocalEnv {
                 .process_group(0)
                 .spawn()
                 .context("cannot start the holder of RabbitMQ's stdin")?;
+            // The previous node's holder has nothing left to hold.
+            if let (Some(old), Some((_, mark))) = (self.holder_pid.take(), mark) {
+                if has_mark(old, mark) {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(old as i32),
+                        Signal::SIGKILL,
+                    );
+                }
+            }
+            self.holder_pid = holder.id();
             std::mem::forget(holder);
             cmd.stdin(Stdio::from(read));
         }
@@ -442,17 +468,6 @@ impl LocalEnv {
     /// a fast shutdown; then the directory goes.
     pub async fn stop(mut self) {
         if self.attached {
-            // A restart gave the node a new pid: the next run kills that one.
-            if let Ok(fresh) = self.kept() {
-                let file = fresh.dir.join(KEPT_FILE);
-                if let Ok(mut kept) = std::fs::read_to_string(&file)
-                    .map_err(anyhow::Error::from)
-                    .and_then(|t| Ok(serde_json::from_str::<Kept>(&t)?))
-                {
-                    kept.rabbit_pid = fresh.rabbit_pid;
-                    let _ = kept.write();
-                }
-            }
             return self.detach();
         }
         drop(self.rabbit_stdin.take());
@@ -473,7 +488,7 @@ impl LocalEnv {
 impl LocalEnv {
     pub async fn kill_broker(&mut self) -> Result<()> {
         if let Some(pid) = self.rabbit_pid.take() {
-            return kill_foreign(pid).await;
+            return kill_foreign(pid, self.mark()).await;
         }
         drop(self.rabbit_stdin.take());
         let mut c = self.rabbit.take().context("the broker is not running")?;
@@ -487,9 +502,33 @@ impl LocalEnv {
             self.kill_broker().await?;
         }
         self.launch_rabbit()?;
+        if self.attached {
+            // At once, not at the end: a run that dies later must not leave
+            // the next one a stale pid.
+            self.save_pids()?;
+        }
         self.rabbit_ready(Instant::now() + self.ready_probe.1)
             .await?;
         Ok(())
+    }
+
+    /// The mark the node and its holder carry: the kept directory.
+    fn mark(&self) -> &std::ffi::OsStr {
+        self.rabbit_launch
+            .as_ref()
+            .and_then(|l| l.envs.iter().find(|(k, _)| k == RUN_VAR))
+            .map(|(_, v)| v.as_os_str())
+            .unwrap_or_default()
+    }
+
+    /// Records the restarted node's and holder's pids in kept.json.
+    fn save_pids(&self) -> Result<()> {
+        let fresh = self.kept()?;
+        let file = fresh.dir.join(KEPT_FILE);
+        let mut kept: Kept = serde_json::from_str(&std::fs::read_to_string(&file)?)?;
+        kept.rabbit_pid = fresh.rabbit_pid;
+        kept.holder_pid = fresh.holder_pid;
+        kept.write()
     }
 
     pub fn pause_broker(&self) -> Result<()> {
@@ -534,6 +573,8 @@ impl LocalEnv {
             vhosts: self.vhosts.clone(),
             management_port: self.management_port,
             rabbit_pid: pid,
+            holder_pid: self.holder_pid,
+            lock: None,
             rabbit: self
                 .rabbit_launch
                 .clone()
@@ -559,6 +600,8 @@ impl LocalEnv {
             keep: true,
             rabbit_pid: Some(kept.rabbit_pid),
             attached: true,
+            holder_pid: kept.holder_pid,
+            _lock: kept.lock,
             vhosts: kept.vhosts,
             management_port: kept.management_port,
             endpoints: kept.endpoints,
@@ -593,6 +636,16 @@ impl LocalEnv {
 impl Drop for LocalEnv {
     /// The panic and early-return path: nothing can be awaited, so kill hard.
     fn drop(&mut self) {
+        if self.attached {
+            // Not ours to stop, even on a panic: `env down` does.
+            for c in [self.rabbit.take(), self.postgres.take(), self.epmd.take()]
+                .into_iter()
+                .flatten()
+            {
+                std::mem::forget(c);
+            }
+            return;
+        }
         drop(self.rabbit_stdin.take());
         for c in [&mut self.rabbit, &mut self.postgres, &mut self.epmd]
             .into_iter()
@@ -605,10 +658,11 @@ impl Drop for LocalEnv {
 
 /// Kills a kept node this process did not start (its whole process group)
 /// and waits until it is gone (or a zombie: every port closed).
-async fn kill_foreign(pid: u32) -> Result<()> {
+async fn kill_foreign(pid: u32, mark: &std::ffi::OsStr) -> Result<()> {
     let stat = format!("/proc/{pid}/stat");
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    if !String::from_utf8_lossy(&cmdline).contains("beam") {
+    // The pid may have been reused since kept.json was written: only a
+    // process carrying the environment's mark is its node.
+    if !has_mark(pid, mark) {
         bail!("the kept broker (pid {pid}) is not running");
     }
     let p = nix::unistd::Pid::from_raw(pid as i32);
@@ -630,6 +684,17 @@ async fn kill_foreign(pid: u32) -> Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Whether `pid` carries `MQLAB_RUN=<mark>` in its environment.
+fn has_mark(pid: u32, mark: &std::ffi::OsStr) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let mut needle = format!("{RUN_VAR}=").into_bytes();
+    needle.extend_from_slice(mark.as_bytes());
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .unwrap_or_default()
+        .split(|b| *b == 0)
+        .any(|v| v == needle.as_slice())
 }
 
 /// PostgreSQL refuses to run as root: as root, run it as the `postgres` user

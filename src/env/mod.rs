@@ -10,8 +10,8 @@ pub mod process;
 use std::time::Duration;
 
 /// How to reach the servers. Credentials live here and in URLs only, never in
-/// a transcript.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+/// a transcript (nor in `{:?}`).
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 pub struct Endpoints {
     pub amqp_host: String,
     pub amqp_port: u16,
@@ -29,6 +29,18 @@ pub struct Endpoints {
 
 fn postgres_db() -> String {
     "postgres".into()
+}
+
+impl std::fmt::Debug for Endpoints {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoints")
+            .field(
+                "amqp",
+                &format_args!("{}:{}", self.amqp_host, self.amqp_port),
+            )
+            .field("pg", &format_args!("{}:{}", self.pg_host, self.pg_port))
+            .finish_non_exhaustive()
+    }
 }
 
 impl Endpoints {

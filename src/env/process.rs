@@ -63,6 +63,22 @@ pub async fn stop(child: &mut Child, sig: Signal, grace: Duration) {
     let _ = signal::killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
 }
 
+/// A role's config, which holds the servers' credentials: a file only its
+/// owner reads (an argument would show in `ps` to every user).
+pub fn write_private(path: &Path, contents: &str) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("cannot write `{}`", path.display()))?;
+    f.write_all(contents.as_bytes())?;
+    Ok(())
+}
+
 /// For Drop paths, where nothing can be awaited.
 pub fn kill_now(child: &mut Child) {
     if let Some(pid) = child.id() {
