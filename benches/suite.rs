@@ -91,6 +91,7 @@ fn main() {
                 vhosts: vec!["soak".into()],
                 progress: Default::default(),
                 management: false,
+                cluster: None,
             };
             let mut env =
                 Environment::Local(Box::new(LocalEnv::start(&opts).await.expect("environment")));

@@ -728,6 +728,7 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32, Error> {
         vhosts,
         progress: Progress::new(move |what| bar.set_message(format!("environment: {what}"))),
         management: false,
+        cluster: None,
     };
     let mut sink = Fanout::default();
     sink.push(terminal);
@@ -863,6 +864,7 @@ fn cmd_soak(project: &Project, args: SoakArgs) -> Result<i32, Error> {
         vhosts: vec![SOAK_VHOST.into()],
         progress: Progress::new(move |what| bar.set_message(format!("environment: {what}"))),
         management: false,
+        cluster: None,
     };
     let mut sink = sinks::Terminal::quiet(terminal);
     let rt = runtime().map_err(Error::Environment)?;
@@ -989,6 +991,7 @@ fn cmd_explore(project: &Project, args: ExploreArgs) -> Result<i32, Error> {
         vhosts: vec![EXPLORE_VHOST.into()],
         progress: Progress::new(move |what| bar.set_message(format!("environment: {what}"))),
         management: false,
+        cluster: None,
     };
     // The points' transcripts are not printed: the matrix is the output.
     let mut sink = sinks::Terminal::quiet(terminal);
@@ -1395,6 +1398,7 @@ fn cmd_env_up(
         vhosts,
         progress: Progress::new(move |what| bar.set_message(format!("environment: {what}"))),
         management,
+        cluster: None,
     };
     let mut sink = sinks::Terminal::quiet(terminal);
     let rt = runtime().map_err(Error::Environment)?;

@@ -59,6 +59,7 @@ fn with_env(containers: bool) {
             vhosts: vec!["faults".into()],
             progress: Default::default(),
             management: false,
+            cluster: None,
         };
         let mut env = match &images {
             None => Environment::Local(Box::new(LocalEnv::start(&opts).await.unwrap())),

@@ -106,9 +106,34 @@ pub fn guard_main(dir: &Path) -> i32 {
         {
             rt.block_on(super::containers::remove_labelled(&dir.to_string_lossy()));
         }
+        // A cluster's iptables chain is not a process either.
+        if let Ok(chain) = std::fs::read_to_string(chain_file(dir)) {
+            remove_chain(chain.trim());
+        }
         reap(dir, Duration::from_secs(10));
     }
     0
+}
+
+/// Where a run that created an iptables chain (a cluster's partitions)
+/// names it, for the guard.
+pub fn chain_file(run_dir: &Path) -> PathBuf {
+    run_dir.join("iptables-chain")
+}
+
+/// Unhooks and deletes a chain; each step may already be done.
+pub fn remove_chain(chain: &str) {
+    for args in [
+        vec!["-D", "INPUT", "-j", chain],
+        vec!["-F", chain],
+        vec!["-X", chain],
+    ] {
+        let _ = Command::new("iptables")
+            .args(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
 }
 
 /// Kills every process marked with this run, waits for them to go, then

@@ -103,13 +103,39 @@ pub struct LocalEnv {
 }
 
 /// How the node was started, kept to start it again after a kill (also by
-/// another mqlab, from kept.json).
+/// another mqlab, from kept.json; a cluster's other nodes are derived from
+/// node 1's).
 #[derive(Clone, serde::Serialize, serde::Deserialize)]
-struct RabbitLaunch {
-    program: PathBuf,
-    envs: Vec<(String, std::ffi::OsString)>,
-    out: PathBuf,
-    log: PathBuf,
+pub(super) struct RabbitLaunch {
+    pub(super) program: PathBuf,
+    pub(super) envs: Vec<(String, std::ffi::OsString)>,
+    pub(super) out: PathBuf,
+    pub(super) log: PathBuf,
+}
+
+impl RabbitLaunch {
+    /// Starts a node that is not kept (a cluster's node 2 or 3): its stdin a
+    /// pipe held by the returned handle.
+    pub(super) fn spawn(&self) -> Result<(Child, Option<ChildStdin>)> {
+        let mut cmd = Command::new(&self.program);
+        cmd.env_clear()
+            .envs(self.envs.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::piped());
+        if let Some(dir) = self.out.parent() {
+            cmd.current_dir(dir);
+        }
+        let mut child = process::spawn_with(&mut cmd, &self.out, false, false)?;
+        let stdin = child.stdin.take();
+        Ok((child, stdin))
+    }
+
+    pub(super) fn set(&mut self, key: &str, value: impl Into<std::ffi::OsString>) {
+        let value = value.into();
+        match self.envs.iter_mut().find(|(k, _)| k == key) {
+            Some((_, v)) => *v = value,
+            None => self.envs.push((key.to_string(), value)),
+        }
+    }
 }
 
 /// Where a kept environment is described; `env down` and `--env-dir`
@@ -256,7 +282,18 @@ impl LocalEnv {
 
         // Our own epmd, in the foreground: otherwise beam starts `epmd -daemon`, which outlives us.
         let mut epmd = Command::new(&bins.epmd);
-        epmd.args(["-port", &epmd_port.to_string(), "-address", "127.0.0.1"]);
+        // A cluster's nodes each have their own loopback address (so that
+        // iptables can cut one off): epmd answers on all of them.
+        let mut addresses = vec!["127.0.0.1".to_string()];
+        if let Some(c) = &opts.cluster {
+            addresses.extend(c.ips.iter().map(|ip| ip.to_string()));
+        }
+        epmd.args([
+            "-port",
+            &epmd_port.to_string(),
+            "-address",
+            &addresses.join(","),
+        ]);
         self.epmd = Some(process::spawn_with(
             &mut epmd,
             &base.join("log/epmd.out"),
@@ -264,8 +301,14 @@ impl LocalEnv {
             self.keep,
         )?);
 
-        let node = "mqlab@localhost".to_string();
-        let envs: Vec<(&str, std::ffi::OsString)> = vec![
+        let (node, erl_args) = match &opts.cluster {
+            None => (
+                "mqlab@localhost".to_string(),
+                "-kernel inet_dist_use_interface {127,0,0,1}".to_string(),
+            ),
+            Some(c) => (c.node_name(1), c.erl_args(1)),
+        };
+        let mut envs: Vec<(&str, std::ffi::OsString)> = vec![
             ("PATH", std::env::var_os("PATH").unwrap_or_default()),
             ("HOME", home.into()),
             ("RABBITMQ_NODENAME", node.clone().into()),
@@ -293,11 +336,11 @@ impl LocalEnv {
             ("RABBITMQ_LOG_BASE", base.join("log").into()),
             ("RABBITMQ_ALLOW_INPUT", "1".into()),
             (RUN_VAR, std::env::var_os(RUN_VAR).unwrap_or_default()),
-            (
-                "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS",
-                "-kernel inet_dist_use_interface {127,0,0,1}".into(),
-            ),
+            ("RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS", erl_args.into()),
         ];
+        if opts.cluster.is_some() {
+            envs.push(("RABBITMQ_USE_LONGNAME", "true".into()));
+        }
         self.rabbit_launch = Some(RabbitLaunch {
             program: bins.rabbitmq_server.clone(),
             envs: envs.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
@@ -553,6 +596,67 @@ impl LocalEnv {
     /// `--keep`: let go of the servers without stopping them.
     pub fn attached(&self) -> bool {
         self.attached
+    }
+
+    /// An environment of nothing: what a cluster leaves in place of the
+    /// one it stops.
+    pub(super) fn placeholder() -> LocalEnv {
+        LocalEnv {
+            dir: PathBuf::new(),
+            epmd: None,
+            rabbit: None,
+            rabbit_stdin: None,
+            rabbit_launch: None,
+            ready_probe: (String::new(), Duration::ZERO),
+            postgres: None,
+            keep: false,
+            rabbit_pid: None,
+            attached: false,
+            holder_pid: None,
+            _lock: None,
+            vhosts: Vec::new(),
+            management_port: None,
+            endpoints: Endpoints::loopback(0, 0),
+            info: EnvInfo {
+                kind: "local",
+                broker_version: String::new(),
+                broker_source: String::new(),
+                db_version: String::new(),
+                db_source: String::new(),
+                ready: Duration::ZERO,
+            },
+        }
+    }
+
+    /// The run directory the environment lives in.
+    pub(super) fn run_dir(&self) -> &Path {
+        self.dir.parent().unwrap_or(&self.dir)
+    }
+
+    /// Node 1's launch, for a cluster's other nodes to copy.
+    pub(super) fn launch(&self) -> Option<&RabbitLaunch> {
+        self.rabbit_launch.as_ref()
+    }
+
+    /// Waits until a node answers AMQP on `port` (a cluster's node 2 or 3).
+    pub(super) async fn node_ready(&self, port: u16, deadline: Instant) -> Result<()> {
+        let mut e = self.endpoints.clone();
+        e.amqp_port = port;
+        let url = e.amqp_url(&self.ready_probe.0);
+        loop {
+            if let Ok(conn) = amqp::connect(&url).await {
+                let _ = conn.close(200, "ready".into()).await;
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("RabbitMQ node on port {port} did not become ready in time");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub(super) fn ready_timeout(&self) -> Duration {
+        self.ready_probe.1
     }
 
     /// What `--env-dir` needs to reach this environment again.

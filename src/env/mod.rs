@@ -1,6 +1,7 @@
 //! Environment providers: where the broker and the database come from. The
 //! runner only sees [`Endpoints`] and [`EnvInfo`], never how they were started.
 
+pub mod cluster;
 pub mod containers;
 pub mod external;
 pub mod guard;
@@ -148,6 +149,8 @@ pub struct EnvOptions {
     /// Enable RabbitMQ's management plugin (HTTP API on a free 127.0.0.1
     /// port): `mqlab env up --management`, for `--env external` against it.
     pub management: bool,
+    /// Start a cluster (`nodes = 3` labs): node 1 named and addressed for it.
+    pub cluster: Option<cluster::ClusterNet>,
 }
 
 /// The lab broker's only user. A fixed password is fine for a throwaway node
@@ -213,6 +216,8 @@ pub enum Environment {
     Containers(Box<containers::ContainersEnv>),
     /// The user's servers (`--env external`): no broker fault.
     External(Box<external::ExternalEnv>),
+    /// Three local nodes (`nodes = 3` labs) and PostgreSQL.
+    Cluster(Box<cluster::ClusterEnv>),
 }
 
 impl Environment {
@@ -221,6 +226,7 @@ impl Environment {
             Environment::Local(e) => &e.endpoints,
             Environment::Containers(e) => &e.endpoints,
             Environment::External(e) => &e.endpoints,
+            Environment::Cluster(e) => &e.base.endpoints,
         }
     }
 
@@ -229,6 +235,7 @@ impl Environment {
             Environment::Local(e) => &e.info,
             Environment::Containers(e) => &e.info,
             Environment::External(e) => &e.info,
+            Environment::Cluster(e) => &e.base.info,
         }
     }
 
@@ -251,6 +258,7 @@ impl Environment {
             Environment::Local(e) => e.stop().await,
             Environment::Containers(mut e) => e.stop().await,
             Environment::External(e) => e.stop().await,
+            Environment::Cluster(e) => e.stop().await,
         }
     }
 
@@ -259,6 +267,7 @@ impl Environment {
             Environment::Local(e) => e.kill_broker().await,
             Environment::Containers(e) => e.kill_broker().await,
             Environment::External(_) => not_ours(),
+            Environment::Cluster(e) => e.kill_node(1).await,
         }
     }
 
@@ -267,6 +276,7 @@ impl Environment {
             Environment::Local(e) => e.restart_broker().await,
             Environment::Containers(e) => e.restart_broker().await,
             Environment::External(_) => not_ours(),
+            Environment::Cluster(e) => e.restart_node(1).await,
         }
     }
 
@@ -275,6 +285,7 @@ impl Environment {
             Environment::Local(e) => e.pause_broker(),
             Environment::Containers(e) => e.pause_broker().await,
             Environment::External(_) => not_ours(),
+            Environment::Cluster(e) => e.signal_node(1, nix::sys::signal::Signal::SIGSTOP),
         }
     }
 
@@ -283,7 +294,74 @@ impl Environment {
             Environment::Local(e) => e.resume_broker(),
             Environment::Containers(e) => e.resume_broker().await,
             Environment::External(_) => not_ours(),
+            Environment::Cluster(e) => e.signal_node(1, nix::sys::signal::Signal::SIGCONT),
         }
+    }
+}
+
+impl Environment {
+    /// The nodes a lab can address (`node = N`): 1 but in a cluster.
+    pub fn nodes(&self) -> usize {
+        match self {
+            Environment::Cluster(e) => e.nodes(),
+            _ => 1,
+        }
+    }
+
+    /// Each node's AMQP port on 127.0.0.1, node 1 first.
+    pub fn amqp_ports(&self) -> Vec<u16> {
+        match self {
+            Environment::Cluster(e) => e.amqp_ports(),
+            _ => vec![self.endpoints().amqp_port],
+        }
+    }
+
+    fn cluster(&mut self, what: &str) -> anyhow::Result<&mut cluster::ClusterEnv> {
+        match self {
+            Environment::Cluster(e) => Ok(e),
+            _ => anyhow::bail!("{what} needs a cluster (a lab with `nodes = 3`)"),
+        }
+    }
+
+    pub async fn kill_node(&mut self, n: usize) -> anyhow::Result<()> {
+        match self {
+            Environment::Cluster(e) => e.kill_node(n).await,
+            _ if n == 1 => self.kill_broker().await,
+            _ => self.cluster("node 2 or 3").map(drop),
+        }
+    }
+
+    pub async fn restart_node(&mut self, n: usize) -> anyhow::Result<()> {
+        match self {
+            Environment::Cluster(e) => e.restart_node(n).await,
+            _ if n == 1 => self.restart_broker().await,
+            _ => self.cluster("node 2 or 3").map(drop),
+        }
+    }
+
+    pub async fn pause_node(&mut self, n: usize) -> anyhow::Result<()> {
+        match self {
+            Environment::Cluster(e) => e.signal_node(n, nix::sys::signal::Signal::SIGSTOP),
+            _ if n == 1 => self.pause_broker().await,
+            _ => self.cluster("node 2 or 3").map(drop),
+        }
+    }
+
+    pub async fn resume_node(&mut self, n: usize) -> anyhow::Result<()> {
+        match self {
+            Environment::Cluster(e) => e.signal_node(n, nix::sys::signal::Signal::SIGCONT),
+            _ if n == 1 => self.resume_broker().await,
+            _ => self.cluster("node 2 or 3").map(drop),
+        }
+    }
+
+    /// Cuts node n off from the other nodes.
+    pub fn partition(&mut self, n: usize) -> anyhow::Result<()> {
+        self.cluster("a partition")?.partition(n)
+    }
+
+    pub fn heal(&mut self) -> anyhow::Result<()> {
+        self.cluster("healing a partition")?.heal()
     }
 }
 

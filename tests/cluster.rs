@@ -1,0 +1,180 @@
+//! The three-node cluster environment on real nodes: they form one cluster
+//! (a quorum queue declared on node 1 has its three members and is seen from
+//! node 3), a quorum queue keeps its confirmed messages when its leader's
+//! node is killed (drained from node 2), a partition cuts a node off (it
+//! pauses: pause_minority) until healed, and stopping leaves no process and
+//! no iptables chain.
+
+use std::time::{Duration, Instant};
+
+use lapin::options::{
+    BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::BasicProperties;
+use mqlab::amqp;
+use mqlab::env::cluster::{ClusterEnv, ClusterNet};
+use mqlab::env::guard::{marked_processes, RunDir};
+use mqlab::env::{EnvOptions, Environment};
+
+fn quorum() -> FieldTable {
+    let mut args = FieldTable::default();
+    args.insert(
+        "x-queue-type".into(),
+        AMQPValue::LongString("quorum".into()),
+    );
+    args
+}
+
+fn chains() -> String {
+    let out = std::process::Command::new("iptables")
+        .args(["-S"])
+        .output()
+        .expect("iptables");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn three_nodes_one_cluster_node_kill_and_partition() {
+    let run_dir = RunDir::create(std::path::Path::new(env!("CARGO_BIN_EXE_mqlab"))).unwrap();
+    let mark = run_dir.path().to_string_lossy().into_owned();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let net = ClusterNet::new(3);
+    let chain_prefix = format!(
+        "MQLAB-{}-{}",
+        net.ips[0].octets()[1],
+        net.ips[0].octets()[2]
+    );
+    rt.block_on(async {
+        let opts = EnvOptions {
+            dir: run_dir.path().to_path_buf(),
+            ready_timeout: Duration::from_secs(120),
+            keep: false,
+            amqp_port: None,
+            pg_port: None,
+            vhosts: vec!["cluster".into()],
+            progress: Default::default(),
+            management: false,
+            cluster: Some(net),
+        };
+        let started = Instant::now();
+        let mut env = Environment::Cluster(Box::new(ClusterEnv::start(&opts).await.unwrap()));
+        eprintln!("cluster ready in {:.1} s", started.elapsed().as_secs_f64());
+        let ports = env.amqp_ports();
+        assert_eq!(ports.len(), 3);
+        let endpoints = env.endpoints().clone();
+        let url = |n: usize| {
+            let mut e = endpoints.clone();
+            e.amqp_port = ports[n - 1];
+            e.amqp_url("cluster")
+        };
+
+        // Declared and published on node 1: the leader is there (client-local).
+        let conn = amqp::connect(&url(1)).await.unwrap();
+        let ch = conn.create_channel().await.unwrap();
+        ch.confirm_select(ConfirmSelectOptions::default())
+            .await
+            .unwrap();
+        let durable = QueueDeclareOptions {
+            durable: true,
+            ..Default::default()
+        };
+        ch.queue_declare("q.quorum".into(), durable, quorum())
+            .await
+            .unwrap();
+        for i in 0..20 {
+            let id = format!("m-{i}");
+            ch.basic_publish(
+                "".into(),
+                "q.quorum".into(),
+                BasicPublishOptions::default(),
+                id.as_bytes(),
+                BasicProperties::default()
+                    .with_message_id(id.as_str().into())
+                    .with_delivery_mode(2),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        }
+        // Node 3 sees the queue: one cluster.
+        let c3 = amqp::connect(&url(3)).await.unwrap();
+        let ch3 = c3.create_channel().await.unwrap();
+        ch3.queue_declare(
+            "q.quorum".into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .expect("node 3 knows the queue declared on node 1");
+        drop((ch, conn, ch3, c3));
+
+        // The leader's node dies: node 2 still delivers every confirmed message.
+        env.kill_node(1).await.unwrap();
+        let mut c2 = amqp::connect(&url(2)).await.unwrap();
+        let mut ch2 = c2.create_channel().await.unwrap();
+        let mut got = 0;
+        let mut errors = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while got < 20 {
+            match ch2
+                .basic_get("q.quorum".into(), BasicGetOptions { no_ack: true })
+                .await
+            {
+                Ok(Some(_)) => got += 1,
+                // A new leader is being elected: ask again (on a new
+                // connection: "nodedown" is a connection error).
+                Ok(None) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await
+                }
+                Err(e) if Instant::now() < deadline => {
+                    errors.push(format!("{e:?}"));
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    c2 = amqp::connect(&url(2)).await.unwrap();
+                    ch2 = c2.create_channel().await.unwrap();
+                }
+                other => panic!("after {got} messages: {other:?}; before: {errors:?}"),
+            }
+        }
+        eprintln!(
+            "drained from node 2 after {} errors: {:?}",
+            errors.len(),
+            errors.first()
+        );
+        assert_eq!(got, 20);
+        drop((ch2, c2));
+        env.restart_node(1).await.unwrap();
+
+        // Node 3 cut off: it pauses (pause_minority) and stops answering AMQP.
+        env.partition(3).unwrap();
+        assert!(chains().contains(&chain_prefix), "{}", chains());
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while amqp::connect(&url(3)).await.is_ok() {
+            assert!(
+                Instant::now() < deadline,
+                "node 3 still answers after 60 s cut off"
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        env.heal().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while amqp::connect(&url(3)).await.is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "node 3 did not come back after the heal"
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        env.stop().await;
+    });
+    assert!(marked_processes(&mark).is_empty());
+    assert!(!chains().contains(&chain_prefix), "{}", chains());
+    run_dir.close();
+}
