@@ -32,15 +32,15 @@ lint:
 bench:
     cargo bench --bench suite
 
-# Run the whole suite N times; report every run that failed or whose transcripts differ from run 1
-flake-check n="20":
+# Run the whole suite N times (`just flake-check 10 "--group cluster"` for the cluster labs); report every run that failed or whose transcripts differ from run 1
+flake-check n="20" which="--all":
     #!/usr/bin/env bash
     set -uo pipefail
     cargo build --release --quiet
     out=$(mktemp -d /tmp/mqlab-flake.XXXXXX)
     bad=0
     for i in $(seq {{n}}); do
-      if ! ./target/release/mqlab lab --all --transcript-dir "$out/$i" > "$out/$i.out" 2>&1; then
+      if ! ./target/release/mqlab lab {{which}} --transcript-dir "$out/$i" > "$out/$i.out" 2>&1; then
         echo "run $i: FAILED (see $out/$i.out)"; bad=$((bad + 1))
       elif [ "$i" -gt 1 ] && ! diff -r "$out/1" "$out/$i" > "$out/$i.diff"; then
         echo "run $i: transcripts differ from run 1 (see $out/$i.diff)"; bad=$((bad + 1))

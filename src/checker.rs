@@ -153,11 +153,9 @@ pub fn evaluate(c: &CounterRef, entries: &[Entry], obs: &Observed) -> Result<Str
         Counter::ProcessedRows => obs.ground.processed_rows.to_string(),
         Counter::DepthAfter => {
             let queue = q.unwrap_or_default();
-            return obs
-                .depths
-                .get(queue)
-                .map(|d| d.to_string())
-                .ok_or_else(|| format!("queue `{queue}` was not inspected"));
+            return obs.depths.get(queue).map(|d| d.to_string()).ok_or_else(|| {
+                format!("queue `{queue}` could not be read (unavailable: its node down or cut off)")
+            });
         }
         Counter::Attempts => consumer(Status::Received)
             .filter(of_message)

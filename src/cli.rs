@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 
+use crate::env::cluster::ClusterEnv;
 use crate::env::containers::{check_pinned, ContainersEnv, Pins};
 use crate::env::guard::RunDir;
 use crate::env::local::LocalEnv;
@@ -336,11 +337,17 @@ struct LabArgs {
     #[command(flatten)]
     env: EnvArgs,
     /// Labs to run (see `mqlab list`); `LAB@VARIANT` runs a counterexample
-    #[arg(value_name = "LAB", required_unless_present = "all")]
+    #[arg(value_name = "LAB", required_unless_present_any = ["all", "group"])]
     names: Vec<String>,
-    /// Run every lab under labs/, each followed by its counterexample variants
-    #[arg(long, conflicts_with = "names")]
+    /// Run every one-node lab under labs/, each followed by its
+    /// counterexample variants (the cluster labs: --group cluster)
+    #[arg(long, conflicts_with_all = ["names", "group"])]
     all: bool,
+    /// Run every lab of a group, each followed by its variants: `cluster`,
+    /// the labs on three RabbitMQ nodes (`nodes = 3`; --env local, root for
+    /// a partition)
+    #[arg(long, value_name = "GROUP", conflicts_with = "names")]
+    group: Option<Group>,
     /// Run this counterexample variant of the named labs instead of the safe lab
     #[arg(long, value_name = "NAME", conflicts_with = "all")]
     variant: Option<String>,
@@ -380,6 +387,13 @@ struct LabArgs {
     /// databases), print how to reach them and the command that stops them
     #[arg(long)]
     keep: bool,
+}
+
+/// A named set of labs (`--group`).
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Group {
+    /// The labs on a three-node cluster (`nodes = 3`)
+    Cluster,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -600,6 +614,12 @@ fn cmd_list(project: &Project) -> Result<i32> {
                     crate::vocab::FaultAction::Restart.doc()
                 );
             }
+            Target::Node => {
+                out!("    in a step of its own, with `node = N`:");
+                for a in crate::vocab::NODE_ACTIONS {
+                    out!("    {:<24} {}", a.name(), a.doc());
+                }
+            }
         }
     }
     out!("\ncounters:");
@@ -615,10 +635,13 @@ fn cmd_list(project: &Project) -> Result<i32> {
 
 /// Everything that can be wrong without a server, checked before any boot.
 fn plan(project: &Project, args: &LabArgs) -> Result<Vec<Lab>> {
-    let names = if args.all {
+    let names = if args.all || args.group.is_some() {
+        let cluster = args.group == Some(Group::Cluster);
         let mut runs = Vec::new();
         for lab in project.lab_names()? {
-            runs.extend(project.runs_of(&lab)?);
+            if project.is_cluster(&lab)? == cluster {
+                runs.extend(project.runs_of(&lab)?);
+            }
         }
         runs
     } else {
@@ -638,6 +661,7 @@ fn plan(project: &Project, args: &LabArgs) -> Result<Vec<Lab>> {
         .iter()
         .map(|n| project.load(n))
         .collect::<Result<_>>()?;
+    cluster_plan(&labs, args)?;
     if let Some(cmd) = &args.consumer_cmd {
         for lab in &mut labs {
             if !lab.set_command(cmd) {
@@ -675,6 +699,43 @@ fn plan(project: &Project, args: &LabArgs) -> Result<Vec<Lab>> {
         bail!("--keep and --env-dir: the environment in --env-dir stays running anyway");
     }
     Ok(labs)
+}
+
+/// Cluster labs run together on three local nodes, apart from the others;
+/// a partition needs iptables and root, said before anything starts.
+fn cluster_plan(labs: &[Lab], args: &LabArgs) -> Result<()> {
+    let (cluster, single): (Vec<&Lab>, Vec<&Lab>) = labs.iter().partition(|l| l.is_cluster());
+    if cluster.is_empty() {
+        return Ok(());
+    }
+    if !single.is_empty() {
+        bail!(
+            "{} runs on a three-node cluster and {} on one node: run them apart (`mqlab lab --group cluster`)",
+            cluster[0].run_name(),
+            single[0].run_name()
+        );
+    }
+    match args.env.env {
+        EnvKind::Containers => bail!(
+            "the cluster labs run with --env local only: the containers environment has no three-node cluster yet"
+        ),
+        EnvKind::External => bail!(
+            "the cluster labs kill and cut off nodes: not on --env external (the broker is not mqlab's)"
+        ),
+        EnvKind::Auto | EnvKind::Local => {}
+    }
+    if args.keep || args.env.env_dir.is_some() {
+        bail!("--keep and --env-dir: not for the cluster labs (each run starts its own cluster)");
+    }
+    if let Some(lab) = cluster.iter().find(|l| l.has_partition()) {
+        crate::env::cluster::can_partition().with_context(|| {
+            format!(
+                "{} cuts a node off (a partition), which cannot be done here",
+                lab.run_name()
+            )
+        })?;
+    }
+    Ok(())
 }
 
 fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32, Error> {
@@ -728,7 +789,10 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32, Error> {
         vhosts,
         progress: Progress::new(move |what| bar.set_message(format!("environment: {what}"))),
         management: false,
-        cluster: None,
+        cluster: labs
+            .iter()
+            .any(Lab::is_cluster)
+            .then(|| crate::env::cluster::ClusterNet::new(3)),
     };
     let mut sink = Fanout::default();
     sink.push(terminal);
@@ -1224,6 +1288,20 @@ async fn start_environment(
             .await
             .map_err(|e| Error::Environment(e.context("the kept environment does not answer")))?;
         let env = Environment::Local(Box::new(env));
+        sink.on(&Event::EnvReady(env.info())).ok();
+        return Ok(env);
+    }
+    if opts.cluster.is_some() {
+        sink.on(&Event::EnvChosen {
+            kind: "local",
+            why: "a three-node cluster (`nodes = 3`), local nodes",
+        })
+        .ok();
+        let start = ClusterEnv::start(opts);
+        let env = tokio::select! {
+            env = start => Environment::Cluster(Box::new(env.map_err(Error::Environment)?)),
+            sig = interrupted() => return Err(Error::Interrupted(sig)),
+        };
         sink.on(&Event::EnvReady(env.info())).ok();
         return Ok(env);
     }

@@ -329,6 +329,8 @@ pub fn mermaid(lines: &[String]) -> String {
     let mut has_dlq = false;
     let mut has_broker = false;
     let mut has_network = false;
+    // Cluster nodes a fault named, in order of first mention.
+    let mut nodes: Vec<String> = Vec::new();
     let queue = |name: &str, queues: &mut Vec<String>| -> String {
         if !queues.iter().any(|q| q == name) {
             queues.push(name.to_string());
@@ -372,6 +374,22 @@ pub fn mermaid(lines: &[String]) -> String {
                     (Some("broker"), Status::Healed) => {
                         has_broker = true;
                         body.push("    Note over B: ready again".to_string());
+                    }
+                    (Some("node"), status) => {
+                        let n = e.get("node").unwrap_or("?").to_string();
+                        if !nodes.contains(&n) {
+                            nodes.push(n.clone());
+                        }
+                        let what = match (action, status) {
+                            ("kill", _) => "SIGKILL; it stays down".to_string(),
+                            ("restart", Status::Injected) => "started again on its data".into(),
+                            ("restart", _) => "back, rejoined the cluster".into(),
+                            ("partition", _) => "cut off from the other nodes".into(),
+                            ("heal", Status::Injected) => "the partition ends".into(),
+                            ("heal", _) => "reachable again".into(),
+                            (other, _) => other.to_string(),
+                        };
+                        body.push(format!("    Note over N{n}: node {n}: {what}"));
                     }
                     (Some("network"), Status::Injected) => {
                         has_network = true;
@@ -502,6 +520,9 @@ pub fn mermaid(lines: &[String]) -> String {
     }
     if has_broker {
         out.push_str("    participant B as RabbitMQ node\n");
+    }
+    for n in &nodes {
+        out.push_str(&format!("    participant N{n} as RabbitMQ node {n}\n"));
     }
     if has_db {
         out.push_str("    participant DB as PostgreSQL\n");

@@ -196,7 +196,11 @@ pub fn points(lab: &Lab) -> Vec<Point> {
                     }
                 }
             }
-            Action::Inspect(_) | Action::Broker(_) | Action::Declare(_) | Action::Await { .. } => {}
+            Action::Inspect(_)
+            | Action::Broker(_)
+            | Action::Node { .. }
+            | Action::Declare(_)
+            | Action::Await { .. } => {}
         }
     }
     // A broker restart between any two of the lab's steps.

@@ -152,6 +152,8 @@ struct Params<'a> {
     reused: bool,
     /// Before every vhost and database name (`--env external`).
     prefix: String,
+    /// Every node's AMQP port, node 1 first (one, but in a cluster).
+    node_ports: Vec<u16>,
 }
 
 impl Suite<'_> {
@@ -166,6 +168,7 @@ impl Suite<'_> {
             vhost: self.vhost.clone(),
             reused: self.env.reused(),
             prefix: self.env.prefix(),
+            node_ports: self.env.amqp_ports(),
         }
     }
 
@@ -253,6 +256,7 @@ impl Suite<'_> {
             vhost: self.vhost.clone(),
             reused: self.env.reused(),
             prefix: self.env.prefix(),
+            node_ports: self.env.amqp_ports(),
         };
         execute(&params, Some(&mut *self.env), lab, sink).await
     }
@@ -316,6 +320,8 @@ async fn execute(
             p.vhost.clone().unwrap_or_else(|| vhost_for(&run))
         ),
         database: database_for(&format!("{}{run}", p.prefix)),
+        node_ports: p.node_ports.clone(),
+        nodes_out: BTreeSet::new(),
         shared_vhost: p.vhost.is_some() || p.reused,
         unreachable: None,
         run: run.clone(),
@@ -397,6 +403,10 @@ struct Ctx<'a> {
     run: String,
     vhost: String,
     database: String,
+    /// Every node's AMQP port: the proxy's upstreams, node 1 first.
+    node_ports: Vec<u16>,
+    /// Cluster nodes killed or cut off by the lab, and not back yet.
+    nodes_out: BTreeSet<usize>,
     /// Other runs used this vhost before: delete the lab's queues first.
     shared_vhost: bool,
     /// Why the fault's window was never reached, when it was not.
@@ -454,12 +464,24 @@ impl Ctx<'_> {
             crate::amqp::delete_queues(&channel, &self.lab.topology).await?;
         }
         crate::amqp::declare(&channel, &self.lab.topology).await?;
+        if let (true, Some(env)) = (self.lab.has_broker_fault(), self.env.as_deref()) {
+            // The declared queues on disk before the lab kills a node.
+            env.sync_metadata().await?;
+        }
         std::fs::create_dir_all(&self.logs)?;
         self.conns = Some(Conns { amqp, channel, db });
         let upstream = format!("{}:{}", self.endpoints.amqp_host, self.endpoints.amqp_port)
             .parse()
             .context("the broker's address")?;
-        let (proxy, events) = Proxy::start(upstream).await?;
+        let mut upstreams = vec![upstream];
+        for port in self.node_ports.iter().skip(1) {
+            upstreams.push(
+                format!("{}:{port}", self.endpoints.amqp_host)
+                    .parse()
+                    .context("a node's address")?,
+            );
+        }
+        let (proxy, events) = Proxy::start(upstreams).await?;
         self.role_endpoints.amqp_port = proxy.port;
         self.proxy = Some((proxy, events));
         self.observed.events = Events(
@@ -482,8 +504,28 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// A role's broker URL: the proxy's listener for its node.
+    fn role_url(&self, node: usize) -> String {
+        let mut e = self.role_endpoints.clone();
+        if let Some((proxy, _)) = &self.proxy {
+            e.amqp_port = proxy.ports[node - 1];
+        }
+        e.amqp_url(&self.vhost)
+    }
+
+    /// The harness's own connection: to the first node that is up and in
+    /// the majority (node 1 but in a cluster lab that stopped or cut it off).
     async fn connect_broker(&self) -> Result<(lapin::Connection, Channel)> {
-        let amqp = crate::amqp::connect(&self.endpoints.amqp_url(&self.vhost)).await?;
+        let node = (1..=self.node_ports.len())
+            .find(|n| !self.nodes_out.contains(n))
+            .unwrap_or(1);
+        let mut e = self.endpoints.clone();
+        e.amqp_port = self
+            .node_ports
+            .get(node - 1)
+            .copied()
+            .unwrap_or(e.amqp_port);
+        let amqp = crate::amqp::connect(&e.amqp_url(&self.vhost)).await?;
         let channel = amqp.create_channel().await?;
         Ok((amqp, channel))
     }
@@ -520,6 +562,7 @@ impl Ctx<'_> {
                 }
                 Action::Inspect(fields) => self.inspect(fields).await?,
                 Action::Broker(action) => self.broker(*action).await?,
+                Action::Node { node, action } => self.node(*node, *action).await?,
                 Action::Declare(names) => {
                     crate::amqp::declare_later(&self.conns().channel, &lab.topology, names).await?
                 }
@@ -612,7 +655,7 @@ impl Ctx<'_> {
         let faults = fault.into_iter().collect();
         ProducerConfig {
             lab: self.lab.name.clone(),
-            amqp_url: self.role_endpoints.amqp_url(&self.vhost),
+            amqp_url: self.role_url(p.node),
             exchange: p.exchange.clone(),
             destination: p.destination().to_string(),
             messages: p
@@ -863,6 +906,52 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// A cluster node's fault between steps. The harness moves its own
+    /// connection to a node that is up and in the majority; the queues are
+    /// not declared again (a classic queue whose node is down cannot be).
+    async fn node(&mut self, node: usize, action: FaultAction) -> Result<()> {
+        let line = |lab: &str, status| {
+            Record::new(lab)
+                .with("target", Target::Node)
+                .with("node", node)
+                .with("action", action)
+                .status(status)
+        };
+        self.emit(Role::Fault, &line(&self.lab.name, Status::Injected));
+        let env = self
+            .env
+            .as_mut()
+            .context("a node fault needs the environment to itself: this run shares it")?;
+        match action {
+            FaultAction::Kill => {
+                env.kill_node(node).await?;
+                self.nodes_out.insert(node);
+            }
+            FaultAction::Restart => {
+                env.restart_node(node).await?;
+                self.nodes_out.remove(&node);
+            }
+            FaultAction::Partition => {
+                env.partition(node).await?;
+                self.nodes_out.insert(node);
+            }
+            FaultAction::Heal => {
+                env.heal().await?;
+                self.nodes_out.remove(&node);
+            }
+            other => bail!("a node fault cannot `{other}`"),
+        }
+        let (amqp, channel) = self.connect_broker().await?;
+        let c = self.conns();
+        let _ = c.amqp.close(200, "moving to a live node".into()).await;
+        c.amqp = amqp;
+        c.channel = channel;
+        if matches!(action, FaultAction::Restart | FaultAction::Heal) {
+            self.emit(Role::Fault, &line(&self.lab.name, Status::Healed));
+        }
+        Ok(())
+    }
+
     fn consumer_config(
         &self,
         c: &Consume,
@@ -872,7 +961,7 @@ impl Ctx<'_> {
         let faults = fault.into_iter().collect();
         ConsumerConfig {
             lab: self.lab.name.clone(),
-            amqp_url: self.role_endpoints.amqp_url(&self.vhost),
+            amqp_url: self.role_url(c.node),
             database_url: self.endpoints.pg_url(&self.database),
             queue: c.queue.clone(),
             consumer: "consumer-1".into(),
@@ -1198,7 +1287,7 @@ impl Ctx<'_> {
                 "MQLAB_CONTRACT",
                 crate::protocol::PROGRAM_CONTRACT.to_string(),
             )
-            .env("MQLAB_AMQP_URL", self.role_endpoints.amqp_url(&self.vhost))
+            .env("MQLAB_AMQP_URL", self.role_url(c.node))
             .env("MQLAB_DATABASE_URL", db.pg_url(&self.database))
             .env("MQLAB_QUEUE", &c.queue)
             .env("MQLAB_SERVICE", &c.service)
@@ -1223,7 +1312,9 @@ impl Ctx<'_> {
         deadline: Instant,
     ) -> Result<()> {
         loop {
-            let (_, consumers) = crate::amqp::queue_state(&self.conns().channel, queue).await?;
+            let Some((_, consumers)) = self.queue_state(queue).await? else {
+                return Ok(()); // its node is down: no consumer on it either
+            };
             if consumers == 0 {
                 return Ok(());
             }
@@ -1233,6 +1324,22 @@ impl Ctx<'_> {
                 );
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Ready messages and consumers of a queue; `None` when the broker says
+    /// the queue's node is down or unreachable (a classic queue in a cluster
+    /// lab), after which the harness's channel, closed by that error, is
+    /// opened again.
+    async fn queue_state(&mut self, queue: &str) -> Result<Option<(u32, u32)>> {
+        match crate::amqp::queue_state(&self.conns().channel, queue).await {
+            Ok(s) => Ok(Some(s)),
+            Err(e) if format!("{e:#}").contains("is down or inaccessible") => {
+                let c = self.conns();
+                c.channel = c.amqp.create_channel().await?;
+                Ok(None)
+            }
+            Err(e) => Err(anyhow!("{e:#}")),
         }
     }
 
@@ -1310,10 +1417,11 @@ impl Ctx<'_> {
         self.observed.ground = self.ground().await?;
         let queues: Vec<String> = self.lab.queue_names().map(str::to_string).collect();
         for q in queues {
-            let (ready, _) = crate::amqp::queue_state(&self.conns().channel, &q)
-                .await
-                .map_err(|e| anyhow!("{e:#}"))?;
-            self.observed.depths.insert(q, ready);
+            // A queue on a node that is down is not read: a counter that
+            // needs its depth says so.
+            if let Some((ready, _)) = self.queue_state(&q).await? {
+                self.observed.depths.insert(q, ready);
+            }
         }
         // Only the queues a `dlqHeader` counter reads are peeked: a peek
         // requeues, which marks the messages redelivered.

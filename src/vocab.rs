@@ -709,18 +709,29 @@ names! {
         Consumer = "consumer": "the consumer role process (at a window of its pattern's path)",
         Broker = "broker": "the RabbitMQ node, between two steps",
         Network = "network": "a role's connection, through the harness's AMQP proxy",
+        Node = "node": "one node of a three-node cluster (`nodes = 3`), between two steps",
     }
 }
 
 names! {
     /// What a fault does.
     pub enum FaultAction ("fault action") {
-        Kill = "kill": "SIGKILL, exactly at the window (producer, consumer)",
-        Restart = "restart": "SIGKILL the broker and start it again on the same data (broker)",
+        Kill = "kill": "SIGKILL, exactly at the window (producer, consumer); a node stays down until its `restart` (node)",
+        Restart = "restart": "SIGKILL the broker and start it again on the same data (broker); start a killed node again, it rejoins (node)",
         Cut = "cut": "drop the message's ack (consume step) or its publish (publish step) and close the connection (network)",
         Hold = "hold": "hold the broker's confirm of the message; the producer times out (network, publish step)",
+        Partition = "partition": "cut the node off from the other two (iptables, root); the harness and roles still reach it (node)",
+        Heal = "heal": "end the partition (node)",
     }
 }
+
+/// What a `node` fault step may do (a lab with `nodes = 3`).
+pub const NODE_ACTIONS: &[FaultAction] = &[
+    FaultAction::Kill,
+    FaultAction::Restart,
+    FaultAction::Partition,
+    FaultAction::Heal,
+];
 
 names! {
     /// What follows a fault.

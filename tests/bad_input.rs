@@ -273,3 +273,63 @@ fn an_env_dir_that_is_not_a_kept_environment() {
         "is not an environment started by `mqlab env up`",
     );
 }
+
+/// A cluster lab's mistakes are told before any node starts: a node count
+/// other than 1 or 3, a node that does not exist, a node fault without its
+/// node or with a window; a cluster lab mixed with one-node labs, or on an
+/// environment that has no cluster.
+#[test]
+fn cluster_lab_mistakes() {
+    let p = scratch_project();
+    let lab = p.path().join("labs/quorum-leader-kill.toml");
+    let text = std::fs::read_to_string(&lab).unwrap();
+    let root_arg = p.path().to_str().unwrap().to_string();
+    let cases = [
+        ("nodes = 3", "nodes = 2", "`nodes = 2`: a lab runs on 1 node, or on a cluster of 3"),
+        ("settle = 3, node = 2", "settle = 3, node = 4", "node 4 does not exist: the lab has 3"),
+        (
+            "fault = { target = \"node\", node = 1, action = \"kill\" }",
+            "fault = { target = \"node\", action = \"kill\" }",
+            "a `node` fault names its node",
+        ),
+        (
+            "fault = { target = \"node\", node = 1, action = \"kill\" }",
+            "fault = { target = \"node\", node = 1, action = \"hold\" }",
+            "a node fault does `hold`, not one of: kill, restart, partition, heal",
+        ),
+        (
+            "fault = { target = \"node\", node = 1, action = \"kill\" }",
+            "fault = { target = \"node\", node = 1, action = \"kill\", window = \"after-commit-before-ack\" }",
+            "a node fault happens between steps",
+        ),
+    ];
+    for (from, to, needle) in cases {
+        assert!(text.contains(from), "{from}");
+        std::fs::write(&lab, text.replacen(from, to, 1)).unwrap();
+        expect_setup_error(
+            &mut mqlab(&["lab", "quorum-leader-kill", "--root", &root_arg]),
+            needle,
+        );
+    }
+    std::fs::write(&lab, &text).unwrap();
+    expect_setup_error(
+        &mut mqlab(&["lab", "quorum-leader-kill", "routing", "--root", &root_arg]),
+        "quorum-leader-kill runs on a three-node cluster and routing on one node",
+    );
+    expect_setup_error(
+        &mut mqlab(&[
+            "lab",
+            "--group",
+            "cluster",
+            "--env",
+            "containers",
+            "--root",
+            &root_arg,
+        ]),
+        "the cluster labs run with --env local only",
+    );
+    expect_setup_error(
+        &mut mqlab(&["lab", "--group", "cluster", "--keep", "--root", &root_arg]),
+        "not for the cluster labs",
+    );
+}

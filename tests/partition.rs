@@ -9,8 +9,11 @@ use std::path::Path;
 fn all_runs() -> BTreeSet<String> {
     let project = mqlab::lab::Project { root: root() };
     let mut runs = BTreeSet::new();
+    // `--all` is the one-node labs; the cluster labs are `--group cluster`.
     for lab in project.lab_names().unwrap() {
-        runs.extend(project.runs_of(&lab).unwrap());
+        if !project.is_cluster(&lab).unwrap() {
+            runs.extend(project.runs_of(&lab).unwrap());
+        }
     }
     runs
 }

@@ -19,6 +19,22 @@ use super::local::{LocalEnv, RabbitLaunch};
 use super::process;
 use super::{free_ports, EnvOptions};
 
+/// Whether this machine can cut a node off: iptables answers, as root
+/// (`iptables -S` needs CAP_NET_ADMIN). Checked before any server starts.
+pub fn can_partition() -> Result<()> {
+    let out = StdCommand::new("iptables")
+        .args(["-w", "-S", "INPUT"])
+        .output()
+        .context("iptables is not installed (Debian: apt-get install iptables)")?;
+    if !out.status.success() {
+        bail!(
+            "`iptables -S INPUT` failed (a partition needs root): {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
 /// The cluster's addresses, chosen before node 1 starts.
 #[derive(Clone, Debug)]
 pub struct ClusterNet {
@@ -77,6 +93,8 @@ pub struct ClusterEnv {
     net: ClusterNet,
     /// Created once, removed at the end (and by the guard after a SIGKILL).
     chain: Option<String>,
+    /// The nodes cut off now, waited for when the cut heals.
+    cut: Vec<usize>,
 }
 
 impl ClusterEnv {
@@ -92,6 +110,7 @@ impl ClusterEnv {
             peers: Vec::new(),
             net,
             chain: None,
+            cut: Vec::new(),
         };
         let launch = env.base.launch().context("node 1 was not started")?.clone();
         let ports = free_ports(2 * (env.net.ips.len() - 1))?;
@@ -243,6 +262,25 @@ impl ClusterEnv {
                 iptables(&["-A", &chain, "-s", s, "-d", d, "-j", "DROP"])?;
             }
         }
+        self.cut.push(n);
+        Ok(())
+    }
+
+    /// Waits until node n, cut off, has paused itself (pause_minority stops
+    /// its AMQP listener once it sees itself in a minority: about
+    /// net_ticktime, 10 s, after the cut).
+    pub async fn await_paused(&self, n: usize) -> Result<()> {
+        let port = self.amqp_ports()[n - 1];
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            if Instant::now() > deadline {
+                bail!("node {n} still answers AMQP 60 s after it was cut off: it did not pause (pause_minority)");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
         Ok(())
     }
 
@@ -250,6 +288,17 @@ impl ClusterEnv {
     pub fn heal(&mut self) -> Result<()> {
         if let Some(chain) = &self.chain {
             iptables(&["-F", chain])?;
+        }
+        Ok(())
+    }
+
+    /// Waits until the nodes that were cut off answer AMQP again (a paused
+    /// node restarts its broker once it sees the majority).
+    pub async fn await_healed(&mut self) -> Result<()> {
+        let deadline = Instant::now() + self.base.ready_timeout();
+        for n in std::mem::take(&mut self.cut) {
+            let port = self.amqp_ports()[n - 1];
+            self.base.node_ready(port, deadline).await?;
         }
         Ok(())
     }

@@ -307,6 +307,28 @@ impl ContainersEnv {
         Ok(())
     }
 
+    /// See `LocalEnv::sync_metadata`: the node writes its metadata log now.
+    pub async fn sync_metadata(&self) -> Result<()> {
+        let mut r = self
+            .broker()?
+            .exec(testcontainers::core::ExecCommand::new([
+                "rabbitmqctl",
+                "eval",
+                "mnesia:sync_log().",
+            ]))
+            .await
+            .context("rabbitmqctl eval in the broker container")?;
+        let out = r.stdout_to_vec().await?;
+        let code = r.exit_code().await?;
+        if code != Some(0) || !String::from_utf8_lossy(&out).contains("ok") {
+            bail!(
+                "`rabbitmqctl eval mnesia:sync_log()` in the broker container failed ({code:?}): {}",
+                String::from_utf8_lossy(&out).trim()
+            );
+        }
+        Ok(())
+    }
+
     pub async fn pause_broker(&self) -> Result<()> {
         self.broker()?.pause().await?;
         Ok(())

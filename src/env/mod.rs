@@ -271,6 +271,17 @@ impl Environment {
         }
     }
 
+    /// The broker's metadata (declared queues) on disk now, before a lab
+    /// kills it (see `LocalEnv::sync_metadata`).
+    pub async fn sync_metadata(&self) -> anyhow::Result<()> {
+        match self {
+            Environment::Local(e) => e.sync_metadata().await,
+            Environment::Containers(e) => e.sync_metadata().await,
+            Environment::External(_) => Ok(()),
+            Environment::Cluster(e) => e.base.sync_metadata().await,
+        }
+    }
+
     pub async fn restart_broker(&mut self) -> anyhow::Result<()> {
         match self {
             Environment::Local(e) => e.restart_broker().await,
@@ -356,12 +367,18 @@ impl Environment {
     }
 
     /// Cuts node n off from the other nodes.
-    pub fn partition(&mut self, n: usize) -> anyhow::Result<()> {
-        self.cluster("a partition")?.partition(n)
+    /// Cuts node n off and waits until it has paused (pause_minority).
+    pub async fn partition(&mut self, n: usize) -> anyhow::Result<()> {
+        let c = self.cluster("a partition")?;
+        c.partition(n)?;
+        c.await_paused(n).await
     }
 
-    pub fn heal(&mut self) -> anyhow::Result<()> {
-        self.cluster("healing a partition")?.heal()
+    /// Ends every cut and waits until the nodes that were cut off answer again.
+    pub async fn heal(&mut self) -> anyhow::Result<()> {
+        let c = self.cluster("healing a partition")?;
+        c.heal()?;
+        c.await_healed().await
     }
 }
 

@@ -48,7 +48,10 @@ pub enum ProxyEvent {
 }
 
 struct Shared {
-    upstream: SocketAddr,
+    /// The broker's nodes: one listener each, trying its own node first,
+    /// then the others in order (a client of a killed node reconnects to a
+    /// live one, as a client with a list of hosts would).
+    upstreams: Vec<SocketAddr>,
     rule: Mutex<Option<Rule>>,
     /// For a program mqlab did not write: its deliveries and acks go to the
     /// black box, which may hold an ack or freeze the connection.
@@ -59,7 +62,10 @@ struct Shared {
 }
 
 pub struct Proxy {
+    /// Node 1's listener.
     pub port: u16,
+    /// One listener per node, node 1 first.
+    pub ports: Vec<u16>,
     shared: Arc<Shared>,
     accept: JoinHandle<()>,
 }
@@ -71,17 +77,25 @@ impl Drop for Proxy {
 }
 
 impl Proxy {
-    /// Listens on a free 127.0.0.1 port, forwarding to `upstream`.
+    /// Listens on a free 127.0.0.1 port per upstream node.
     pub async fn start(
-        upstream: SocketAddr,
+        upstreams: Vec<SocketAddr>,
     ) -> Result<(Proxy, mpsc::UnboundedReceiver<ProxyEvent>)> {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .context("the AMQP proxy cannot listen on 127.0.0.1")?;
-        let port = listener.local_addr()?.port();
+        let mut listeners = Vec::new();
+        for _ in &upstreams {
+            listeners.push(
+                TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .context("the AMQP proxy cannot listen on 127.0.0.1")?,
+            );
+        }
+        let ports = listeners
+            .iter()
+            .map(|l| Ok(l.local_addr()?.port()))
+            .collect::<Result<Vec<u16>>>()?;
         let (events, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
-            upstream,
+            upstreams,
             rule: Mutex::new(None),
             blackbox: Mutex::new(None),
             gate: watch::Sender::new(true),
@@ -89,15 +103,34 @@ impl Proxy {
         });
         let s = shared.clone();
         let accept = tokio::spawn(async move {
-            let mut conns: Vec<JoinHandle<()>> = Vec::new();
-            while let Ok((client, _)) = listener.accept().await {
-                conns.retain(|c| !c.is_finished());
-                conns.push(tokio::spawn(serve(s.clone(), client)));
+            let mut accepting = Vec::new();
+            for (node, listener) in listeners.into_iter().enumerate() {
+                let s = s.clone();
+                accepting.push(tokio::spawn(async move {
+                    let mut conns: Vec<JoinHandle<()>> = Vec::new();
+                    while let Ok((client, _)) = listener.accept().await {
+                        conns.retain(|c| !c.is_finished());
+                        conns.push(tokio::spawn(serve(s.clone(), client, node)));
+                    }
+                }));
             }
+            // Aborting this task drops the handles, not the tasks: abort them.
+            struct AbortAll(Vec<JoinHandle<()>>);
+            impl Drop for AbortAll {
+                fn drop(&mut self) {
+                    for h in &self.0 {
+                        h.abort();
+                    }
+                }
+            }
+            let all = AbortAll(accepting);
+            std::future::pending::<()>().await;
+            drop(all);
         });
         Ok((
             Proxy {
-                port,
+                port: ports[0],
+                ports,
                 shared,
                 accept,
             },
@@ -177,15 +210,24 @@ enum Verdict {
     Cut,
 }
 
-async fn serve(shared: Arc<Shared>, client: TcpStream) {
+async fn serve(shared: Arc<Shared>, client: TcpStream, node: usize) {
     let mut gate = shared.gate.subscribe();
     while !*gate.borrow_and_update() {
         if gate.changed().await.is_err() {
             return;
         }
     }
-    let Ok(upstream) = TcpStream::connect(shared.upstream).await else {
-        return; // the broker is down: the client sees its connection close
+    // Its own node first, then the others.
+    let order = std::iter::once(node).chain((0..shared.upstreams.len()).filter(|n| *n != node));
+    let mut upstream = None;
+    for n in order {
+        if let Ok(s) = TcpStream::connect(shared.upstreams[n]).await {
+            upstream = Some(s);
+            break;
+        }
+    }
+    let Some(upstream) = upstream else {
+        return; // every node is down: the client sees its connection close
     };
     let _ = client.set_nodelay(true);
     let _ = upstream.set_nodelay(true);

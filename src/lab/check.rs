@@ -17,7 +17,7 @@ use super::{
 use crate::transcript::MessageMeta;
 use crate::vocab::{
     check_queue_argument, ArgValue, Check, CounterRef, ExchangeDecl, FaultAction, OnFailure,
-    Pattern, QueueDecl, StepKind, Target, Then, Topology, Window, NETWORK_WINDOWS,
+    Pattern, QueueDecl, StepKind, Target, Then, Topology, Window, NETWORK_WINDOWS, NODE_ACTIONS,
     PRODUCER_WINDOWS,
 };
 
@@ -94,6 +94,18 @@ pub enum ErrorKind {
     NotBetweenSteps(Target),
     #[error("a broker restart happens between steps: it has no window and no message")]
     BrokerHasNoWindow,
+    #[error("a node fault happens between steps: it has no window, no message and no follow-up")]
+    NodeHasNoWindow,
+    #[error("`nodes = {0}`: a lab runs on 1 node, or on a cluster of 3")]
+    Nodes(usize),
+    #[error("node {node} does not exist: the lab has {nodes} (`nodes = 3` runs it on a cluster)")]
+    NoSuchNode { node: usize, nodes: usize },
+    #[error("a `node` fault names its node: `node = N`, 1 to 3")]
+    NodeMissing,
+    #[error("`node` belongs to a fault on target `node`, not `{0}`")]
+    NodeNotForTarget(Target),
+    #[error("a node fault does `{action}`, not one of: {known}")]
+    NodeAction { action: FaultAction, known: String },
     #[error("`{message}` is not published before this step (published: {published})")]
     UnpublishedMessage { message: String, published: String },
     #[error("pattern `{pattern}` never reaches window `{window}` (it passes: {passes})")]
@@ -182,6 +194,8 @@ pub struct Checker<'a> {
     errs: Vec<LabError>,
     /// The lab names an `effects` query.
     has_effects: bool,
+    /// How many broker nodes the lab runs on.
+    nodes: usize,
 }
 
 fn span<T>(s: &Spanned<T>) -> Option<Range<usize>> {
@@ -195,6 +209,7 @@ impl<'a> Checker<'a> {
             fixtures,
             errs: Vec::new(),
             has_effects: false,
+            nodes: 1,
         }
     }
 
@@ -232,6 +247,12 @@ impl<'a> Checker<'a> {
         };
         self.name(&raw);
         self.has_effects = raw.effects.is_some();
+        if let Some(n) = &raw.nodes {
+            match *n.get_ref() {
+                1 | 3 => self.nodes = *n.get_ref(),
+                other => self.err("nodes", span(n), ErrorKind::Nodes(other)),
+            }
+        }
         // A variant may aim its DLQ at a queue that does not exist: that is its point.
         let missing_ok: Option<String> = variant_def
             .as_ref()
@@ -255,7 +276,27 @@ impl<'a> Checker<'a> {
             steps,
             violations,
             effects: raw.effects,
+            nodes: self.nodes,
         })
+    }
+
+    /// A `node = N` key: 1 by default, at most the lab's `nodes`.
+    fn node(&mut self, key: String, n: &Option<Spanned<usize>>) -> usize {
+        match n {
+            None => 1,
+            Some(v) if (1..=self.nodes).contains(v.get_ref()) => *v.get_ref(),
+            Some(v) => {
+                self.err(
+                    key,
+                    span(v),
+                    ErrorKind::NoSuchNode {
+                        node: *v.get_ref(),
+                        nodes: self.nodes,
+                    },
+                );
+                1
+            }
+        }
     }
 
     fn name(&mut self, raw: &RawLab) {
@@ -531,6 +572,7 @@ impl<'a> Checker<'a> {
             park,
             confirm_timeout_ms: p.confirm_timeout_ms.map(|n| n.get()),
             resend: p.resend,
+            node: self.node(format!("{key}.publish.node"), &p.node),
         }
     }
 
@@ -645,6 +687,7 @@ impl<'a> Checker<'a> {
                 .iter()
                 .map(|(m, n)| (m.clone(), n.get()))
                 .collect(),
+            node: self.node(format!("{key}.consume.node"), &c.node),
         }
     }
 
@@ -791,6 +834,13 @@ impl<'a> Checker<'a> {
                 ErrorKind::ConsumerOnly("restart_settle"),
             );
         }
+        if let Some(n) = &f.node {
+            self.err(
+                format!("{fkey}.node"),
+                span(n),
+                ErrorKind::NodeNotForTarget(target),
+            );
+        }
         let asserts = self.asserts(&format!("{fkey}.assert"), &f.assert, raw);
         Some(Fault {
             target,
@@ -805,11 +855,57 @@ impl<'a> Checker<'a> {
         })
     }
 
-    /// A fault step of its own: only the broker acts between steps.
+    /// A fault step of its own: a cluster node's, between two steps.
+    fn node_step(&mut self, key: &str, spanned: &Spanned<RawFault>) -> Option<Action> {
+        let f = spanned.get_ref();
+        let fkey = format!("{key}.fault");
+        let act = *f.action.get_ref();
+        if !NODE_ACTIONS.contains(&act) {
+            let known = NODE_ACTIONS
+                .iter()
+                .map(|a| a.name())
+                .collect::<Vec<_>>()
+                .join(", ");
+            self.err(
+                format!("{fkey}.action"),
+                span(&f.action),
+                ErrorKind::NodeAction { action: act, known },
+            );
+        }
+        let extra = [
+            f.window.as_ref().map(|w| ("window", span(w))),
+            f.message.as_ref().map(|m| ("message", span(m))),
+            f.then.as_ref().map(|t| ("then", span(t))),
+        ];
+        for (k, sp) in extra.into_iter().flatten() {
+            self.err(format!("{fkey}.{k}"), sp, ErrorKind::NodeHasNoWindow);
+        }
+        let node = match &f.node {
+            None => {
+                self.err(fkey, span(spanned), ErrorKind::NodeMissing);
+                return None;
+            }
+            Some(_) => self.node(format!("{fkey}.node"), &f.node),
+        };
+        Some(Action::Node { node, action: act })
+    }
+
+    /// A fault step of its own: only the broker (or a cluster node) acts
+    /// between steps.
     fn broker_step(&mut self, key: &str, spanned: &Spanned<RawFault>) -> Option<Action> {
         let f = spanned.get_ref();
         let fkey = format!("{key}.fault");
         let (target, act) = (*f.target.get_ref(), *f.action.get_ref());
+        if target == Target::Node {
+            return self.node_step(key, spanned);
+        }
+        if let Some(n) = &f.node {
+            self.err(
+                format!("{fkey}.node"),
+                span(n),
+                ErrorKind::NodeNotForTarget(target),
+            );
+        }
         if target != Target::Broker || act != FaultAction::Restart {
             let kind = if target == Target::Broker {
                 ErrorKind::FaultPlacement {
@@ -1035,7 +1131,6 @@ fn apply_variant(mut raw: RawLab, v: &RawVariant) -> RawLab {
     raw
 }
 
-/// What follows each fault action.
 /// What follows each fault action: a killed role, or a producer whose
 /// connection was cut under a publish, is started again (it resumes from its
 /// journal); a consumer whose connection was cut connects again itself.
@@ -1044,7 +1139,9 @@ fn default_then(a: FaultAction, on_publish: bool) -> Then {
         FaultAction::Kill => Then::Restart,
         FaultAction::Cut if on_publish => Then::Restart,
         FaultAction::Cut => Then::Reconnect,
-        FaultAction::Restart | FaultAction::Hold => Then::None,
+        FaultAction::Restart | FaultAction::Hold | FaultAction::Partition | FaultAction::Heal => {
+            Then::None
+        }
     }
 }
 
@@ -1240,7 +1337,7 @@ violations = { rows = 3 }
                 r#"target = "consumer""#,
                 r#"target = "postman""#,
                 None,
-                "step[1].fault.target: unknown fault target `postman` (known: producer, consumer, broker, network)",
+                "step[1].fault.target: unknown fault target `postman` (known: producer, consumer, broker, network, node)",
             ),
             (
                 "[[step]]\nconsume = { queue = \"q\", settle = 2 }",
@@ -1284,6 +1381,24 @@ violations = { rows = 3 }
                 "[[step]]\nfault = { target = \"broker\", action = \"restart\", window = \"after-ack\" }\n\n[[step]]\nconsume",
                 None,
                 "step[1].fault.window: a broker restart happens between steps: it has no window and no message",
+            ),
+            (
+                "[[step]]\nconsume",
+                "[[step]]\nfault = { target = \"node\", node = 2, action = \"kill\" }\n\n[[step]]\nconsume",
+                None,
+                "step[1].fault.node: node 2 does not exist: the lab has 1 (`nodes = 3` runs it on a cluster)",
+            ),
+            (
+                r#"then = "restart", "#,
+                r#"then = "restart", node = 2, "#,
+                None,
+                "step[1].fault.node: `node` belongs to a fault on target `node`, not `consumer`",
+            ),
+            (
+                r#"settle = 2 }"#,
+                r#"settle = 2, node = 3 }"#,
+                None,
+                "step[1].consume.node: node 3 does not exist: the lab has 1",
             ),
             (
                 "[[step]]\nconsume",

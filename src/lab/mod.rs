@@ -31,6 +31,8 @@ pub struct Lab {
     pub violations: BTreeMap<String, String>,
     /// The SQL that reads a program's business effects (`(service, eventId)` rows).
     pub effects: Option<String>,
+    /// 1, or 3 for a cluster lab.
+    pub nodes: usize,
 }
 
 impl Lab {
@@ -55,7 +57,25 @@ impl Lab {
     pub fn has_broker_fault(&self) -> bool {
         self.steps
             .iter()
-            .any(|s| matches!(s.action, Action::Broker(_)))
+            .any(|s| matches!(s.action, Action::Broker(_) | Action::Node { .. }))
+    }
+
+    /// Runs on a three-node cluster (the `cluster` group).
+    pub fn is_cluster(&self) -> bool {
+        self.nodes > 1
+    }
+
+    /// A step cuts a node off: the lab needs iptables and root.
+    pub fn has_partition(&self) -> bool {
+        self.steps.iter().any(|s| {
+            matches!(
+                s.action,
+                Action::Node {
+                    action: FaultAction::Partition,
+                    ..
+                }
+            )
+        })
     }
 
     /// `lab` or `lab@variant`: the snapshot, vhost and database name.
@@ -86,6 +106,11 @@ pub enum Action {
     Inspect(Vec<InspectField>),
     /// A fault step of its own: the broker, between two steps.
     Broker(FaultAction),
+    /// A fault step of its own: one cluster node (1-based), between two steps.
+    Node {
+        node: usize,
+        action: FaultAction,
+    },
     /// Declares exchanges and queues the lab marks `later`.
     Declare(Vec<String>),
     /// Waits until `queue` holds `depth` ready messages, at most `within_secs`.
@@ -104,6 +129,7 @@ impl Action {
             Action::Consume(c) => format!("consume({})", c.queue),
             Action::Inspect(_) => "inspect".into(),
             Action::Broker(a) => format!("broker({a})"),
+            Action::Node { node, action } => format!("node{node}({action})"),
             Action::Declare(names) => format!("declare({})", names.join(", ")),
             Action::Await { queue, .. } => format!("await({queue})"),
         }
@@ -123,6 +149,8 @@ pub struct Publish {
     pub confirm_timeout_ms: Option<u64>,
     /// A restarted producer sends again what it never saw confirmed.
     pub resend: bool,
+    /// The cluster node it connects to, 1-based.
+    pub node: usize,
 }
 
 impl Publish {
@@ -181,6 +209,8 @@ pub struct Consume {
     pub deadline_secs: u64,
     /// Message id → how many of its first attempts fail transiently.
     pub transient_failures: BTreeMap<String, u32>,
+    /// The cluster node it connects to, 1-based.
+    pub node: usize,
 }
 
 /// A fault attached to a publish or consume step: at a window, for one message.
@@ -318,6 +348,13 @@ impl Project {
         };
         let path = self.path_of(name)?;
         Ok(load_file(&path, &self.fixtures_dir(), variant)?)
+    }
+
+    /// Whether a lab runs on a three-node cluster (`nodes = 3`): the
+    /// `cluster` group, not in `--all`.
+    pub fn is_cluster(&self, name: &str) -> anyhow::Result<bool> {
+        let (raw, _) = check::parse(&self.path_of(name)?)?;
+        Ok(raw.nodes.is_some_and(|n| *n.get_ref() > 1))
     }
 
     /// The lab followed by each of its variants, as run names.

@@ -36,6 +36,8 @@ pub struct RawLab {
     /// For a lab whose consumer is a program: the SQL that reads its
     /// business effects from its database, one `(service, eventId)` row each.
     pub effects: Option<String>,
+    /// 3: the lab runs on a three-node cluster (the `cluster` group).
+    pub nodes: Option<Spanned<usize>>,
 }
 
 #[derive(Deserialize, Clone, Debug)]
@@ -125,6 +127,8 @@ pub struct RawPublish {
     /// A restarted producer sends again what it sent and never saw confirmed.
     #[serde(default = "yes")]
     pub resend: bool,
+    /// The cluster node the producer connects to (default 1).
+    pub node: Option<Spanned<usize>>,
 }
 
 #[derive(Deserialize, Clone, Debug)]
@@ -160,6 +164,8 @@ pub struct RawConsume {
     /// Message id → how many of its first attempts fail transiently.
     #[serde(default)]
     pub transient_failures: BTreeMap<String, NonZeroU32>,
+    /// The cluster node the consumer connects to (default 1).
+    pub node: Option<Spanned<usize>>,
 }
 
 #[derive(Deserialize, Clone, Debug)]
@@ -242,6 +248,8 @@ pub struct RawFault {
     /// `settle` of the consumer started after the kill (default: the step's);
     /// 0 starts one that finds nothing left to do.
     pub restart_settle: Option<usize>,
+    /// The node a `node` fault acts on.
+    pub node: Option<Spanned<usize>>,
     #[serde(default)]
     pub assert: Vec<Spanned<String>>,
 }
