@@ -48,7 +48,11 @@ fn main() {
         root: env!("CARGO_MANIFEST_DIR").into(),
     };
     let mut labs = Vec::new();
+    // `--all`: the one-node labs (the cluster labs are `--group cluster`).
     for name in project.lab_names().unwrap() {
+        if project.is_cluster(&name).unwrap() {
+            continue;
+        }
         for run in project.runs_of(&name).unwrap() {
             labs.push(project.load(&run).unwrap());
         }

@@ -349,7 +349,7 @@ struct LabArgs {
     #[arg(long, value_name = "GROUP", conflicts_with = "names")]
     group: Option<Group>,
     /// Run this counterexample variant of the named labs instead of the safe lab
-    #[arg(long, value_name = "NAME", conflicts_with = "all")]
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["all", "group"])]
     variant: Option<String>,
     /// Rewrite the stored snapshots with this run's transcripts
     #[arg(long)]
@@ -1015,6 +1015,11 @@ fn cmd_explore(project: &Project, args: ExploreArgs) -> Result<i32, Error> {
         None => args.lab.clone(),
     };
     let mut lab = project.load(&run).usage()?;
+    if lab.is_cluster() {
+        return Err(Error::Usage(anyhow::anyhow!(
+            "`{run}` runs on a three-node cluster: explore runs one-node labs (`mqlab lab --group cluster` runs the cluster labs)"
+        )));
+    }
     if let Some(cmd) = &args.consumer_cmd {
         if !lab.set_command(cmd) {
             return Err(Error::Usage(anyhow::anyhow!(

@@ -321,7 +321,8 @@ async fn execute(
         ),
         database: database_for(&format!("{}{run}", p.prefix)),
         node_ports: p.node_ports.clone(),
-        nodes_out: BTreeSet::new(),
+        nodes_down: BTreeSet::new(),
+        nodes_cut: BTreeSet::new(),
         shared_vhost: p.vhost.is_some() || p.reused,
         unreachable: None,
         run: run.clone(),
@@ -341,10 +342,15 @@ async fn execute(
         sink,
         role_seq: 0,
     };
-    let error = match ctx.run_steps().await {
+    let mut error = match ctx.run_steps().await {
         Ok(()) => None,
         Err(e) => Some(format!("{e:#}")),
     };
+    // The next cluster lab starts on three healthy nodes, whatever this one
+    // left cut off or down (and however it ended).
+    if let Err(e) = ctx.restore_cluster().await {
+        error.get_or_insert(format!("restoring the cluster after the lab: {e:#}"));
+    }
     let unreachable = ctx.unreachable.take();
     if let Some(c) = ctx.conns.take() {
         let _ = c.amqp.close(200, "done".into()).await;
@@ -405,8 +411,10 @@ struct Ctx<'a> {
     database: String,
     /// Every node's AMQP port: the proxy's upstreams, node 1 first.
     node_ports: Vec<u16>,
-    /// Cluster nodes killed or cut off by the lab, and not back yet.
-    nodes_out: BTreeSet<usize>,
+    /// Cluster nodes killed by the lab, and not restarted yet.
+    nodes_down: BTreeSet<usize>,
+    /// Cluster nodes cut off by the lab, and not healed yet.
+    nodes_cut: BTreeSet<usize>,
     /// Other runs used this vhost before: delete the lab's queues first.
     shared_vhost: bool,
     /// Why the fault's window was never reached, when it was not.
@@ -464,10 +472,7 @@ impl Ctx<'_> {
             crate::amqp::delete_queues(&channel, &self.lab.topology).await?;
         }
         crate::amqp::declare(&channel, &self.lab.topology).await?;
-        if let (true, Some(env)) = (self.lab.has_broker_fault(), self.env.as_deref()) {
-            // The declared queues on disk before the lab kills a node.
-            env.sync_metadata().await?;
-        }
+        self.sync_metadata().await?;
         std::fs::create_dir_all(&self.logs)?;
         self.conns = Some(Conns { amqp, channel, db });
         let upstream = format!("{}:{}", self.endpoints.amqp_host, self.endpoints.amqp_port)
@@ -504,11 +509,40 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// For a lab that kills a node: its declared queues on disk now, before
+    /// any kill (node 1's log; a cluster's other nodes hold the same
+    /// metadata in their own copies).
+    async fn sync_metadata(&self) -> Result<()> {
+        match (self.lab.has_broker_fault(), self.env.as_deref()) {
+            (true, Some(env)) => env.sync_metadata().await,
+            _ => Ok(()),
+        }
+    }
+
+    /// Heals what the lab left cut off and restarts what it left down.
+    async fn restore_cluster(&mut self) -> Result<()> {
+        let Some(env) = self.env.as_mut() else {
+            return Ok(());
+        };
+        if !self.nodes_cut.is_empty() {
+            env.heal().await?;
+            self.nodes_cut.clear();
+        }
+        for n in std::mem::take(&mut self.nodes_down) {
+            env.restart_node(n).await?;
+        }
+        Ok(())
+    }
+
     /// A role's broker URL: the proxy's listener for its node.
     fn role_url(&self, node: usize) -> String {
         let mut e = self.role_endpoints.clone();
-        if let Some((proxy, _)) = &self.proxy {
-            e.amqp_port = proxy.ports[node - 1];
+        if let Some(port) = self
+            .proxy
+            .as_ref()
+            .and_then(|(proxy, _)| proxy.ports.get(node.wrapping_sub(1)))
+        {
+            e.amqp_port = *port;
         }
         e.amqp_url(&self.vhost)
     }
@@ -517,7 +551,7 @@ impl Ctx<'_> {
     /// the majority (node 1 but in a cluster lab that stopped or cut it off).
     async fn connect_broker(&self) -> Result<(lapin::Connection, Channel)> {
         let node = (1..=self.node_ports.len())
-            .find(|n| !self.nodes_out.contains(n))
+            .find(|n| !self.nodes_down.contains(n) && !self.nodes_cut.contains(n))
             .unwrap_or(1);
         let mut e = self.endpoints.clone();
         e.amqp_port = self
@@ -564,7 +598,8 @@ impl Ctx<'_> {
                 Action::Broker(action) => self.broker(*action).await?,
                 Action::Node { node, action } => self.node(*node, *action).await?,
                 Action::Declare(names) => {
-                    crate::amqp::declare_later(&self.conns().channel, &lab.topology, names).await?
+                    crate::amqp::declare_later(&self.conns().channel, &lab.topology, names).await?;
+                    self.sync_metadata().await?;
                 }
                 Action::Await {
                     queue,
@@ -917,27 +952,28 @@ impl Ctx<'_> {
                 .with("action", action)
                 .status(status)
         };
+        if self.env.is_none() {
+            bail!("a node fault needs the environment to itself: this run shares it");
+        }
         self.emit(Role::Fault, &line(&self.lab.name, Status::Injected));
-        let env = self
-            .env
-            .as_mut()
-            .context("a node fault needs the environment to itself: this run shares it")?;
+        let env = self.env.as_mut().context("checked above")?;
         match action {
             FaultAction::Kill => {
                 env.kill_node(node).await?;
-                self.nodes_out.insert(node);
+                self.nodes_down.insert(node);
             }
             FaultAction::Restart => {
                 env.restart_node(node).await?;
-                self.nodes_out.remove(&node);
+                self.nodes_down.remove(&node);
             }
             FaultAction::Partition => {
                 env.partition(node).await?;
-                self.nodes_out.insert(node);
+                self.nodes_cut.insert(node);
             }
             FaultAction::Heal => {
+                // Every cut ends, whichever node the step names.
                 env.heal().await?;
-                self.nodes_out.remove(&node);
+                self.nodes_cut.clear();
             }
             other => bail!("a node fault cannot `{other}`"),
         }

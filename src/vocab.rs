@@ -720,7 +720,7 @@ names! {
         Restart = "restart": "SIGKILL the broker and start it again on the same data (broker); start a killed node again, it rejoins (node)",
         Cut = "cut": "drop the message's ack (consume step) or its publish (publish step) and close the connection (network)",
         Hold = "hold": "hold the broker's confirm of the message; the producer times out (network, publish step)",
-        Partition = "partition": "cut the node off from the other two (iptables, root); the harness and roles still reach it (node)",
+        Partition = "partition": "cut the node off from the other two (iptables, root); it pauses itself (pause_minority) and the harness and roles go to the other nodes (node)",
         Heal = "heal": "end the partition (node)",
     }
 }

@@ -332,4 +332,24 @@ fn cluster_lab_mistakes() {
         &mut mqlab(&["lab", "--group", "cluster", "--keep", "--root", &root_arg]),
         "not for the cluster labs",
     );
+    expect_setup_error(
+        &mut mqlab(&["explore", "quorum-leader-kill", "--root", &root_arg]),
+        "runs on a three-node cluster: explore runs one-node labs",
+    );
+    // A node fault in a one-node lab.
+    let one = p.path().join("labs/broker-restart.toml");
+    let text = std::fs::read_to_string(&one).unwrap();
+    std::fs::write(
+        &one,
+        text.replacen(
+            "fault = { target = \"broker\", action = \"restart\" }",
+            "fault = { target = \"node\", node = 1, action = \"kill\" }",
+            1,
+        ),
+    )
+    .unwrap();
+    expect_setup_error(
+        &mut mqlab(&["lab", "broker-restart", "--root", &root_arg]),
+        "a `node` fault needs a cluster: set `nodes = 3`",
+    );
 }

@@ -354,7 +354,9 @@ impl Drop for ClusterEnv {
 }
 
 fn iptables(args: &[&str]) -> Result<()> {
+    // -w: wait for the xtables lock (the container engine may hold it).
     let out = StdCommand::new("iptables")
+        .arg("-w")
         .args(args)
         .output()
         .context("cannot run iptables")?;

@@ -320,7 +320,7 @@ impl ContainersEnv {
             .context("rabbitmqctl eval in the broker container")?;
         let out = r.stdout_to_vec().await?;
         let code = r.exit_code().await?;
-        if code != Some(0) || !String::from_utf8_lossy(&out).contains("ok") {
+        if code != Some(0) || String::from_utf8_lossy(&out).trim() != "ok" {
             bail!(
                 "`rabbitmqctl eval mnesia:sync_log()` in the broker container failed ({code:?}): {}",
                 String::from_utf8_lossy(&out).trim()

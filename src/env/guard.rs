@@ -129,6 +129,7 @@ pub fn remove_chain(chain: &str) {
         vec!["-X", chain],
     ] {
         let _ = Command::new("iptables")
+            .arg("-w")
             .args(&args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())

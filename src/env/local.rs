@@ -583,7 +583,7 @@ impl LocalEnv {
             .await
             .context("`rabbitmqctl eval mnesia:sync_log()` did not answer within 30 s")?
             .with_context(|| format!("cannot run {}", ctl.display()))?;
-        if !out.status.success() || !String::from_utf8_lossy(&out.stdout).contains("ok") {
+        if !out.status.success() || String::from_utf8_lossy(&out.stdout).trim() != "ok" {
             bail!(
                 "`rabbitmqctl eval mnesia:sync_log()` failed ({}): {}{}",
                 out.status,

@@ -61,6 +61,17 @@ struct Shared {
     events: mpsc::UnboundedSender<ProxyEvent>,
 }
 
+/// Aborting a task drops its handles, not the tasks they name: this aborts them.
+struct AbortAll(Vec<JoinHandle<()>>);
+
+impl Drop for AbortAll {
+    fn drop(&mut self) {
+        for h in &self.0 {
+            h.abort();
+        }
+    }
+}
+
 pub struct Proxy {
     /// Node 1's listener.
     pub port: u16,
@@ -103,29 +114,20 @@ impl Proxy {
         });
         let s = shared.clone();
         let accept = tokio::spawn(async move {
-            let mut accepting = Vec::new();
+            let mut accepting = AbortAll(Vec::new());
             for (node, listener) in listeners.into_iter().enumerate() {
                 let s = s.clone();
-                accepting.push(tokio::spawn(async move {
-                    let mut conns: Vec<JoinHandle<()>> = Vec::new();
+                accepting.0.push(tokio::spawn(async move {
+                    // The connections go with their listener's task.
+                    let mut conns = AbortAll(Vec::new());
                     while let Ok((client, _)) = listener.accept().await {
-                        conns.retain(|c| !c.is_finished());
-                        conns.push(tokio::spawn(serve(s.clone(), client, node)));
+                        conns.0.retain(|c| !c.is_finished());
+                        conns.0.push(tokio::spawn(serve(s.clone(), client, node)));
                     }
                 }));
             }
-            // Aborting this task drops the handles, not the tasks: abort them.
-            struct AbortAll(Vec<JoinHandle<()>>);
-            impl Drop for AbortAll {
-                fn drop(&mut self) {
-                    for h in &self.0 {
-                        h.abort();
-                    }
-                }
-            }
-            let all = AbortAll(accepting);
             std::future::pending::<()>().await;
-            drop(all);
+            drop(accepting);
         });
         Ok((
             Proxy {

@@ -94,8 +94,10 @@ pub enum ErrorKind {
     NotBetweenSteps(Target),
     #[error("a broker restart happens between steps: it has no window and no message")]
     BrokerHasNoWindow,
-    #[error("a node fault happens between steps: it has no window, no message and no follow-up")]
+    #[error("a node fault happens between steps: it has no window, message, follow-up, kill_at_depth, restart_settle or assert of its own (assert on the step)")]
     NodeHasNoWindow,
+    #[error("a `node` fault needs a cluster: set `nodes = 3` (a one-node lab's broker fault is `target = \"broker\"`)")]
+    NodeFaultOneNode,
     #[error("`nodes = {0}`: a lab runs on 1 node, or on a cluster of 3")]
     Nodes(usize),
     #[error("node {node} does not exist: the lab has {nodes} (`nodes = 3` runs it on a cluster)")]
@@ -872,10 +874,21 @@ impl<'a> Checker<'a> {
                 ErrorKind::NodeAction { action: act, known },
             );
         }
+        if self.nodes < 3 {
+            self.err(
+                format!("{fkey}.target"),
+                span(&f.target),
+                ErrorKind::NodeFaultOneNode,
+            );
+        }
+        let whole = span(spanned);
         let extra = [
             f.window.as_ref().map(|w| ("window", span(w))),
             f.message.as_ref().map(|m| ("message", span(m))),
             f.then.as_ref().map(|t| ("then", span(t))),
+            f.kill_at_depth.map(|_| ("kill_at_depth", whole.clone())),
+            f.restart_settle.map(|_| ("restart_settle", whole.clone())),
+            f.assert.first().map(|a| ("assert", span(a))),
         ];
         for (k, sp) in extra.into_iter().flatten() {
             self.err(format!("{fkey}.{k}"), sp, ErrorKind::NodeHasNoWindow);
@@ -1386,7 +1399,7 @@ violations = { rows = 3 }
                 "[[step]]\nconsume",
                 "[[step]]\nfault = { target = \"node\", node = 2, action = \"kill\" }\n\n[[step]]\nconsume",
                 None,
-                "step[1].fault.node: node 2 does not exist: the lab has 1 (`nodes = 3` runs it on a cluster)",
+                "step[1].fault.target: a `node` fault needs a cluster: set `nodes = 3`",
             ),
             (
                 r#"then = "restart", "#,
