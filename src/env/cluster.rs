@@ -268,10 +268,37 @@ impl ClusterEnv {
 
     /// Waits until node n, cut off, has paused itself (pause_minority stops
     /// its AMQP listener once it sees itself in a minority: about
-    /// net_ticktime, 10 s, after the cut).
+    /// net_ticktime, 10 s, after the cut) and every other running node has
+    /// seen it go. Measured: a publish on node 2 sent after node 1 paused
+    /// but before node 2 noticed (1 s later, under load) was nacked, and so
+    /// was every resend on that channel for 35 s.
     pub async fn await_paused(&self, n: usize) -> Result<()> {
         let port = self.amqp_ports()[n - 1];
         let deadline = Instant::now() + Duration::from_secs(60);
+        let gone = format!("lists:member('{}', nodes()).", self.net.node_name(n));
+        for (i, p) in self.peers.iter().enumerate() {
+            if i + 2 == n || p.child.is_none() {
+                continue;
+            }
+            while p.launch.eval(&gone).await? != "false" {
+                if Instant::now() > deadline {
+                    bail!(
+                        "node {} still sees node {n} 60 s after it was cut off",
+                        i + 2
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        if n != 1 && self.base.is_running() {
+            let base = self.base.launch().context("node 1's launch")?;
+            while base.eval(&gone).await? != "false" {
+                if Instant::now() > deadline {
+                    bail!("node 1 still sees node {n} 60 s after it was cut off");
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
         while tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await
             .is_ok()

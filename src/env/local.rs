@@ -129,6 +129,30 @@ impl RabbitLaunch {
         Ok((child, stdin))
     }
 
+    /// `rabbitmqctl eval EXPR` on this node: its printed result, trimmed.
+    pub(super) async fn eval(&self, expr: &str) -> Result<String> {
+        let ctl = self.program.with_file_name("rabbitmqctl");
+        let mut cmd = Command::new(&ctl);
+        cmd.env_clear()
+            .envs(self.envs.iter().map(|(k, v)| (k, v)))
+            .args(["eval", expr])
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        let out = tokio::time::timeout(Duration::from_secs(30), cmd.output())
+            .await
+            .with_context(|| format!("`rabbitmqctl eval {expr}` did not answer within 30 s"))?
+            .with_context(|| format!("cannot run {}", ctl.display()))?;
+        if !out.status.success() {
+            bail!(
+                "`rabbitmqctl eval {expr}` failed ({}): {}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout).trim(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
     pub(super) fn set(&mut self, key: &str, value: impl Into<std::ffi::OsString>) {
         let value = value.into();
         match self.envs.iter_mut().find(|(k, _)| k == key) {
@@ -572,24 +596,9 @@ impl LocalEnv {
             .rabbit_launch
             .as_ref()
             .context("RabbitMQ was never configured")?;
-        let ctl = launch.program.with_file_name("rabbitmqctl");
-        let mut cmd = Command::new(&ctl);
-        cmd.env_clear()
-            .envs(launch.envs.iter().map(|(k, v)| (k, v)))
-            .args(["eval", "mnesia:sync_log()."])
-            .stdin(Stdio::null())
-            .kill_on_drop(true);
-        let out = tokio::time::timeout(Duration::from_secs(30), cmd.output())
-            .await
-            .context("`rabbitmqctl eval mnesia:sync_log()` did not answer within 30 s")?
-            .with_context(|| format!("cannot run {}", ctl.display()))?;
-        if !out.status.success() || String::from_utf8_lossy(&out.stdout).trim() != "ok" {
-            bail!(
-                "`rabbitmqctl eval mnesia:sync_log()` failed ({}): {}{}",
-                out.status,
-                String::from_utf8_lossy(&out.stdout).trim(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
+        let out = launch.eval("mnesia:sync_log().").await?;
+        if out != "ok" {
+            bail!("`rabbitmqctl eval mnesia:sync_log()` answered: {out}");
         }
         Ok(())
     }
@@ -670,6 +679,11 @@ impl LocalEnv {
     /// The run directory the environment lives in.
     pub(super) fn run_dir(&self) -> &Path {
         self.dir.parent().unwrap_or(&self.dir)
+    }
+
+    /// Whether the node runs (not killed by a lab).
+    pub(super) fn is_running(&self) -> bool {
+        self.rabbit.is_some() || self.rabbit_pid.is_some()
     }
 
     /// Node 1's launch, for a cluster's other nodes to copy.
