@@ -514,24 +514,37 @@ impl Ctx<'_> {
     /// metadata in their own copies).
     async fn sync_metadata(&self) -> Result<()> {
         match (self.lab.has_broker_fault(), self.env.as_deref()) {
-            (true, Some(env)) => env.sync_metadata().await,
+            (true, Some(env)) => env.sync_metadata(self.harness_node()).await,
             _ => Ok(()),
         }
     }
 
+    /// The node the harness talks to: the first that is up and not cut off.
+    fn harness_node(&self) -> usize {
+        (1..=self.node_ports.len())
+            .find(|n| !self.nodes_down.contains(n) && !self.nodes_cut.contains(n))
+            .unwrap_or(1)
+    }
+
     /// Heals what the lab left cut off and restarts what it left down.
+    /// Every step is tried; the first error is reported.
     async fn restore_cluster(&mut self) -> Result<()> {
         let Some(env) = self.env.as_mut() else {
             return Ok(());
         };
+        let mut first: Option<anyhow::Error> = None;
         if !self.nodes_cut.is_empty() {
-            env.heal().await?;
+            if let Err(e) = env.heal().await {
+                first.get_or_insert(e);
+            }
             self.nodes_cut.clear();
         }
         for n in std::mem::take(&mut self.nodes_down) {
-            env.restart_node(n).await?;
+            if let Err(e) = env.restart_node(n).await {
+                first.get_or_insert(e);
+            }
         }
-        Ok(())
+        first.map_or(Ok(()), Err)
     }
 
     /// A role's broker URL: the proxy's listener for its node.
@@ -550,9 +563,7 @@ impl Ctx<'_> {
     /// The harness's own connection: to the first node that is up and in
     /// the majority (node 1 but in a cluster lab that stopped or cut it off).
     async fn connect_broker(&self) -> Result<(lapin::Connection, Channel)> {
-        let node = (1..=self.node_ports.len())
-            .find(|n| !self.nodes_down.contains(n) && !self.nodes_cut.contains(n))
-            .unwrap_or(1);
+        let node = self.harness_node();
         let mut e = self.endpoints.clone();
         e.amqp_port = self
             .node_ports
@@ -957,18 +968,20 @@ impl Ctx<'_> {
         }
         self.emit(Role::Fault, &line(&self.lab.name, Status::Injected));
         let env = self.env.as_mut().context("checked above")?;
+        // Marked before the environment acts: a step that fails half way
+        // still leaves the node to be restored after the lab.
         match action {
             FaultAction::Kill => {
-                env.kill_node(node).await?;
                 self.nodes_down.insert(node);
+                env.kill_node(node).await?;
             }
             FaultAction::Restart => {
                 env.restart_node(node).await?;
                 self.nodes_down.remove(&node);
             }
             FaultAction::Partition => {
-                env.partition(node).await?;
                 self.nodes_cut.insert(node);
+                env.partition(node).await?;
             }
             FaultAction::Heal => {
                 // Every cut ends, whichever node the step names.

@@ -303,6 +303,23 @@ fn cluster_lab_mistakes() {
             "a node fault happens between steps",
         ),
     ];
+    // A heal of a node no step cut off (quorum-partition cuts node 1).
+    let cut_lab = p.path().join("labs/quorum-partition.toml");
+    let cut_text = std::fs::read_to_string(&cut_lab).unwrap();
+    std::fs::write(
+        &cut_lab,
+        cut_text.replacen(
+            "fault = { target = \"node\", node = 1, action = \"heal\" }",
+            "fault = { target = \"node\", node = 2, action = \"heal\" }",
+            1,
+        ),
+    )
+    .unwrap();
+    expect_setup_error(
+        &mut mqlab(&["lab", "quorum-partition", "--root", &root_arg]),
+        "node 2 is healed but no step before cuts it off",
+    );
+    std::fs::write(&cut_lab, &cut_text).unwrap();
     for (from, to, needle) in cases {
         assert!(text.contains(from), "{from}");
         std::fs::write(&lab, text.replacen(from, to, 1)).unwrap();

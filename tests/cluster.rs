@@ -20,6 +20,9 @@ use mqlab::env::{EnvOptions, Environment};
 mod common;
 use common::*;
 
+/// One cluster at a time: six nodes on two cores would only slow both.
+static ONE_CLUSTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn quorum() -> FieldTable {
     let mut args = FieldTable::default();
     args.insert(
@@ -41,6 +44,7 @@ fn chains() -> String {
 #[ignore = "needs iptables and root (.ci/run installs iptables)"]
 fn three_nodes_one_cluster_node_kill_and_partition() {
     require_tool("iptables", &["/usr/sbin/iptables", "/sbin/iptables"]);
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
     let run_dir = RunDir::create(std::path::Path::new(env!("CARGO_BIN_EXE_mqlab"))).unwrap();
     let mark = run_dir.path().to_string_lossy().into_owned();
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -204,6 +208,7 @@ fn three_nodes_one_cluster_node_kill_and_partition() {
 #[ignore = "needs iptables and root (quorum-partition cuts a node off; .ci/run installs iptables)"]
 fn cluster_group_passes_with_evidence_and_leaves_nothing() {
     require_tool("iptables", &["/usr/sbin/iptables", "/sbin/iptables"]);
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
     let evidence = tempfile::tempdir().unwrap();
     let run = start(
         &[

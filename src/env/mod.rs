@@ -272,13 +272,13 @@ impl Environment {
     }
 
     /// The broker's metadata (declared queues) on disk now, before a lab
-    /// kills it (see `LocalEnv::sync_metadata`).
-    pub async fn sync_metadata(&self) -> anyhow::Result<()> {
+    /// kills it (see `LocalEnv::sync_metadata`); in a cluster, node n's.
+    pub async fn sync_metadata(&self, n: usize) -> anyhow::Result<()> {
         match self {
             Environment::Local(e) => e.sync_metadata().await,
             Environment::Containers(e) => e.sync_metadata().await,
             Environment::External(_) => Ok(()),
-            Environment::Cluster(e) => e.base.sync_metadata().await,
+            Environment::Cluster(e) => e.sync_metadata(n).await,
         }
     }
 

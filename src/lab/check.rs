@@ -98,6 +98,8 @@ pub enum ErrorKind {
     NodeHasNoWindow,
     #[error("a `node` fault needs a cluster: set `nodes = 3` (a one-node lab's broker fault is `target = \"broker\"`)")]
     NodeFaultOneNode,
+    #[error("node {0} is healed but no step before cuts it off (`action = \"partition\"`)")]
+    HealWithoutCut(usize),
     #[error("`nodes = {0}`: a lab runs on 1 node, or on a cluster of 3")]
     Nodes(usize),
     #[error("node {node} does not exist: the lab has {nodes} (`nodes = 3` runs it on a cluster)")]
@@ -502,6 +504,30 @@ impl<'a> Checker<'a> {
                 fault,
                 asserts,
             });
+        }
+        // A heal ends a partition of the same node made before it.
+        let mut cut = BTreeSet::new();
+        for (i, s) in raw.steps.iter().enumerate() {
+            let Some(f) = s.fault.as_ref().map(|f| f.get_ref()) else {
+                continue;
+            };
+            if *f.target.get_ref() != Target::Node {
+                continue;
+            }
+            let Some(n) = f.node.as_ref().map(|n| *n.get_ref()) else {
+                continue;
+            };
+            match f.action.get_ref() {
+                FaultAction::Partition => {
+                    cut.insert(n);
+                }
+                FaultAction::Heal if !cut.remove(&n) => self.err(
+                    format!("step[{i}].fault.node"),
+                    f.node.as_ref().and_then(span),
+                    ErrorKind::HealWithoutCut(n),
+                ),
+                _ => {}
+            }
         }
         steps
     }

@@ -19,8 +19,13 @@ pub fn mqlab(args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_mqlab"));
     // The local environment unless a test asks for containers: CI exports
     // DOCKER_HOST and images, which `--env auto` would pick up.
+    // Nor the mark of a test that runs an environment in-process
+    // (`RunDir::create` sets it in this process): that test's cleanup would
+    // take this mqlab for one of its own processes and kill it (seen: two
+    // cluster tests at once, mqlab killed, exit -1).
     c.args(args)
         .env_remove("MQLAB_ROOT")
+        .env_remove(mqlab::env::guard::RUN_VAR)
         .env("MQLAB_ENV", "local");
     c
 }
