@@ -156,8 +156,10 @@ struct Params<'a> {
     node_ports: Vec<u16>,
 }
 
-impl Suite<'_> {
-    fn params(&self) -> Params<'_> {
+impl<'a> Suite<'a> {
+    /// What a run needs of the suite; it borrows none of the suite itself,
+    /// so the environment can be lent to the run beside it.
+    fn params(&self) -> Params<'a> {
         Params {
             project: self.project,
             exe: self.exe,
@@ -246,18 +248,7 @@ impl Suite<'_> {
     /// One run, with the environment to itself: what `mqlab explore` calls
     /// for each point.
     pub async fn run_one(&mut self, lab: &Lab, sink: &mut dyn Sink) -> RunRecord {
-        let params = Params {
-            project: self.project,
-            exe: self.exe,
-            run_dir: self.run_dir,
-            update: self.update,
-            checks_only: self.checks_only,
-            endpoints: self.env.endpoints().clone(),
-            vhost: self.vhost.clone(),
-            reused: self.env.reused(),
-            prefix: self.env.prefix(),
-            node_ports: self.env.amqp_ports(),
-        };
+        let params = self.params();
         execute(&params, Some(&mut *self.env), lab, sink).await
     }
 }

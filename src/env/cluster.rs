@@ -22,17 +22,8 @@ use super::{free_ports, EnvOptions};
 /// Whether this machine can cut a node off: iptables answers, as root
 /// (`iptables -S` needs CAP_NET_ADMIN). Checked before any server starts.
 pub fn can_partition() -> Result<()> {
-    let out = StdCommand::new("iptables")
-        .args(["-w", "-S", "INPUT"])
-        .output()
-        .context("iptables is not installed (Debian: apt-get install iptables)")?;
-    if !out.status.success() {
-        bail!(
-            "`iptables -S INPUT` failed (a partition needs root): {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
+    iptables(&["-S", "INPUT"])
+        .context("a partition needs iptables (Debian: apt-get install iptables) and root")
 }
 
 /// The cluster's addresses, chosen before node 1 starts.

@@ -117,6 +117,16 @@ impl RabbitLaunch {
     /// Starts a node that is not kept (a cluster's node 2 or 3): its stdin a
     /// pipe held by the returned handle.
     pub(super) fn spawn(&self) -> Result<(Child, Option<ChildStdin>)> {
+        let mut cmd = self.command();
+        let mut child = process::spawn_with(&mut cmd, &self.out, false, false)?;
+        let stdin = child.stdin.take();
+        Ok((child, stdin))
+    }
+
+    /// The node's command: its environment only, stdin a pipe, and its own
+    /// directory as cwd (its crash dumps, MnesiaCore.* and erl_crash.dump,
+    /// land there, not in the user's).
+    fn command(&self) -> Command {
         let mut cmd = Command::new(&self.program);
         cmd.env_clear()
             .envs(self.envs.iter().map(|(k, v)| (k, v)))
@@ -124,9 +134,7 @@ impl RabbitLaunch {
         if let Some(dir) = self.out.parent() {
             cmd.current_dir(dir);
         }
-        let mut child = process::spawn_with(&mut cmd, &self.out, false, false)?;
-        let stdin = child.stdin.take();
-        Ok((child, stdin))
+        cmd
     }
 
     /// `rabbitmqctl eval EXPR` on this node: its printed result, trimmed.
@@ -387,15 +395,7 @@ impl LocalEnv {
             .rabbit_launch
             .as_ref()
             .context("RabbitMQ was never configured")?;
-        let mut cmd = Command::new(&launch.program);
-        cmd.env_clear()
-            .envs(launch.envs.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::piped());
-        // Its crash dumps (MnesiaCore.*, erl_crash.dump) land in its own
-        // directory, not in the user's.
-        if let Some(dir) = launch.out.parent() {
-            cmd.current_dir(dir);
-        }
+        let mut cmd = launch.command();
         if self.keep {
             // The node halts when its stdin closes: a `sleep` that carries the
             // run's mark holds the pipe open until `mqlab env down`.
