@@ -523,6 +523,36 @@ fn default_root() -> PathBuf {
     }
 }
 
+/// Set by the harness's runtime: which signal arrived, once one has.
+static INTERRUPT: std::sync::Mutex<Option<tokio::sync::watch::Receiver<Option<&'static str>>>> =
+    std::sync::Mutex::new(None);
+
+/// The runtime of a command that starts servers. SIGTERM and SIGINT are caught
+/// from here on, before the run directory exists: a signal that lands while a
+/// server boots, before any `select!` waits on [`interrupted`], is still seen
+/// (it used to kill mqlab by the default action, exit -1 instead of 130).
+fn harness_runtime() -> Result<tokio::runtime::Runtime> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let rt = runtime()?;
+    let rx = rt
+        .block_on(async {
+            let mut term = signal(SignalKind::terminate())?;
+            let mut int = signal(SignalKind::interrupt())?;
+            let (tx, rx) = tokio::sync::watch::channel(None);
+            tokio::spawn(async move {
+                let sig = tokio::select! {
+                    _ = term.recv() => "terminated (SIGTERM)",
+                    _ = int.recv() => "interrupted (SIGINT)",
+                };
+                tx.send_replace(Some(sig));
+            });
+            Ok::<_, std::io::Error>(rx)
+        })
+        .context("cannot catch SIGTERM and SIGINT")?;
+    *INTERRUPT.lock().unwrap_or_else(|e| e.into_inner()) = Some(rx);
+    Ok(rt)
+}
+
 fn runtime() -> Result<tokio::runtime::Runtime> {
     // One thread: children are spawned from it, and PR_SET_PDEATHSIG follows
     // the spawning thread.
@@ -769,7 +799,7 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32, Error> {
         .collect();
     let attach = args.env.attach(&vhosts).usage()?;
     let images = images(project, &args.env).usage()?;
-    let rt = runtime().map_err(Error::Environment)?;
+    let rt = harness_runtime().map_err(Error::Environment)?;
     if let Some(config) = &external {
         rt.block_on(crate::env::external::ExternalEnv::preflight(config))
             .usage()?;
@@ -915,6 +945,7 @@ fn cmd_soak(project: &Project, args: SoakArgs) -> Result<i32, Error> {
     let exe = std::env::current_exe()
         .context("cannot find the mqlab executable")
         .usage()?;
+    let rt = harness_runtime().map_err(Error::Environment)?;
     let run_dir = RunDir::create(&exe).map_err(Error::Environment)?;
     let terminal = sinks::Terminal::new(project.snapshots_dir());
     let bar = terminal.progress();
@@ -931,7 +962,6 @@ fn cmd_soak(project: &Project, args: SoakArgs) -> Result<i32, Error> {
         cluster: None,
     };
     let mut sink = sinks::Terminal::quiet(terminal);
-    let rt = runtime().map_err(Error::Environment)?;
     let report: Result<crate::soak::Report, Error> = rt.block_on(async {
         let mut env =
             start_environment(args.env.env, false, attach, &images, &opts, &mut sink).await?;
@@ -1048,6 +1078,7 @@ fn cmd_explore(project: &Project, args: ExploreArgs) -> Result<i32, Error> {
     let exe = std::env::current_exe()
         .context("cannot find the mqlab executable")
         .usage()?;
+    let rt = harness_runtime().map_err(Error::Environment)?;
     let run_dir = RunDir::create(&exe).map_err(Error::Environment)?;
     let terminal = sinks::Terminal::new(project.snapshots_dir());
     let bar = terminal.progress();
@@ -1070,7 +1101,6 @@ fn cmd_explore(project: &Project, args: ExploreArgs) -> Result<i32, Error> {
         crate::explore::judged_by()
     );
     let started = Instant::now();
-    let rt = runtime().map_err(Error::Environment)?;
     let mut results = Vec::new();
     let outcome: Result<(), Error> = rt.block_on(async {
         let mut env =
@@ -1469,6 +1499,7 @@ fn cmd_env_up(
     let exe = std::env::current_exe()
         .context("cannot find the mqlab executable")
         .usage()?;
+    let rt = harness_runtime().map_err(Error::Environment)?;
     let run_dir = RunDir::create(&exe).map_err(Error::Environment)?;
     let terminal = sinks::Terminal::new(project.snapshots_dir());
     let bar = terminal.progress();
@@ -1484,7 +1515,6 @@ fn cmd_env_up(
         cluster: None,
     };
     let mut sink = sinks::Terminal::quiet(terminal);
-    let rt = runtime().map_err(Error::Environment)?;
     let outcome: Result<(), Error> = rt.block_on(async {
         let env = start_environment(
             EnvKind::Local,
@@ -1546,12 +1576,14 @@ fn cmd_env_down(dir: &Path) -> Result<i32> {
     Ok(exit::OK)
 }
 
+/// The first SIGTERM or SIGINT since [`harness_runtime`] started; pending
+/// forever on a runtime that does not catch them.
 async fn interrupted() -> String {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => "terminated (SIGTERM)".into(),
-        _ = int.recv() => "interrupted (SIGINT)".into(),
+    let rx = INTERRUPT.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if let Some(mut rx) = rx {
+        if let Ok(sig) = rx.wait_for(Option::is_some).await {
+            return sig.unwrap_or_default().to_string();
+        }
     }
+    std::future::pending().await
 }
