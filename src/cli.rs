@@ -649,6 +649,10 @@ fn cmd_list(project: &Project) -> Result<i32> {
                 for a in crate::vocab::NODE_ACTIONS {
                     out!("    {:<24} {}", a.name(), a.doc());
                 }
+                out!("    kill, then reconnect (the producer sends the message again); on a publish step, with `node = N`:");
+                for w in crate::vocab::NODE_WINDOWS {
+                    out!("    {:<24} {}", w.name(), w.doc());
+                }
             }
         }
     }

@@ -362,6 +362,9 @@ pub fn mermaid(lines: &[String]) -> String {
                 Status::CrashInjected => body.push(format!(
                     "    Note over P: SIGKILL at the fault window ({mid}), a new producer process resends what it never saw confirmed"
                 )),
+                Status::ConnectionLost => body.push(format!(
+                    "    Note over P: connection lost, {mid} unconfirmed: it connects again (to a live node) and sends {mid} again"
+                )),
                 _ => {}
             },
             Role::Fault => {
@@ -381,6 +384,9 @@ pub fn mermaid(lines: &[String]) -> String {
                             nodes.push(n.clone());
                         }
                         let what = match (action, status) {
+                            ("kill", _) if !mid.is_empty() => {
+                                format!("SIGKILL, the confirm of {mid} in flight (held back); it stays down")
+                            }
                             ("kill", _) => "SIGKILL; it stays down".to_string(),
                             ("restart", Status::Injected) => "started again on its data".into(),
                             ("restart", _) => "back, rejoined the cluster".into(),

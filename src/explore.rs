@@ -111,6 +111,7 @@ fn with_label(mut lab: Lab, label: &str) -> Lab {
 
 fn fault(target: Target, action: FaultAction, window: Window, message: &str, then: Then) -> Fault {
     Fault {
+        node: None,
         target,
         action,
         window,

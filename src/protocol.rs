@@ -86,6 +86,10 @@ pub struct ProducerConfig {
     pub journal: std::path::PathBuf,
     /// Where to stop for the harness's kill: the first of these reached.
     pub faults: Vec<FaultPoint>,
+    /// A broken connection (its node killed) is not the end: log
+    /// `connection_lost`, connect again and send the message again.
+    #[serde(default)]
+    pub reconnect: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -161,6 +165,7 @@ mod tests {
             resend: true,
             journal: "/tmp/j".into(),
             faults: Vec::new(),
+            reconnect: false,
         }));
         let json = e.to_json();
         assert!(json.contains("\"role\":\"producer\""), "{json}");

@@ -712,6 +712,7 @@ impl Ctx<'_> {
             resend: p.resend,
             journal: self.logs.join(format!("producer-{}.journal", self.step)),
             faults,
+            reconnect: false,
         }
     }
 
@@ -719,6 +720,9 @@ impl Ctx<'_> {
         let secs = p.deadline_secs;
         let deadline = Instant::now() + Duration::from_secs(secs);
         match fault {
+            Some(f) if f.target == Target::Node => {
+                return self.publish_node_kill(p, f, phase, deadline, secs).await;
+            }
             Some(f) if f.target == Target::Producer => {
                 let killed = self.producer_config(p, Some(point_of(f)));
                 let mut proc = self.spawn_role(RoleConfig::Producer(killed))?;
@@ -768,6 +772,132 @@ impl Ctx<'_> {
             self.assert(&f.asserts).await?;
         }
         Ok(())
+    }
+
+    /// A node killed at the producer's window: the proxy holds the message's
+    /// confirm (the broker has it, replicated), and once the producer's lines
+    /// for the messages before it are in, the node dies. New connections wait
+    /// at the proxy's gate until every quorum queue has a leader elsewhere;
+    /// the producer, its connection broken, connects again (to a live node)
+    /// and sends the message again, then the rest. The node stays down.
+    async fn publish_node_kill(
+        &mut self,
+        p: &Publish,
+        f: &Fault,
+        phase: &str,
+        deadline: Instant,
+        secs: u64,
+    ) -> Result<()> {
+        let node = f.node.context("a node fault names its node")?;
+        if self.env.is_none() {
+            bail!("a node fault needs the environment to itself: this run shares it");
+        }
+        self.proxy().arm(Rule::HoldConfirm {
+            message: f.message.clone(),
+        });
+        let mut cfg = self.producer_config(p, None);
+        cfg.reconnect = true;
+        let mut proc = self.spawn_role(RoleConfig::Producer(cfg))?;
+        // The producer sends one message at a time: when the confirm before
+        // the held one is logged, everything it logs until the kill is in.
+        let before = p
+            .messages
+            .iter()
+            .take_while(|m| m.meta.message_id != f.message)
+            .last()
+            .map(|m| m.meta.message_id.clone());
+        if let Some(before) = before {
+            self.follow_until(&mut proc, phase, deadline, secs, &before)
+                .await?;
+        }
+        let rx = &mut self.proxy.as_mut().expect("prepared before any step").1;
+        match tokio::time::timeout_at(deadline.into(), rx.recv()).await {
+            Ok(Some(ProxyEvent::Held { message })) if message == f.message => {}
+            other => bail!(
+                "phase {phase}: the proxy never held the confirm of {} ({other:?})",
+                f.message
+            ),
+        }
+        let line = Record::new(&self.lab.name)
+            .with("target", Target::Node)
+            .with("node", node)
+            .with("action", f.action)
+            .with("window", f.window)
+            .with("messageId", &f.message)
+            .status(Status::Injected);
+        self.emit(Role::Fault, &line);
+        self.proxy().hold_new();
+        self.nodes_down.insert(node);
+        self.env
+            .as_mut()
+            .context("checked above")?
+            .kill_node(node)
+            .await?;
+        // Its connection broke: the producer says so about the held message.
+        loop {
+            let Some(line) = self.next_line(&mut proc, phase, deadline, secs).await? else {
+                bail!(
+                    "the producer exited when node {node} died; last lines of its log:\n{}",
+                    process::tail(&proc.log, 10)
+                );
+            };
+            self.emit(Role::Producer, &line);
+            if line.ends_with(&format!("status={}", Status::ConnectionLost)) {
+                break;
+            }
+        }
+        let quorum: Vec<String> = self
+            .lab
+            .topology
+            .queues
+            .iter()
+            .filter(|q| q.is_quorum())
+            .map(|q| q.name.clone())
+            .collect();
+        for q in &quorum {
+            let env = self.env.as_ref().context("checked above")?;
+            env.await_leader(node, &self.vhost, q).await?;
+        }
+        let (amqp, channel) = self.connect_broker().await?;
+        let c = self.conns();
+        let _ = c.amqp.close(200, "moving to a live node".into()).await;
+        c.amqp = amqp;
+        c.channel = channel;
+        self.proxy().release();
+        self.follow(&mut proc, Role::Producer, phase, deadline, secs, None)
+            .await?;
+        let code = self.wait_exit(&mut proc, phase, deadline, secs).await?;
+        if code != 0 {
+            bail!(
+                "the producer exited with {code}; last lines of its log:\n{}",
+                process::tail(&proc.log, 10)
+            );
+        }
+        self.assert(&f.asserts).await
+    }
+
+    /// Emits a role's lines up to and including its line for `message`.
+    async fn follow_until(
+        &mut self,
+        proc: &mut RoleProc,
+        phase: &str,
+        deadline: Instant,
+        secs: u64,
+        message: &str,
+    ) -> Result<()> {
+        let id = format!("messageId={message} ");
+        loop {
+            let Some(line) = self.next_line(proc, phase, deadline, secs).await? else {
+                bail!(
+                    "the producer exited before it logged {message}; last lines of its log:\n{}",
+                    process::tail(&proc.log, 10)
+                );
+            };
+            self.emit(Role::Producer, &line);
+            if line.contains(&id) {
+                return Ok(());
+            }
+        }
     }
 
     /// Reads a role's lines until it exits (or, given a message, until its

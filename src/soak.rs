@@ -216,6 +216,7 @@ impl Soak<'_> {
             resend: true,
             journal: self.logs.join(format!("{queue}.journal")),
             faults: Vec::new(),
+            reconnect: false,
         };
         let mut p = self.spawn(n, RoleConfig::Producer(cfg))?;
         while let Some(line) = p.lines.next_line().await? {

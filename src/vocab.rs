@@ -110,7 +110,7 @@ names! {
         RetryScheduled = "retry_scheduled": "consumer: a transient failure, republished to a retry tier (confirmed), then acked",
         BusinessRejected = "business_rejected": "consumer: the business said no; recorded with the inbox row, acked, no retry, no DLQ",
         MovedToDlq = "moved_to_dlq": "consumer: isolated in the DLQ with its diagnostics (its failureClass says why)",
-        ConnectionLost = "connection_lost": "consumer: its connection broke; it connects again",
+        ConnectionLost = "connection_lost": "consumer, producer: its connection broke; it connects again (a producer sends the message again)",
         Injected = "injected": "fault: the harness injected it",
         Delivered = "delivered": "observe: the broker delivered the message to the program",
         Committed = "committed": "observe: the program's COMMIT for the message passed and the database answered",
@@ -147,6 +147,12 @@ names! {
 
 /// The windows the producer's path passes, for every message.
 pub const PRODUCER_WINDOWS: &[Window] = &[Window::AfterPublishBeforeConfirm, Window::AfterConfirm];
+
+/// Where a cluster node can be killed inside a publish step: the proxy holds
+/// the message's confirm (the broker has it, the producer has not seen it),
+/// then the node dies; the producer's connection breaks and it connects
+/// again, to a live node, and sends the message again (the same eventId).
+pub const NODE_WINDOWS: &[Window] = &[Window::AfterPublishBeforeConfirm];
 
 /// The kind of step a fault is attached to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -709,7 +715,7 @@ names! {
         Consumer = "consumer": "the consumer role process (at a window of its pattern's path)",
         Broker = "broker": "the RabbitMQ node, between two steps",
         Network = "network": "a role's connection, through the harness's AMQP proxy",
-        Node = "node": "one node of a three-node cluster (`nodes = 3`), between two steps",
+        Node = "node": "one node of a three-node cluster (`nodes = 3`), between two steps or, killed, at a producer's window",
     }
 }
 

@@ -300,7 +300,7 @@ fn cluster_lab_mistakes() {
         (
             "fault = { target = \"node\", node = 1, action = \"kill\" }",
             "fault = { target = \"node\", node = 1, action = \"kill\", window = \"after-commit-before-ack\" }",
-            "a node fault happens between steps",
+            "a node fault in a step of its own happens between steps",
         ),
     ];
     // A heal of a node no step cut off (quorum-partition cuts node 1).
@@ -329,6 +329,21 @@ fn cluster_lab_mistakes() {
         );
     }
     std::fs::write(&lab, &text).unwrap();
+    // A node killed at a producer's window it never passes.
+    let failover = p.path().join("labs/publisher-confirm-failover.toml");
+    let f_text = std::fs::read_to_string(&failover).unwrap();
+    let from = "window = \"after-publish-before-confirm\", message = \"mid-100\"";
+    assert!(f_text.contains(from));
+    std::fs::write(
+        &failover,
+        f_text.replacen(from, "window = \"after-confirm\", message = \"mid-100\"", 1),
+    )
+    .unwrap();
+    expect_setup_error(
+        &mut mqlab(&["lab", "publisher-confirm-failover", "--root", &root_arg]),
+        "`kill` of the node never passes window `after-confirm` (it passes: after-publish-before-confirm)",
+    );
+    std::fs::write(&failover, &f_text).unwrap();
     expect_setup_error(
         &mut mqlab(&["lab", "quorum-leader-kill", "routing", "--root", &root_arg]),
         "quorum-leader-kill runs on a three-node cluster and routing on one node",

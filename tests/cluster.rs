@@ -234,6 +234,18 @@ fn cluster_group_passes_with_evidence_and_leaves_nothing() {
         std::fs::read_to_string(evidence.path().join("quorum-leader-kill@classic-queue.md"))
             .unwrap();
     assert!(classic.contains("counterexample confirmed"), "{classic}");
+    let failover =
+        std::fs::read_to_string(evidence.path().join("publisher-confirm-failover.md")).unwrap();
+    assert!(
+        failover.contains(
+            "Note over N1: node 1: SIGKILL, the confirm of mid-100 in flight (held back); it stays down"
+        ),
+        "{failover}"
+    );
+    assert!(
+        failover.contains("Note over P: connection lost, mid-100 unconfirmed"),
+        "{failover}"
+    );
     let cut = std::fs::read_to_string(evidence.path().join("quorum-partition.md")).unwrap();
     assert!(
         cut.contains("Note over N1: node 1: cut off from the other nodes"),

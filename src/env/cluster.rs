@@ -295,6 +295,40 @@ impl ClusterEnv {
         Ok(())
     }
 
+    /// Waits until a running node other than `gone` names a leader of the
+    /// quorum queue other than `gone` (ra's own view: a follower learns the
+    /// new leader when it is elected). A publish sent before then waits in
+    /// the broker for the election; after, it goes straight to the leader.
+    pub async fn await_leader(&self, gone: usize, vhost: &str, queue: &str) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let (m, launch) = (1..=self.nodes())
+            .filter(|m| *m != gone)
+            .find_map(|m| self.running_launch(m).map(|l| (m, l)))
+            .context("no other node is running")?;
+        let expr = format!(
+            "case rabbit_amqqueue:lookup(rabbit_misc:r(<<\"{vhost}\">>, queue, <<\"{queue}\">>)) of \
+             {{ok, Q}} -> case amqqueue:get_pid(Q) of \
+             {{Name, _}} -> case ra:members({{Name, node()}}, 2000) of {{ok, _, {{_, L}}}} -> L; E -> E end; \
+             P -> P end; E -> E end."
+        );
+        let gone = format!("'{}'", self.net.node_name(gone));
+        loop {
+            // A failing or slow eval (a loaded machine) counts as "not yet".
+            let seen = tokio::time::timeout_at(deadline.into(), launch.eval(&expr)).await;
+            if let Ok(Ok(leader)) = &seen {
+                if leader.starts_with('\'') && leader.contains('@') && *leader != gone {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "node {m} names no leader of `{queue}` but the killed node 60 s on ({seen:?})"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     /// Node m's launch, if it runs (not killed by the lab).
     fn running_launch(&self, m: usize) -> Option<&RabbitLaunch> {
         match m {

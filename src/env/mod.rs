@@ -282,6 +282,15 @@ impl Environment {
         }
     }
 
+    /// A quorum queue has a leader on a node other than `gone` (a cluster's
+    /// node killed mid-stream); one node: nothing to wait for.
+    pub async fn await_leader(&self, gone: usize, vhost: &str, queue: &str) -> anyhow::Result<()> {
+        match self {
+            Environment::Cluster(e) => e.await_leader(gone, vhost, queue).await,
+            _ => Ok(()),
+        }
+    }
+
     pub async fn restart_broker(&mut self) -> anyhow::Result<()> {
         match self {
             Environment::Local(e) => e.restart_broker().await,

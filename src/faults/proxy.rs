@@ -154,6 +154,11 @@ impl Proxy {
         *self.shared.rule.lock().expect("proxy rule") = None;
     }
 
+    /// New connections wait at the gate until [`Proxy::release`].
+    pub fn hold_new(&self) {
+        self.shared.gate.send_replace(false);
+    }
+
     /// Lets connections that wait at the gate through.
     pub fn release(&self) {
         self.shared.gate.send_replace(true);

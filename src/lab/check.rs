@@ -18,7 +18,7 @@ use crate::transcript::MessageMeta;
 use crate::vocab::{
     check_queue_argument, ArgValue, Check, CounterRef, ExchangeDecl, FaultAction, OnFailure,
     Pattern, QueueDecl, StepKind, Target, Then, Topology, Window, NETWORK_WINDOWS, NODE_ACTIONS,
-    PRODUCER_WINDOWS,
+    NODE_WINDOWS, PRODUCER_WINDOWS,
 };
 
 /// What is wrong, with a hint where the fix is known.
@@ -68,7 +68,7 @@ pub enum ErrorKind {
     NoRoutingKey,
     #[error("fixture `{file}`: {why}")]
     Fixture { file: String, why: String },
-    #[error("`{action}` of the {target} does not belong on this step (consumer: kill on a consume step; producer: kill on a publish step; network: cut on a consume step, hold on a publish step; broker: restart in a step of its own)")]
+    #[error("`{action}` of the {target} does not belong on this step (consumer: kill on a consume step; producer: kill on a publish step; network: cut on a consume step, hold on a publish step; broker: restart in a step of its own; node: kill on a publish step, or any node action in a step of its own)")]
     FaultPlacement { target: Target, action: FaultAction },
     #[error("the {0} acts at a window, for one message: set `window` and `message`")]
     FaultNeedsWindowAndMessage(Target),
@@ -94,7 +94,7 @@ pub enum ErrorKind {
     NotBetweenSteps(Target),
     #[error("a broker restart happens between steps: it has no window and no message")]
     BrokerHasNoWindow,
-    #[error("a node fault happens between steps: it has no window, message, follow-up, kill_at_depth, restart_settle or assert of its own (assert on the step)")]
+    #[error("a node fault in a step of its own happens between steps: it has no window, message, follow-up, kill_at_depth, restart_settle or assert of its own (assert on the step; a node killed at a producer's window goes on the publish step)")]
     NodeHasNoWindow,
     #[error("a `node` fault needs a cluster: set `nodes = 3` (a one-node lab's broker fault is `target = \"broker\"`)")]
     NodeFaultOneNode,
@@ -464,7 +464,8 @@ impl<'a> Checker<'a> {
                 (Some(p), None, None) => {
                     // Ids are positional: a message whose fixture is broken
                     // still has one, so a fault naming it is not a second error.
-                    published.extend((0..p.messages.len()).map(|j| format!("mid-{}", next_id + j)));
+                    let n: usize = p.messages.iter().map(|m| m.get_ref().count()).sum();
+                    published.extend((0..n).map(|j| format!("mid-{}", next_id + j)));
                     Action::Publish(self.publish(&key, p, raw, &mut next_id))
                 }
                 (None, Some(c), None) => {
@@ -536,27 +537,38 @@ impl<'a> Checker<'a> {
         let mut messages = Vec::new();
         for (j, m) in p.messages.iter().enumerate() {
             let mkey = format!("{key}.publish.messages[{j}]");
-            let (fixture, rk) = match m.get_ref() {
-                RawMessage::Fixture(f) => (f.clone(), p.routing_key.clone()),
+            let (fixture, rk, count) = match m.get_ref() {
+                RawMessage::Fixture(f) => (f.clone(), p.routing_key.clone(), None),
                 RawMessage::Full {
                     fixture,
                     routing_key,
-                } => (fixture.clone(), Some(routing_key.clone())),
+                    count,
+                } => (
+                    fixture.clone(),
+                    routing_key.clone().or_else(|| p.routing_key.clone()),
+                    *count,
+                ),
             };
-            let n = *next_id;
-            *next_id += 1;
+            let first = *next_id;
+            *next_id += m.get_ref().count();
             let Some(routing_key) = rk else {
                 self.err(mkey, span(m), ErrorKind::NoRoutingKey);
                 continue;
             };
-            match load_fixture(self.fixtures, &fixture, n) {
-                Ok((meta, body)) => messages.push(Message {
-                    meta,
-                    routing_key,
-                    fixture,
-                    body,
-                }),
-                Err(kind) => self.err(mkey, span(m), kind),
+            for n in first..*next_id {
+                let copy = count.map(|_| n - first + 1);
+                match load_fixture(self.fixtures, &fixture, n, copy) {
+                    Ok((meta, body)) => messages.push(Message {
+                        meta,
+                        routing_key: routing_key.clone(),
+                        fixture: fixture.clone(),
+                        body,
+                    }),
+                    Err(kind) => {
+                        self.err(mkey, span(m), kind);
+                        break;
+                    }
+                }
             }
         }
         let exchange = p
@@ -740,6 +752,7 @@ impl<'a> Checker<'a> {
             }
             (Target::Consumer, FaultAction::Kill, Action::Consume(c)) => c.pattern.def().windows(),
             (Target::Producer, FaultAction::Kill, Action::Publish(_)) => PRODUCER_WINDOWS.to_vec(),
+            (Target::Node, FaultAction::Kill, Action::Publish(_)) => NODE_WINDOWS.to_vec(),
             (Target::Network, a @ (FaultAction::Cut | FaultAction::Hold), step) => {
                 let kind = match step {
                     Action::Publish(_) => Some(StepKind::Publish),
@@ -831,7 +844,7 @@ impl<'a> Checker<'a> {
             };
             self.err(format!("{fkey}.message"), span(message), kind);
         }
-        let follows = default_then(act, matches!(action, Action::Publish(_)));
+        let follows = default_then(target, act, matches!(action, Action::Publish(_)));
         let then = match &f.then {
             Some(t) if *t.get_ref() != follows => {
                 self.err(
@@ -862,15 +875,34 @@ impl<'a> Checker<'a> {
                 ErrorKind::ConsumerOnly("restart_settle"),
             );
         }
-        if let Some(n) = &f.node {
-            self.err(
-                format!("{fkey}.node"),
-                span(n),
-                ErrorKind::NodeNotForTarget(target),
-            );
-        }
+        let node = match (&f.node, target) {
+            (None, Target::Node) => {
+                self.err(fkey.clone(), span(spanned), ErrorKind::NodeMissing);
+                None
+            }
+            (Some(_), Target::Node) => {
+                if self.nodes < 3 {
+                    self.err(
+                        format!("{fkey}.target"),
+                        span(&f.target),
+                        ErrorKind::NodeFaultOneNode,
+                    );
+                }
+                Some(self.node(format!("{fkey}.node"), &f.node))
+            }
+            (Some(n), _) => {
+                self.err(
+                    format!("{fkey}.node"),
+                    span(n),
+                    ErrorKind::NodeNotForTarget(target),
+                );
+                None
+            }
+            (None, _) => None,
+        };
         let asserts = self.asserts(&format!("{fkey}.assert"), &f.assert, raw);
         Some(Fault {
+            node,
             target,
             action: act,
             window: window_value,
@@ -1173,8 +1205,10 @@ fn apply_variant(mut raw: RawLab, v: &RawVariant) -> RawLab {
 /// What follows each fault action: a killed role, or a producer whose
 /// connection was cut under a publish, is started again (it resumes from its
 /// journal); a consumer whose connection was cut connects again itself.
-fn default_then(a: FaultAction, on_publish: bool) -> Then {
+fn default_then(target: Target, a: FaultAction, on_publish: bool) -> Then {
     match a {
+        // The producer outlives its node: it connects again, to a live one.
+        FaultAction::Kill if target == Target::Node => Then::Reconnect,
         FaultAction::Kill => Then::Restart,
         FaultAction::Cut if on_publish => Then::Restart,
         FaultAction::Cut => Then::Reconnect,
@@ -1186,15 +1220,34 @@ fn default_then(a: FaultAction, on_publish: bool) -> Then {
 
 /// Reads `fixtures/<name>.json`. The envelope fields the transcript shows must
 /// be present; business fields may be missing on purpose (poison messages).
-fn load_fixture(dir: &Path, name: &str, n: usize) -> Result<(MessageMeta, String), ErrorKind> {
+/// `copy` (k of a `count`) makes the k-th event of a series: `-k` appended
+/// to its eventId and orderId.
+fn load_fixture(
+    dir: &Path,
+    name: &str,
+    n: usize,
+    copy: Option<usize>,
+) -> Result<(MessageMeta, String), ErrorKind> {
     let path = dir.join(format!("{name}.json"));
     let fail = |why: String| ErrorKind::Fixture {
         file: path.display().to_string(),
         why,
     };
     let body = std::fs::read_to_string(&path).map_err(|e| fail(e.to_string()))?;
-    let v: serde_json::Value =
+    let mut v: serde_json::Value =
         serde_json::from_str(&body).map_err(|e| fail(format!("not JSON: {e}")))?;
+    let body = match copy {
+        None => body,
+        Some(k) => {
+            for f in ["eventId", "orderId"] {
+                let Some(x) = v.get_mut(f).and_then(|x| x.as_str().map(str::to_string)) else {
+                    return Err(fail(format!("missing string field `{f}`")));
+                };
+                v[f] = serde_json::Value::String(format!("{x}-{k}"));
+            }
+            v.to_string()
+        }
+    };
     let field = |k: &str| -> Result<String, ErrorKind> {
         v.get(k)
             .and_then(|x| x.as_str())
@@ -1222,6 +1275,9 @@ fn load_fixture(dir: &Path, name: &str, n: usize) -> Result<(MessageMeta, String
 #[cfg(test)]
 mod tests {
     use std::path::PathBuf;
+
+    use crate::lab::Action;
+    use crate::vocab::Then;
 
     fn fixtures() -> PathBuf {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures")
@@ -1497,6 +1553,86 @@ fault = { target = "producer", action = "kill", window = "before-commit", messag
         let v = super::super::from_str(BASE, "t", &fixtures(), Some("v")).unwrap();
         assert_eq!(v.run_name(), "t@v");
         assert_eq!(v.violations.get("rows").map(String::as_str), Some("3"));
+    }
+
+    /// `{ fixture, count = N }`: N events from one fixture, each its own
+    /// eventId and order, with consecutive message ids a fault can name.
+    #[test]
+    fn a_series_of_events_from_one_fixture() {
+        let text = BASE
+            .replacen(
+                r#"messages = ["order-1001", "order-1002"]"#,
+                r#"messages = ["order-1002", { fixture = "order-1001", count = 3 }]"#,
+                1,
+            )
+            .replacen(r#"message = "mid-1""#, r#"message = "mid-4""#, 1);
+        let lab = super::super::from_str(&text, "t", &fixtures(), None).unwrap();
+        let Action::Publish(p) = &lab.steps[0].action else {
+            panic!("a publish step");
+        };
+        let ids: Vec<&str> = p
+            .messages
+            .iter()
+            .map(|m| m.meta.message_id.as_str())
+            .collect();
+        assert_eq!(ids, ["mid-1", "mid-2", "mid-3", "mid-4"]);
+        let events: Vec<String> = p
+            .messages
+            .iter()
+            .map(|m| crate::store::event_id(m.body.as_bytes(), ""))
+            .collect();
+        assert_eq!(events[1], "01J7X8A6YQ4Q9M6Q4QG7H2J8F1-1");
+        assert_eq!(events[3], "01J7X8A6YQ4Q9M6Q4QG7H2J8F1-3");
+        assert_eq!(p.messages[2].meta.aggregate_id, "order-1001-2");
+        let e = super::super::from_str(
+            &text.replacen("count = 3", "count = 0", 1),
+            "t",
+            &fixtures(),
+            None,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("step[0].publish.messages[1]"), "{e}");
+    }
+
+    /// A node killed at a producer's window: only on a publish step of a
+    /// cluster lab, at `after-publish-before-confirm`, naming its node.
+    #[test]
+    fn a_node_kill_at_a_producer_window() {
+        let lab = |fault: &str, nodes: &str| {
+            format!(
+                "name = \"t\"\nclaim = \"c\"\n{nodes}\n[[queue]]\nname = \"q\"\n\n[[step]]\npublish = {{ routing_key = \"q\", messages = [\"order-1001\", \"order-1002\"] }}\nfault = {fault}\n"
+            )
+        };
+        let good = r#"{ target = "node", node = 1, action = "kill", window = "after-publish-before-confirm", message = "mid-2" }"#;
+        let l = super::super::from_str(&lab(good, "nodes = 3"), "t", &fixtures(), None).unwrap();
+        let f = l.steps[0].fault.as_ref().unwrap();
+        assert_eq!((f.node, f.then), (Some(1), Then::Reconnect));
+        assert!(l.has_broker_fault());
+        let cases = [
+            (good.to_string(), "", "a `node` fault needs a cluster"),
+            (good.replace("node = 1, ", ""), "nodes = 3", "a `node` fault names its node"),
+            (
+                good.replace("after-publish-before-confirm", "after-confirm"),
+                "nodes = 3",
+                "`kill` of the node never passes window `after-confirm` (it passes: after-publish-before-confirm)",
+            ),
+            (good.replace("mid-2", "mid-7"), "nodes = 3", "`mid-7` is not one of this step's messages"),
+            (
+                good.replace("\"kill\"", "\"partition\""),
+                "nodes = 3",
+                "`partition` of the node does not belong on this step",
+            ),
+            (
+                good.replace(" }", r#", then = "restart" }"#),
+                "nodes = 3",
+                "`restart` does not follow `kill` of the node: `reconnect` does",
+            ),
+        ];
+        for (fault, nodes, want) in cases {
+            let e =
+                super::super::from_str(&lab(&fault, nodes), "t", &fixtures(), None).unwrap_err();
+            assert!(e.to_string().contains(want), "want `{want}`, got {e}");
+        }
     }
 
     /// A fault's other errors are still reported when one of them is wrong,

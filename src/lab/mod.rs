@@ -55,9 +55,10 @@ impl Lab {
     /// broker to itself (`--jobs`), and cannot run on a broker that is not
     /// mqlab's (`--env external`).
     pub fn has_broker_fault(&self) -> bool {
-        self.steps
-            .iter()
-            .any(|s| matches!(s.action, Action::Broker(_) | Action::Node { .. }))
+        self.steps.iter().any(|s| {
+            matches!(s.action, Action::Broker(_) | Action::Node { .. })
+                || s.fault.as_ref().is_some_and(|f| f.node.is_some())
+        })
     }
 
     /// Runs on a three-node cluster (the `cluster` group).
@@ -217,6 +218,8 @@ pub struct Consume {
 #[derive(Clone, Debug)]
 pub struct Fault {
     pub target: Target,
+    /// A `node` fault at a producer's window: the node killed there.
+    pub node: Option<usize>,
     pub action: FaultAction,
     pub window: Window,
     pub message: String,

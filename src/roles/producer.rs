@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use lapin::options::{BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions};
-use lapin::{Channel, Confirmation};
+use lapin::{Channel, Confirmation, Connection};
 
 use super::{emit, properties_of};
 use crate::amqp;
@@ -65,13 +65,19 @@ impl Journal {
     }
 }
 
-pub async fn run(cfg: ProducerConfig) -> Result<i32> {
-    let journal = Journal::load(&cfg.journal)?;
+/// A connection and its channel, in confirm mode if the lab asks.
+async fn open(cfg: &ProducerConfig) -> Result<(Connection, Channel)> {
     let conn = amqp::connect(&cfg.amqp_url).await?;
     let ch = conn.create_channel().await?;
     if cfg.confirm {
         ch.confirm_select(ConfirmSelectOptions::default()).await?;
     }
+    Ok((conn, ch))
+}
+
+pub async fn run(cfg: ProducerConfig) -> Result<i32> {
+    let journal = Journal::load(&cfg.journal)?;
+    let (mut conn, mut ch) = open(&cfg).await?;
     let mut confirmed = 0;
     for m in &cfg.messages {
         let base = &m.meta.message_id;
@@ -99,7 +105,23 @@ pub async fn run(cfg: ProducerConfig) -> Result<i32> {
                 meta.message_id = format!("{base}.{sends}");
             }
             Journal::append(&cfg.journal, "sent", base)?;
-            let status = publish(&cfg, &ch, m, &meta).await?;
+            let status = match publish(&cfg, &ch, m, &meta).await {
+                Ok(status) => status,
+                // Its node is gone: whether the broker kept the message is
+                // unknown, so it is sent again on a new connection (the
+                // harness's proxy leads it to a live node).
+                Err(e) if cfg.reconnect => {
+                    tracing::warn!("connection lost: {e:#}");
+                    emit(
+                        line(&cfg, &meta)
+                            .with("routingKey", &m.routing_key)
+                            .status(Status::ConnectionLost),
+                    );
+                    (conn, ch) = open(&cfg).await?;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             match status {
                 Status::Confirmed | Status::Unconfirmed => {
                     Journal::append(&cfg.journal, "done", base)?;
