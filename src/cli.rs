@@ -750,13 +750,10 @@ fn cluster_plan(labs: &[Lab], args: &LabArgs) -> Result<()> {
         );
     }
     match args.env.env {
-        EnvKind::Containers => bail!(
-            "the cluster labs run with --env local only: the containers environment has no three-node cluster yet"
-        ),
         EnvKind::External => bail!(
             "the cluster labs kill and cut off nodes: not on --env external (the broker is not mqlab's)"
         ),
-        EnvKind::Auto | EnvKind::Local => {}
+        EnvKind::Auto | EnvKind::Local | EnvKind::Containers => {}
     }
     if args.keep || args.env.env_dir.is_some() {
         bail!("--keep and --env-dir: not for the cluster labs (each run starts its own cluster)");
@@ -1330,7 +1327,8 @@ async fn start_environment(
         sink.on(&Event::EnvReady(env.info())).ok();
         return Ok(env);
     }
-    if opts.cluster.is_some() {
+    // A cluster runs on local nodes unless containers are asked for.
+    if opts.cluster.is_some() && !matches!(kind, EnvKind::Containers) {
         sink.on(&Event::EnvChosen {
             kind: "local",
             why: "a three-node cluster (`nodes = 3`), local nodes",

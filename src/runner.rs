@@ -807,7 +807,7 @@ impl Ctx<'_> {
             .last()
             .map(|m| m.meta.message_id.clone());
         if let Some(before) = before {
-            self.follow_until(&mut proc, phase, deadline, secs, &before)
+            self.follow_until(&mut proc, phase, deadline, secs, &before, Status::Confirmed)
                 .await?;
         }
         let rx = &mut self.proxy.as_mut().expect("prepared before any step").1;
@@ -834,18 +834,15 @@ impl Ctx<'_> {
             .kill_node(node)
             .await?;
         // Its connection broke: the producer says so about the held message.
-        loop {
-            let Some(line) = self.next_line(&mut proc, phase, deadline, secs).await? else {
-                bail!(
-                    "the producer exited when node {node} died; last lines of its log:\n{}",
-                    process::tail(&proc.log, 10)
-                );
-            };
-            self.emit(Role::Producer, &line);
-            if line.ends_with(&format!("status={}", Status::ConnectionLost)) {
-                break;
-            }
-        }
+        self.follow_until(
+            &mut proc,
+            phase,
+            deadline,
+            secs,
+            &f.message,
+            Status::ConnectionLost,
+        )
+        .await?;
         let quorum: Vec<String> = self
             .lab
             .topology
@@ -856,7 +853,7 @@ impl Ctx<'_> {
             .collect();
         for q in &quorum {
             let env = self.env.as_ref().context("checked above")?;
-            env.await_leader(node, &self.vhost, q).await?;
+            env.await_leader(node, &self.vhost, q, deadline).await?;
         }
         let (amqp, channel) = self.connect_broker().await?;
         let c = self.conns();
@@ -876,7 +873,7 @@ impl Ctx<'_> {
         self.assert(&f.asserts).await
     }
 
-    /// Emits a role's lines up to and including its line for `message`.
+    /// Emits the producer's lines up to and including `status` for `message`.
     async fn follow_until(
         &mut self,
         proc: &mut RoleProc,
@@ -884,17 +881,19 @@ impl Ctx<'_> {
         deadline: Instant,
         secs: u64,
         message: &str,
+        status: Status,
     ) -> Result<()> {
-        let id = format!("messageId={message} ");
         loop {
             let Some(line) = self.next_line(proc, phase, deadline, secs).await? else {
                 bail!(
-                    "the producer exited before it logged {message}; last lines of its log:\n{}",
+                    "the producer exited before it logged {message} {status}; last lines of its log:\n{}",
                     process::tail(&proc.log, 10)
                 );
             };
             self.emit(Role::Producer, &line);
-            if line.contains(&id) {
+            let entry = Entry::parse(&format!("[{}] {line}", Role::Producer));
+            let field = |k| entry.as_ref().and_then(|e| e.get(k));
+            if field("messageId") == Some(message) && field("status") == Some(status.name()) {
                 return Ok(());
             }
         }

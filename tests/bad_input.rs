@@ -350,15 +350,9 @@ fn cluster_lab_mistakes() {
     );
     expect_setup_error(
         &mut mqlab(&[
-            "lab",
-            "--group",
-            "cluster",
-            "--env",
-            "containers",
-            "--root",
-            &root_arg,
+            "lab", "--group", "cluster", "--env", "external", "--root", &root_arg,
         ]),
-        "the cluster labs run with --env local only",
+        "the cluster labs kill and cut off nodes: not on --env external",
     );
     expect_setup_error(
         &mut mqlab(&["lab", "--group", "cluster", "--keep", "--root", &root_arg]),

@@ -99,11 +99,91 @@ pub async fn image_id(docker: &Docker, reference: &str) -> Result<String> {
 }
 
 pub struct ContainersEnv {
+    /// Node 1.
     rabbit: Option<ContainerAsync<GenericImage>>,
     postgres: Option<ContainerAsync<GenericImage>>,
     pub endpoints: Endpoints,
     pub info: EnvInfo,
     ready: (String, Duration),
+    /// A three-node cluster's (`nodes = 3`): nodes 2 and 3 and their network.
+    cluster: Option<Cluster>,
+}
+
+/// Nodes 2 and 3 on a private network of the run's (labelled, so the guard
+/// removes it after a SIGKILL), each found by its container name.
+struct Cluster {
+    docker: Docker,
+    network: String,
+    /// Container name = hostname, node n at n - 1.
+    names: Vec<String>,
+    /// AMQP on 127.0.0.1, node n at n - 1.
+    ports: Vec<u16>,
+    peers: Vec<ContainerAsync<GenericImage>>,
+    /// The nodes cut off now.
+    cut: Vec<usize>,
+}
+
+/// A cluster's Erlang cookie: the nodes of one run share it.
+const CLUSTER_COOKIE: &str = "mqlab-cluster-cookie";
+
+/// A RabbitMQ container: node 1 of one node, or node n of a cluster.
+fn rabbit_request(
+    rabbitmq: &str,
+    opts: &EnvOptions,
+    run: &str,
+    port: u16,
+    node: Option<(&Cluster, usize)>,
+) -> testcontainers::ContainerRequest<GenericImage> {
+    let mut conf =
+        "load_definitions = /etc/rabbitmq/mqlab-definitions.json\nloopback_users = none\n"
+            .to_string();
+    if let Some((c, _)) = node {
+        conf.push_str(&format!(
+            "cluster_formation.peer_discovery_backend = classic_config\n\
+             cluster_formation.classic_config.nodes.1 = rabbit@{}\n\
+             cluster_partition_handling = pause_minority\n",
+            c.names[0]
+        ));
+    }
+    // The node's name (and so its data directory, mnesia/<name>) must
+    // not follow the container's hostname: a restart must find the
+    // same data, or it boots a fresh node (see README, broker faults).
+    let name = match node {
+        Some((c, n)) => format!("rabbit@{}", c.names[n - 1]),
+        None => "rabbit@localhost".into(),
+    };
+    let req = generic_image(rabbitmq)
+        .with_label(RUN_LABEL, run)
+        .with_env_var("RABBITMQ_NODENAME", name)
+        .with_copy_to(
+            CopyTargetOptions::new("/etc/rabbitmq/conf.d/90-mqlab.conf"),
+            conf.into_bytes(),
+        )
+        .with_copy_to(
+            CopyTargetOptions::new("/etc/rabbitmq/advanced.config"),
+            super::ADVANCED_CONFIG.as_bytes().to_vec(),
+        )
+        .with_copy_to(
+            CopyTargetOptions::new("/etc/rabbitmq/mqlab-definitions.json"),
+            definitions_json(&opts.vhosts).to_string().into_bytes(),
+        )
+        .with_host_config_modifier(bind_loopback("5672/tcp", port))
+        .with_startup_timeout(opts.ready_timeout);
+    match node {
+        None => req,
+        // A short net tick, so a partition is noticed within seconds.
+        Some((c, n)) => req
+            .with_network(c.network.clone())
+            .with_container_name(c.names[n - 1].clone())
+            .with_hostname(c.names[n - 1].clone())
+            // Read by the node (as root) and by rabbitmqctl (Debian's wrapper
+            // runs it as rabbitmq): a cookie file would have to suit both.
+            .with_env_var("RABBITMQ_ERLANG_COOKIE", CLUSTER_COOKIE)
+            .with_env_var(
+                "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS",
+                "-kernel net_ticktime 10",
+            ),
+    }
 }
 
 fn bind_loopback(
@@ -137,28 +217,17 @@ impl ContainersEnv {
             opts.pg_port.unwrap_or(ports[1]),
         );
         let run = std::env::var(RUN_VAR).unwrap_or_default();
-        let conf =
-            "load_definitions = /etc/rabbitmq/mqlab-definitions.json\nloopback_users = none\n";
-        let rabbit_req = generic_image(rabbitmq)
-            .with_label(RUN_LABEL, &run)
-            // The node's name (and so its data directory, mnesia/<name>) must
-            // not follow the container's hostname: a restart must find the
-            // same data, or it boots a fresh node (see README, broker faults).
-            .with_env_var("RABBITMQ_NODENAME", "rabbit@localhost")
-            .with_copy_to(
-                CopyTargetOptions::new("/etc/rabbitmq/conf.d/90-mqlab.conf"),
-                conf.as_bytes().to_vec(),
-            )
-            .with_copy_to(
-                CopyTargetOptions::new("/etc/rabbitmq/advanced.config"),
-                super::ADVANCED_CONFIG.as_bytes().to_vec(),
-            )
-            .with_copy_to(
-                CopyTargetOptions::new("/etc/rabbitmq/mqlab-definitions.json"),
-                definitions_json(&opts.vhosts).to_string().into_bytes(),
-            )
-            .with_host_config_modifier(bind_loopback("5672/tcp", amqp_port))
-            .with_startup_timeout(opts.ready_timeout);
+        let cluster = match &opts.cluster {
+            Some(net) => Some(Cluster::create(&docker, &opts.dir, net.ips.len(), amqp_port).await?),
+            None => None,
+        };
+        let rabbit_req = rabbit_request(
+            rabbitmq,
+            opts,
+            &run,
+            amqp_port,
+            cluster.as_ref().map(|c| (c, 1)),
+        );
         let pg_req = generic_image(postgres)
             .with_label(RUN_LABEL, &run)
             .with_env_var("POSTGRES_HOST_AUTH_METHOD", "trust")
@@ -192,6 +261,7 @@ impl ContainersEnv {
                 opts.vhosts.first().cloned().unwrap_or_else(|| "/".into()),
                 opts.ready_timeout,
             ),
+            cluster,
         };
         // Whatever started is owned now, so that an error below still removes it.
         let rabbit = r.map_err(|e| failed(rabbitmq, !ids[0].is_empty(), e));
@@ -225,7 +295,17 @@ impl ContainersEnv {
                 ids[i] = image_id(&docker, reference).await.unwrap_or_default();
             }
         }
-        env.info.broker_version = b;
+        if env.cluster.is_some() {
+            opts.progress.say("RabbitMQ nodes 2 and 3 joining node 1");
+            if let Err(e) = env.start_peers(opts, rabbitmq, &run, deadline).await {
+                env.stop().await;
+                return Err(e);
+            }
+        }
+        env.info.broker_version = match &env.cluster {
+            Some(c) => format!("{b} ({} nodes)", c.names.len()),
+            None => b,
+        };
         env.info.db_version = d;
         env.info.broker_source = format!("{rabbitmq} (image id {})", ids[0]);
         env.info.db_source = format!("{postgres} (image id {})", ids[1]);
@@ -273,11 +353,16 @@ impl ContainersEnv {
     }
 
     pub async fn stop(&mut self) {
+        let peers = self.cluster.as_mut().map(|c| std::mem::take(&mut c.peers));
         for c in [self.rabbit.take(), self.postgres.take()]
             .into_iter()
             .flatten()
+            .chain(peers.into_iter().flatten())
         {
             let _ = c.rm().await;
+        }
+        if let Some(c) = self.cluster.take() {
+            let _ = c.docker.remove_network(&c.network).await;
         }
     }
 
@@ -307,28 +392,6 @@ impl ContainersEnv {
         Ok(())
     }
 
-    /// See `LocalEnv::sync_metadata`: the node writes its metadata log now.
-    pub async fn sync_metadata(&self) -> Result<()> {
-        let mut r = self
-            .broker()?
-            .exec(testcontainers::core::ExecCommand::new([
-                "rabbitmqctl",
-                "eval",
-                "mnesia:sync_log().",
-            ]))
-            .await
-            .context("rabbitmqctl eval in the broker container")?;
-        let out = r.stdout_to_vec().await?;
-        let code = r.exit_code().await?;
-        if code != Some(0) || String::from_utf8_lossy(&out).trim() != "ok" {
-            bail!(
-                "`rabbitmqctl eval mnesia:sync_log()` in the broker container failed ({code:?}): {}",
-                String::from_utf8_lossy(&out).trim()
-            );
-        }
-        Ok(())
-    }
-
     pub async fn pause_broker(&self) -> Result<()> {
         self.broker()?.pause().await?;
         Ok(())
@@ -338,6 +401,315 @@ impl ContainersEnv {
         self.broker()?.unpause().await?;
         Ok(())
     }
+}
+
+/// A three-node cluster in containers: node faults, as `ClusterEnv` has them
+/// for local nodes. A partition is iptables rules in the cut node's own
+/// network namespace (nsenter as root), gone with the container.
+impl ContainersEnv {
+    async fn start_peers(
+        &mut self,
+        opts: &EnvOptions,
+        rabbitmq: &str,
+        run: &str,
+        deadline: Instant,
+    ) -> Result<()> {
+        let c = self.cluster.as_ref().context("a cluster")?;
+        let reqs: Vec<_> = (2..=c.names.len())
+            .map(|n| rabbit_request(rabbitmq, opts, run, c.ports[n - 1], Some((c, n))))
+            .collect();
+        let started = futures_util::future::join_all(reqs.into_iter().map(|r| r.start())).await;
+        let mut first_err = None;
+        for r in started {
+            match r {
+                Ok(p) => self.cluster.as_mut().context("a cluster")?.peers.push(p),
+                Err(e) => {
+                    first_err.get_or_insert(anyhow::anyhow!(
+                        "cannot start a container of image `{rabbitmq}`: {e}"
+                    ));
+                }
+            }
+        }
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+        for n in 2..=self.nodes() {
+            self.node_ready(n, deadline).await?;
+        }
+        Ok(())
+    }
+
+    pub fn nodes(&self) -> usize {
+        self.cluster.as_ref().map_or(1, |c| c.names.len())
+    }
+
+    pub fn amqp_ports(&self) -> Vec<u16> {
+        match &self.cluster {
+            Some(c) => c.ports.clone(),
+            None => vec![self.endpoints.amqp_port],
+        }
+    }
+
+    fn node(&self, n: usize) -> Result<&ContainerAsync<GenericImage>> {
+        match (n, &self.cluster) {
+            (1, _) => self.broker(),
+            (n, Some(c)) if n >= 2 && n <= c.names.len() => {
+                c.peers.get(n - 2).context("the node's container is gone")
+            }
+            _ => bail!("no node {n} in a {}-node cluster", self.nodes()),
+        }
+    }
+
+    async fn node_ready(&self, n: usize, deadline: Instant) -> Result<()> {
+        let mut e = self.endpoints.clone();
+        e.amqp_port = self.amqp_ports()[n - 1];
+        let url = e.amqp_url(&self.ready.0);
+        loop {
+            if let Ok(conn) = amqp::connect(&url).await {
+                let _ = conn.close(200, "ready".into()).await;
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "RabbitMQ node {n} did not become ready in time; last lines of its log:\n{}",
+                    tail_logs(self.node(n)?).await
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn running(&self, n: usize) -> bool {
+        match self.node(n) {
+            Ok(c) => c.is_running().await.unwrap_or(false),
+            Err(_) => false,
+        }
+    }
+
+    pub async fn kill_node(&mut self, n: usize) -> Result<()> {
+        self.node(n)?.stop_with_timeout(Some(0)).await?;
+        Ok(())
+    }
+
+    pub async fn restart_node(&mut self, n: usize) -> Result<()> {
+        if self.running(n).await {
+            self.kill_node(n).await?;
+        }
+        self.node(n)?.start().await?;
+        self.node_ready(n, Instant::now() + self.ready.1).await
+    }
+
+    /// `rabbitmqctl eval` in node n's container.
+    async fn eval(&self, n: usize, expr: &str) -> Result<String> {
+        let mut r = self
+            .node(n)?
+            .exec(testcontainers::core::ExecCommand::new([
+                "rabbitmqctl",
+                "eval",
+                expr,
+            ]))
+            .await
+            .with_context(|| format!("rabbitmqctl eval in node {n}'s container"))?;
+        let out = r.stdout_to_vec().await?;
+        let err = r.stderr_to_vec().await?;
+        let code = r.exit_code().await?;
+        // The answer is the last line: rabbitmqctl prints a deprecation
+        // warning about RABBITMQ_ERLANG_COOKIE before it.
+        let out = String::from_utf8_lossy(&out)
+            .lines()
+            .rfind(|l| !l.trim().is_empty())
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        if code != Some(0) {
+            bail!(
+                "`rabbitmqctl eval {expr}` in node {n}'s container failed ({code:?}): {out}{}",
+                String::from_utf8_lossy(&err).trim()
+            );
+        }
+        Ok(out)
+    }
+
+    /// See `LocalEnv::sync_metadata`: node n writes its metadata log now.
+    pub async fn sync_metadata(&self, n: usize) -> Result<()> {
+        let out = self.eval(n, "mnesia:sync_log().").await?;
+        if out != "ok" {
+            bail!("`rabbitmqctl eval mnesia:sync_log()` on node {n} answered: {out}");
+        }
+        Ok(())
+    }
+
+    /// The node's process id and its address on the cluster's network.
+    async fn pid_and_ip(&self, n: usize) -> Result<(i64, String)> {
+        let c = self
+            .cluster
+            .as_ref()
+            .context("a partition needs a cluster")?;
+        let id = self.node(n)?.id().to_string();
+        let info = c.docker.inspect_container(&id, None).await?;
+        let pid = info.state.and_then(|s| s.pid).unwrap_or_default();
+        let ip = info
+            .network_settings
+            .and_then(|s| s.networks)
+            .and_then(|nets| nets.get(&c.network).cloned())
+            .and_then(|e| e.ip_address)
+            .unwrap_or_default();
+        if pid <= 0 || ip.is_empty() {
+            bail!(
+                "node {n}'s container has no process or no address on `{}`",
+                c.network
+            );
+        }
+        Ok((pid, ip))
+    }
+
+    /// Cuts node n off from the other nodes, both directions, inside its own
+    /// network namespace; AMQP from the host still reaches it.
+    pub async fn partition(&mut self, n: usize) -> Result<()> {
+        let (pid, _) = self.pid_and_ip(n).await?;
+        for m in (1..=self.nodes()).filter(|m| *m != n) {
+            let (_, other) = self.pid_and_ip(m).await?;
+            in_netns(pid, &["-A", "INPUT", "-s", &other, "-j", "DROP"])?;
+            in_netns(pid, &["-A", "OUTPUT", "-d", &other, "-j", "DROP"])?;
+        }
+        self.cluster.as_mut().context("a cluster")?.cut.push(n);
+        Ok(())
+    }
+
+    /// Waits until node n has paused itself (pause_minority: its broker
+    /// stopped) and every other running node has seen it go.
+    pub async fn await_paused(&self, n: usize) -> Result<()> {
+        let c = self.cluster.as_ref().context("a cluster")?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let gone = format!("lists:member('rabbit@{}', nodes()).", c.names[n - 1]);
+        let checks = (1..=self.nodes())
+            .filter(|m| *m != n)
+            .map(|m| (m, gone.as_str()))
+            .chain(std::iter::once((n, "rabbit:is_running().")));
+        for (m, expr) in checks {
+            if !self.running(m).await {
+                continue;
+            }
+            loop {
+                // A failing or slow eval (a loaded machine) counts as "not yet".
+                let seen = tokio::time::timeout_at(deadline.into(), self.eval(m, expr)).await;
+                if matches!(seen, Ok(Ok(ref s)) if s == "false") {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    bail!("node {n} cut off: `{expr}` on node {m} is not false 60 s on ({seen:?})");
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends every cut and waits until the nodes cut off answer again.
+    pub async fn heal(&mut self) -> Result<()> {
+        let cut = match self.cluster.as_mut() {
+            Some(c) => std::mem::take(&mut c.cut),
+            None => return Ok(()),
+        };
+        for n in &cut {
+            if !self.running(*n).await {
+                continue;
+            }
+            let (pid, _) = self.pid_and_ip(*n).await?;
+            in_netns(pid, &["-F", "INPUT"])?;
+            in_netns(pid, &["-F", "OUTPUT"])?;
+        }
+        let deadline = Instant::now() + self.ready.1;
+        for n in cut {
+            if self.running(n).await {
+                self.node_ready(n, deadline).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// See `ClusterEnv::await_leader`.
+    pub async fn await_leader(
+        &self,
+        gone: usize,
+        vhost: &str,
+        queue: &str,
+        deadline: Instant,
+    ) -> Result<()> {
+        let c = self.cluster.as_ref().context("a cluster")?;
+        let mut m = None;
+        for n in (1..=self.nodes()).filter(|n| *n != gone) {
+            if self.running(n).await {
+                m = Some(n);
+                break;
+            }
+        }
+        let m = m.context("no other node is running")?;
+        let expr = super::cluster::leader_elsewhere(
+            vhost,
+            queue,
+            &format!("rabbit@{}", c.names[gone - 1]),
+        );
+        loop {
+            let seen = tokio::time::timeout_at(deadline.into(), self.eval(m, &expr)).await;
+            if matches!(&seen, Ok(Ok(out)) if out == "true") {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "node {m} names no leader of `{queue}` but the killed node by the step's deadline ({seen:?})"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+impl Cluster {
+    /// The run's network (labelled) and the nodes' names and ports.
+    async fn create(docker: &Docker, dir: &Path, nodes: usize, node1_port: u16) -> Result<Cluster> {
+        let tag = format!("{:08x}", crate::partition::fnv1a(&dir.to_string_lossy()));
+        let network = format!("mqlab-{tag}");
+        let run = std::env::var(RUN_VAR).unwrap_or_default();
+        docker
+            .create_network(testcontainers::bollard::models::NetworkCreateRequest {
+                name: network.clone(),
+                labels: Some(HashMap::from([(RUN_LABEL.to_string(), run)])),
+                ..Default::default()
+            })
+            .await
+            .with_context(|| format!("cannot create the cluster's network `{network}`"))?;
+        let ports = std::iter::once(node1_port)
+            .chain(free_ports(nodes - 1)?)
+            .collect();
+        Ok(Cluster {
+            docker: docker.clone(),
+            names: (1..=nodes)
+                .map(|n| format!("{network}-rabbit-{n}"))
+                .collect(),
+            network,
+            ports,
+            peers: Vec::new(),
+            cut: Vec::new(),
+        })
+    }
+}
+
+/// iptables in the network namespace of process `pid` (a container's).
+fn in_netns(pid: i64, args: &[&str]) -> Result<()> {
+    let out = std::process::Command::new("nsenter")
+        .args(["-t", &pid.to_string(), "-n", "iptables", "-w"])
+        .args(args)
+        .output()
+        .context("a partition in containers needs nsenter and iptables, as root")?;
+    if !out.status.success() {
+        bail!(
+            "`nsenter -t {pid} -n iptables {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
 }
 
 async fn tail_logs(c: &ContainerAsync<GenericImage>) -> String {
@@ -372,6 +744,17 @@ pub async fn remove_labelled(run: &str) {
                     .v(true)
                     .build();
             let _ = docker.remove_container(&id, Some(rm)).await;
+        }
+    }
+    // A cluster's network, once its containers are gone.
+    let opts = testcontainers::bollard::query_parameters::ListNetworksOptionsBuilder::default()
+        .filters(&filters)
+        .build();
+    if let Ok(Ok(nets)) =
+        tokio::time::timeout(Duration::from_secs(5), docker.list_networks(Some(opts))).await
+    {
+        for n in nets.into_iter().filter_map(|n| n.name) {
+            let _ = docker.remove_network(&n).await;
         }
     }
 }

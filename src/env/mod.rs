@@ -276,7 +276,7 @@ impl Environment {
     pub async fn sync_metadata(&self, n: usize) -> anyhow::Result<()> {
         match self {
             Environment::Local(e) => e.sync_metadata().await,
-            Environment::Containers(e) => e.sync_metadata().await,
+            Environment::Containers(e) => e.sync_metadata(n).await,
             Environment::External(_) => Ok(()),
             Environment::Cluster(e) => e.sync_metadata(n).await,
         }
@@ -284,9 +284,18 @@ impl Environment {
 
     /// A quorum queue has a leader on a node other than `gone` (a cluster's
     /// node killed mid-stream); one node: nothing to wait for.
-    pub async fn await_leader(&self, gone: usize, vhost: &str, queue: &str) -> anyhow::Result<()> {
+    pub async fn await_leader(
+        &self,
+        gone: usize,
+        vhost: &str,
+        queue: &str,
+        deadline: std::time::Instant,
+    ) -> anyhow::Result<()> {
         match self {
-            Environment::Cluster(e) => e.await_leader(gone, vhost, queue).await,
+            Environment::Cluster(e) => e.await_leader(gone, vhost, queue, deadline).await,
+            Environment::Containers(e) if e.nodes() > 1 => {
+                e.await_leader(gone, vhost, queue, deadline).await
+            }
             _ => Ok(()),
         }
     }
@@ -324,6 +333,7 @@ impl Environment {
     pub fn nodes(&self) -> usize {
         match self {
             Environment::Cluster(e) => e.nodes(),
+            Environment::Containers(e) => e.nodes(),
             _ => 1,
         }
     }
@@ -332,6 +342,7 @@ impl Environment {
     pub fn amqp_ports(&self) -> Vec<u16> {
         match self {
             Environment::Cluster(e) => e.amqp_ports(),
+            Environment::Containers(e) => e.amqp_ports(),
             _ => vec![self.endpoints().amqp_port],
         }
     }
@@ -346,6 +357,7 @@ impl Environment {
     pub async fn kill_node(&mut self, n: usize) -> anyhow::Result<()> {
         match self {
             Environment::Cluster(e) => e.kill_node(n).await,
+            Environment::Containers(e) => e.kill_node(n).await,
             _ if n == 1 => self.kill_broker().await,
             _ => self.cluster("node 2 or 3").map(drop),
         }
@@ -354,6 +366,7 @@ impl Environment {
     pub async fn restart_node(&mut self, n: usize) -> anyhow::Result<()> {
         match self {
             Environment::Cluster(e) => e.restart_node(n).await,
+            Environment::Containers(e) => e.restart_node(n).await,
             _ if n == 1 => self.restart_broker().await,
             _ => self.cluster("node 2 or 3").map(drop),
         }
@@ -378,6 +391,10 @@ impl Environment {
     /// Cuts node n off from the other nodes.
     /// Cuts node n off and waits until it has paused (pause_minority).
     pub async fn partition(&mut self, n: usize) -> anyhow::Result<()> {
+        if let Environment::Containers(e) = self {
+            e.partition(n).await?;
+            return e.await_paused(n).await;
+        }
         let c = self.cluster("a partition")?;
         c.partition(n)?;
         c.await_paused(n).await
@@ -385,6 +402,9 @@ impl Environment {
 
     /// Ends every cut and waits until the nodes that were cut off answer again.
     pub async fn heal(&mut self) -> anyhow::Result<()> {
+        if let Environment::Containers(e) = self {
+            return e.heal().await;
+        }
         let c = self.cluster("healing a partition")?;
         c.heal()?;
         c.await_healed().await

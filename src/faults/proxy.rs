@@ -12,7 +12,9 @@
 //!   method and header frames) is dropped and the connection closed; the
 //!   broker never gets the message.
 //! - [`Rule::HoldConfirm`]: the broker's confirm of that publish is never
-//!   passed on; the producer times out.
+//!   passed on; the producer times out, or (a cluster's node killed at the
+//!   producer's window) loses its connection first. [`Proxy::hold_new`]
+//!   then keeps new connections at the gate until the harness releases them.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;

@@ -8,7 +8,8 @@ use std::path::Path;
 use toml::Spanned;
 
 use super::schema::{
-    RawConsume, RawFault, RawLab, RawMessage, RawPublish, RawStep, RawVariant, Settle as RawSettle,
+    RawConsume, RawFault, RawFullMessage, RawLab, RawMessage, RawPublish, RawStep, RawVariant,
+    Settle as RawSettle,
 };
 use super::{
     Action, Assertion, Consume, Fault, Lab, LabError, LabErrors, Message, Publish, Retry, Settle,
@@ -100,6 +101,10 @@ pub enum ErrorKind {
     NodeFaultOneNode,
     #[error("node {0} is healed but no step before cuts it off (`action = \"partition\"`)")]
     HealWithoutCut(usize),
+    #[error("node {node} is killed at the producer's window, but the producer talks to node {producer}: kill its own node (the publish step's `node`)")]
+    NodeKillNotProducers { node: usize, producer: usize },
+    #[error("a node killed at the producer's window needs its confirm (`confirm = true`, no `confirm_timeout_ms`): the harness holds it until the kill")]
+    NodeKillNeedsConfirm,
     #[error("`nodes = {0}`: a lab runs on 1 node, or on a cluster of 3")]
     Nodes(usize),
     #[error("node {node} does not exist: the lab has {nodes} (`nodes = 3` runs it on a cluster)")]
@@ -539,11 +544,11 @@ impl<'a> Checker<'a> {
             let mkey = format!("{key}.publish.messages[{j}]");
             let (fixture, rk, count) = match m.get_ref() {
                 RawMessage::Fixture(f) => (f.clone(), p.routing_key.clone(), None),
-                RawMessage::Full {
+                RawMessage::Full(RawFullMessage {
                     fixture,
                     routing_key,
                     count,
-                } => (
+                }) => (
                     fixture.clone(),
                     routing_key.clone().or_else(|| p.routing_key.clone()),
                     *count,
@@ -880,7 +885,7 @@ impl<'a> Checker<'a> {
                 self.err(fkey.clone(), span(spanned), ErrorKind::NodeMissing);
                 None
             }
-            (Some(_), Target::Node) => {
+            (Some(n), Target::Node) => {
                 if self.nodes < 3 {
                     self.err(
                         format!("{fkey}.target"),
@@ -888,7 +893,25 @@ impl<'a> Checker<'a> {
                         ErrorKind::NodeFaultOneNode,
                     );
                 }
-                Some(self.node(format!("{fkey}.node"), &f.node))
+                let node = self.node(format!("{fkey}.node"), &f.node);
+                // The kill must break the producer's own connection, and the
+                // confirm the harness holds must exist and not time out.
+                if let Action::Publish(p) = action {
+                    if p.node != node {
+                        self.err(
+                            format!("{fkey}.node"),
+                            span(n),
+                            ErrorKind::NodeKillNotProducers {
+                                node,
+                                producer: p.node,
+                            },
+                        );
+                    }
+                    if !p.confirm || p.confirm_timeout_ms.is_some() {
+                        self.err(fkey.clone(), span(spanned), ErrorKind::NodeKillNeedsConfirm);
+                    }
+                }
+                Some(node)
             }
             (Some(n), _) => {
                 self.err(
@@ -1584,14 +1607,19 @@ fault = { target = "producer", action = "kill", window = "before-commit", messag
         assert_eq!(events[1], "01J7X8A6YQ4Q9M6Q4QG7H2J8F1-1");
         assert_eq!(events[3], "01J7X8A6YQ4Q9M6Q4QG7H2J8F1-3");
         assert_eq!(p.messages[2].meta.aggregate_id, "order-1001-2");
-        let e = super::super::from_str(
-            &text.replacen("count = 3", "count = 0", 1),
-            "t",
-            &fixtures(),
-            None,
-        )
-        .unwrap_err();
-        assert!(e.to_string().contains("step[0].publish.messages[1]"), "{e}");
+        for wrong in ["count = 0", "cuont = 3"] {
+            let e = super::super::from_str(
+                &text.replacen("count = 3", wrong, 1),
+                "t",
+                &fixtures(),
+                None,
+            )
+            .unwrap_err();
+            assert!(
+                e.to_string().contains("step[0].publish.messages[1]"),
+                "{wrong}: {e}"
+            );
+        }
     }
 
     /// A node killed at a producer's window: only on a publish step of a
@@ -1626,6 +1654,11 @@ fault = { target = "producer", action = "kill", window = "before-commit", messag
                 good.replace(" }", r#", then = "restart" }"#),
                 "nodes = 3",
                 "`restart` does not follow `kill` of the node: `reconnect` does",
+            ),
+            (
+                good.replace("node = 1", "node = 2"),
+                "nodes = 3",
+                "node 2 is killed at the producer's window, but the producer talks to node 1",
             ),
         ];
         for (fault, nodes, want) in cases {

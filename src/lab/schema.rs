@@ -135,21 +135,26 @@ pub struct RawPublish {
 #[serde(untagged)]
 pub enum RawMessage {
     Fixture(String),
-    /// `{ fixture, routing_key }`, or `{ fixture, count = N }`: N events
-    /// made from one fixture, each its own eventId and order
-    /// (`<eventId>-k`, `<orderId>-k`), for a lab that needs a stream.
-    Full {
-        fixture: String,
-        routing_key: Option<String>,
-        count: Option<std::num::NonZeroU16>,
-    },
+    Full(RawFullMessage),
+}
+
+/// `{ fixture, routing_key }`, or `{ fixture, count = N }`: N events made
+/// from one fixture, each its own eventId and order (`<eventId>-k`,
+/// `<orderId>-k`), for a lab that needs a stream. A misspelt key is an
+/// error, not a silent default.
+#[derive(Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct RawFullMessage {
+    pub fixture: String,
+    pub routing_key: Option<String>,
+    pub count: Option<std::num::NonZeroU16>,
 }
 
 impl RawMessage {
     /// How many messages this entry publishes.
     pub fn count(&self) -> usize {
         match self {
-            RawMessage::Full { count: Some(n), .. } => n.get().into(),
+            RawMessage::Full(RawFullMessage { count: Some(n), .. }) => n.get().into(),
             _ => 1,
         }
     }

@@ -110,7 +110,7 @@ pub async fn run(cfg: ProducerConfig) -> Result<i32> {
                 // Its node is gone: whether the broker kept the message is
                 // unknown, so it is sent again on a new connection (the
                 // harness's proxy leads it to a live node).
-                Err(e) if cfg.reconnect => {
+                Err(e) if cfg.reconnect && !conn.status().connected() => {
                     tracing::warn!("connection lost: {e:#}");
                     emit(
                         line(&cfg, &meta)
