@@ -759,7 +759,8 @@ fn cluster_plan(labs: &[Lab], args: &LabArgs) -> Result<()> {
         bail!("--keep and --env-dir: not for the cluster labs (each run starts its own cluster)");
     }
     if let Some(lab) = cluster.iter().find(|l| l.has_partition()) {
-        crate::env::cluster::can_partition().with_context(|| {
+        let containers = matches!(args.env.env, EnvKind::Containers);
+        crate::env::cluster::can_partition(containers).with_context(|| {
             format!(
                 "{} cuts a node off (a partition), which cannot be done here",
                 lab.run_name()

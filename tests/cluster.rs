@@ -252,3 +252,26 @@ fn cluster_group_passes_with_evidence_and_leaves_nothing() {
         "{cut}"
     );
 }
+
+/// Ctrl-C or SIGKILL of mqlab while node 1 is cut off (its chain in place):
+/// no node, no PostgreSQL, no run directory and no iptables chain is left.
+#[test]
+#[ignore = "needs iptables and root (.ci/run installs iptables)"]
+fn interrupted_or_killed_during_a_partition_leaves_nothing() {
+    require_tool("iptables", &["/usr/sbin/iptables", "/sbin/iptables"]);
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    for (sig, want) in [
+        (nix::sys::signal::Signal::SIGINT, 130),
+        (nix::sys::signal::Signal::SIGKILL, -1),
+    ] {
+        let run = start(&["lab", "quorum-partition"], &[]);
+        let run_dir = run.run_dir();
+        // mid-3 is published on node 2 once node 1 is cut off.
+        run.wait_for_line("messageId=mid-3");
+        assert!(chains().contains("MQLAB-"), "{}", chains());
+        run.signal(sig);
+        let (code, stderr) = run.finish(&run_dir);
+        assert_eq!(code, want, "{sig}: {stderr}");
+        assert!(!chains().contains("MQLAB-"), "{sig}: {}", chains());
+    }
+}

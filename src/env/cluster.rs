@@ -33,9 +33,17 @@ pub(super) fn leader_elsewhere(vhost: &str, queue: &str, gone: &str) -> String {
 
 /// Whether this machine can cut a node off: iptables answers, as root
 /// (`iptables -S` needs CAP_NET_ADMIN). Checked before any server starts.
-pub fn can_partition() -> Result<()> {
+/// In containers the rules go into a node's namespace through nsenter.
+pub fn can_partition(containers: bool) -> Result<()> {
     iptables(&["-S", "INPUT"])
-        .context("a partition needs iptables (Debian: apt-get install iptables) and root")
+        .context("a partition needs iptables (Debian: apt-get install iptables) and root")?;
+    if containers {
+        StdCommand::new("nsenter")
+            .arg("--version")
+            .output()
+            .context("a partition in containers needs nsenter (Debian: util-linux)")?;
+    }
+    Ok(())
 }
 
 /// The cluster's addresses, chosen before node 1 starts.

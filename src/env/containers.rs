@@ -119,8 +119,8 @@ struct Cluster {
     /// AMQP on 127.0.0.1, node n at n - 1.
     ports: Vec<u16>,
     peers: Vec<ContainerAsync<GenericImage>>,
-    /// The nodes cut off now.
-    cut: Vec<usize>,
+    /// The nodes cut off now, each with the addresses its rules drop.
+    cut: Vec<(usize, Vec<String>)>,
 }
 
 /// A cluster's Erlang cookie: the nodes of one run share it.
@@ -271,15 +271,21 @@ impl ContainersEnv {
                 env.rabbit = Some(rc);
                 env.postgres = Some(pc);
             }
+            // Whatever started (and a cluster's network) goes.
             (Ok(rc), Err(e)) => {
-                let _ = rc.rm().await;
+                env.rabbit = Some(rc);
+                env.stop().await;
                 return Err(e);
             }
             (Err(e), Ok(pc)) => {
-                let _ = pc.rm().await;
+                env.postgres = Some(pc);
+                env.stop().await;
                 return Err(e);
             }
-            (Err(e), Err(_)) => return Err(e),
+            (Err(e), Err(_)) => {
+                env.stop().await;
+                return Err(e);
+            }
         }
         let deadline = Instant::now() + opts.ready_timeout;
         let (b, d) = tokio::join!(env.broker_ready(deadline), env.db_ready(deadline));
@@ -297,6 +303,8 @@ impl ContainersEnv {
         }
         if env.cluster.is_some() {
             opts.progress.say("RabbitMQ nodes 2 and 3 joining node 1");
+            // Their own ready timeout, as on local nodes.
+            let deadline = Instant::now() + opts.ready_timeout;
             if let Err(e) = env.start_peers(opts, rabbitmq, &run, deadline).await {
                 env.stop().await;
                 return Err(e);
@@ -513,17 +521,18 @@ impl ContainersEnv {
         let out = r.stdout_to_vec().await?;
         let err = r.stderr_to_vec().await?;
         let code = r.exit_code().await?;
-        // The answer is the last line: rabbitmqctl prints a deprecation
-        // warning about RABBITMQ_ERLANG_COOKIE before it.
+        // rabbitmqctl warns that RABBITMQ_ERLANG_COOKIE is deprecated: that
+        // line is not the answer.
         let out = String::from_utf8_lossy(&out)
             .lines()
-            .rfind(|l| !l.trim().is_empty())
-            .unwrap_or_default()
+            .filter(|l| !l.contains("RABBITMQ_ERLANG_COOKIE env variable support is deprecated"))
+            .collect::<Vec<_>>()
+            .join("\n")
             .trim()
             .to_string();
         if code != Some(0) {
             bail!(
-                "`rabbitmqctl eval {expr}` in node {n}'s container failed ({code:?}): {out}{}",
+                "`rabbitmqctl eval {expr}` in node {n}'s container failed ({code:?}): {out} {}",
                 String::from_utf8_lossy(&err).trim()
             );
         }
@@ -567,12 +576,18 @@ impl ContainersEnv {
     /// network namespace; AMQP from the host still reaches it.
     pub async fn partition(&mut self, n: usize) -> Result<()> {
         let (pid, _) = self.pid_and_ip(n).await?;
+        let mut others = Vec::new();
         for m in (1..=self.nodes()).filter(|m| *m != n) {
-            let (_, other) = self.pid_and_ip(m).await?;
-            in_netns(pid, &["-A", "INPUT", "-s", &other, "-j", "DROP"])?;
-            in_netns(pid, &["-A", "OUTPUT", "-d", &other, "-j", "DROP"])?;
+            others.push(self.pid_and_ip(m).await?.1);
         }
-        self.cluster.as_mut().context("a cluster")?.cut.push(n);
+        // Recorded before any rule: a failure half way is still healed.
+        let c = self.cluster.as_mut().context("a cluster")?;
+        c.cut.push((n, others.clone()));
+        for other in &others {
+            for rule in cut_rules(other) {
+                in_netns(pid, &[&["-A"], &rule[..]].concat())?;
+            }
+        }
         Ok(())
     }
 
@@ -607,20 +622,31 @@ impl ContainersEnv {
 
     /// Ends every cut and waits until the nodes cut off answer again.
     pub async fn heal(&mut self) -> Result<()> {
-        let cut = match self.cluster.as_mut() {
-            Some(c) => std::mem::take(&mut c.cut),
+        let cut = match &self.cluster {
+            Some(c) => c.cut.clone(),
             None => return Ok(()),
         };
-        for n in &cut {
+        for (n, others) in &cut {
+            // A node that was killed (or restarted: a new namespace) since
+            // has no rules left.
             if !self.running(*n).await {
                 continue;
             }
             let (pid, _) = self.pid_and_ip(*n).await?;
-            in_netns(pid, &["-F", "INPUT"])?;
-            in_netns(pid, &["-F", "OUTPUT"])?;
+            for other in others {
+                for rule in cut_rules(other) {
+                    let absent = in_netns(pid, &[&["-C"], &rule[..]].concat()).is_err();
+                    if !absent {
+                        in_netns(pid, &[&["-D"], &rule[..]].concat())?;
+                    }
+                }
+            }
+        }
+        if let Some(c) = self.cluster.as_mut() {
+            c.cut.clear();
         }
         let deadline = Instant::now() + self.ready.1;
-        for n in cut {
+        for (n, _) in cut {
             if self.running(n).await {
                 self.node_ready(n, deadline).await?;
             }
@@ -671,6 +697,9 @@ impl Cluster {
         let tag = format!("{:08x}", crate::partition::fnv1a(&dir.to_string_lossy()));
         let network = format!("mqlab-{tag}");
         let run = std::env::var(RUN_VAR).unwrap_or_default();
+        let ports = std::iter::once(node1_port)
+            .chain(free_ports(nodes - 1)?)
+            .collect();
         docker
             .create_network(testcontainers::bollard::models::NetworkCreateRequest {
                 name: network.clone(),
@@ -679,9 +708,6 @@ impl Cluster {
             })
             .await
             .with_context(|| format!("cannot create the cluster's network `{network}`"))?;
-        let ports = std::iter::once(node1_port)
-            .chain(free_ports(nodes - 1)?)
-            .collect();
         Ok(Cluster {
             docker: docker.clone(),
             names: (1..=nodes)
@@ -695,10 +721,30 @@ impl Cluster {
     }
 }
 
+/// The two rules that cut one peer's address off, both ways (without the
+/// `-A`/`-C`/`-D` that adds, checks or deletes them).
+fn cut_rules(other: &str) -> [[&str; 6]; 2] {
+    [
+        ["INPUT", "-s", other, "-j", "DROP", "-w"],
+        ["OUTPUT", "-d", other, "-j", "DROP", "-w"],
+    ]
+}
+
 /// iptables in the network namespace of process `pid` (a container's).
+/// The engine reports the pid; it must be a process of this machine in a
+/// namespace of its own, or the rules would land in the host's (an engine
+/// in a VM, or reached over the network): refused.
 fn in_netns(pid: i64, args: &[&str]) -> Result<()> {
+    let theirs = std::fs::read_link(format!("/proc/{pid}/ns/net"));
+    let ours = std::fs::read_link("/proc/self/ns/net");
+    match (theirs, ours) {
+        (Ok(t), Ok(o)) if t != o => {}
+        _ => bail!(
+            "the container's process {pid} is not in a network namespace of its own on this machine: a partition in containers needs a local engine"
+        ),
+    }
     let out = std::process::Command::new("nsenter")
-        .args(["-t", &pid.to_string(), "-n", "iptables", "-w"])
+        .args(["-t", &pid.to_string(), "-n", "iptables"])
         .args(args)
         .output()
         .context("a partition in containers needs nsenter and iptables, as root")?;
