@@ -761,13 +761,8 @@ impl Ctx<'_> {
         let mut proc = self.spawn_role(RoleConfig::Producer(cfg))?;
         self.follow(&mut proc, Role::Producer, phase, deadline, secs, None)
             .await?;
-        let code = self.wait_exit(&mut proc, phase, deadline, secs).await?;
-        if code != 0 {
-            bail!(
-                "the producer exited with {code}; last lines of its log:\n{}",
-                process::tail(&proc.log, 10)
-            );
-        }
+        self.expect_success(&mut proc, phase, deadline, secs)
+            .await?;
         if let Some(f) = fault.filter(|f| f.target == Target::Network) {
             self.assert(&f.asserts).await?;
         }
@@ -863,14 +858,27 @@ impl Ctx<'_> {
         self.proxy().release();
         self.follow(&mut proc, Role::Producer, phase, deadline, secs, None)
             .await?;
-        let code = self.wait_exit(&mut proc, phase, deadline, secs).await?;
+        self.expect_success(&mut proc, phase, deadline, secs)
+            .await?;
+        self.assert(&f.asserts).await
+    }
+
+    /// The producer's exit, which must be 0.
+    async fn expect_success(
+        &mut self,
+        proc: &mut RoleProc,
+        phase: &str,
+        deadline: Instant,
+        secs: u64,
+    ) -> Result<()> {
+        let code = self.wait_exit(proc, phase, deadline, secs).await?;
         if code != 0 {
             bail!(
                 "the producer exited with {code}; last lines of its log:\n{}",
                 process::tail(&proc.log, 10)
             );
         }
-        self.assert(&f.asserts).await
+        Ok(())
     }
 
     /// Emits the producer's lines up to and including `status` for `message`.

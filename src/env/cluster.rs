@@ -291,16 +291,8 @@ impl ClusterEnv {
             let Some(launch) = self.running_launch(m).filter(|_| m != n) else {
                 continue;
             };
-            // An eval that fails or hangs (a loaded machine) counts as "not yet".
-            loop {
-                let seen = tokio::time::timeout_at(deadline.into(), launch.eval(&gone)).await;
-                if matches!(seen, Ok(Ok(ref s)) if s == "false") {
-                    break;
-                }
-                if Instant::now() > deadline {
-                    bail!("node {m} still sees node {n} 60 s after it was cut off ({seen:?})");
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
+            if let Err(seen) = super::poll_eval(deadline, "false", || launch.eval(&gone)).await {
+                bail!("node {m} still sees node {n} 60 s after it was cut off ({seen})");
             }
         }
         while tokio::net::TcpStream::connect(("127.0.0.1", port))
@@ -331,19 +323,13 @@ impl ClusterEnv {
             .find_map(|m| self.running_launch(m).map(|l| (m, l)))
             .context("no other node is running")?;
         let expr = leader_elsewhere(vhost, queue, &self.net.node_name(gone));
-        loop {
-            // A failing or slow eval (a loaded machine) counts as "not yet".
-            let seen = tokio::time::timeout_at(deadline.into(), launch.eval(&expr)).await;
-            if matches!(&seen, Ok(Ok(out)) if out == "true") {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "node {m} names no leader of `{queue}` but the killed node by the step's deadline ({seen:?})"
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        super::poll_eval(deadline, "true", || launch.eval(&expr))
+            .await
+            .map_err(|seen| {
+                anyhow::anyhow!(
+                    "node {m} names no leader of `{queue}` but the killed node by the step's deadline ({seen})"
+                )
+            })
     }
 
     /// Node m's launch, if it runs (not killed by the lab).

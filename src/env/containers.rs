@@ -605,16 +605,8 @@ impl ContainersEnv {
             if !self.running(m).await {
                 continue;
             }
-            loop {
-                // A failing or slow eval (a loaded machine) counts as "not yet".
-                let seen = tokio::time::timeout_at(deadline.into(), self.eval(m, expr)).await;
-                if matches!(seen, Ok(Ok(ref s)) if s == "false") {
-                    break;
-                }
-                if Instant::now() > deadline {
-                    bail!("node {n} cut off: `{expr}` on node {m} is not false 60 s on ({seen:?})");
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
+            if let Err(seen) = super::poll_eval(deadline, "false", || self.eval(m, expr)).await {
+                bail!("node {n} cut off: `{expr}` on node {m} is not false 60 s on ({seen})");
             }
         }
         Ok(())
@@ -676,18 +668,13 @@ impl ContainersEnv {
             queue,
             &format!("rabbit@{}", c.names[gone - 1]),
         );
-        loop {
-            let seen = tokio::time::timeout_at(deadline.into(), self.eval(m, &expr)).await;
-            if matches!(&seen, Ok(Ok(out)) if out == "true") {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "node {m} names no leader of `{queue}` but the killed node by the step's deadline ({seen:?})"
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        super::poll_eval(deadline, "true", || self.eval(m, &expr))
+            .await
+            .map_err(|seen| {
+                anyhow::anyhow!(
+                    "node {m} names no leader of `{queue}` but the killed node by the step's deadline ({seen})"
+                )
+            })
     }
 }
 

@@ -97,6 +97,30 @@ fn percent_encode(s: &str) -> String {
         .collect()
 }
 
+/// Asks `eval` (a `rabbitmqctl eval`) every 200 ms until it answers `want`
+/// or `deadline` passes; a failing or slow eval (a loaded machine) counts as
+/// "not yet". The error is the last answer, for the caller's message.
+pub(crate) async fn poll_eval<F, Fut>(
+    deadline: std::time::Instant,
+    want: &str,
+    mut eval: F,
+) -> Result<(), String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<String>>,
+{
+    loop {
+        let seen = tokio::time::timeout_at(deadline.into(), eval()).await;
+        if matches!(&seen, Ok(Ok(out)) if out == want) {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(format!("{seen:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// What the evidence says about the servers: read from the running servers.
 #[derive(Clone, Debug)]
 pub struct EnvInfo {
