@@ -19,7 +19,9 @@ use crate::events::{Event, Fanout, Sink};
 use crate::evidence;
 use crate::exit;
 use crate::lab::{Lab, Project};
-use crate::runner::{self, RunRecord, Suite};
+use crate::naming;
+use crate::record::RunRecord;
+use crate::runner::Suite;
 use crate::sinks::{self, out};
 use crate::snapshot;
 
@@ -107,7 +109,8 @@ enum EnvCmd {
     /// how to reach and stop it (stderr)
     Up {
         /// Seconds to wait for the broker and the database to become ready
-        #[arg(long, default_value_t = 60, value_name = "SECS")]
+        #[arg(long, default_value_t = 60, value_name = "SECS",
+              value_parser = clap::value_parser!(u64).range(1..))]
         ready_timeout: u64,
         /// The broker's AMQP listener on this 127.0.0.1 port [default: a free one]
         #[arg(long, value_name = "PORT")]
@@ -210,7 +213,8 @@ struct EnvArgs {
     #[arg(long, value_enum, default_value_t = EnvKind::Auto, env = "MQLAB_ENV")]
     env: EnvKind,
     /// Seconds to wait for the broker and the database to become ready
-    #[arg(long, default_value_t = 60, value_name = "SECS")]
+    #[arg(long, default_value_t = 60, value_name = "SECS",
+          value_parser = clap::value_parser!(u64).range(1..))]
     ready_timeout: u64,
     /// Run the lab broker's AMQP listener on this 127.0.0.1 port [default: a free one]
     #[arg(long, value_name = "PORT")]
@@ -797,7 +801,7 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32, Error> {
     }
     let vhosts: Vec<String> = labs
         .iter()
-        .map(|l| runner::vhost_for(&l.run_name()))
+        .map(|l| naming::vhost_for(&l.run_name()))
         .collect();
     let attach = args.env.attach(&vhosts).usage()?;
     let images = images(project, &args.env).usage()?;
@@ -1436,8 +1440,8 @@ fn keep_running(env: Environment, dir: &Path, labs: &[Lab]) -> Result<()> {
         .map(|l| {
             serde_json::json!({
                 "lab": l.run_name(),
-                "amqp": e.amqp_url(&runner::vhost_for(&l.run_name())),
-                "postgres": e.pg_url(&runner::database_for(&l.run_name())),
+                "amqp": e.amqp_url(&naming::vhost_for(&l.run_name())),
+                "postgres": e.pg_url(&naming::database_for(&l.run_name())),
             })
         })
         .collect();
@@ -1496,7 +1500,7 @@ fn cmd_env_up(
     }
     let mut vhosts: Vec<String> = labs
         .iter()
-        .map(|l| runner::vhost_for(&l.run_name()))
+        .map(|l| naming::vhost_for(&l.run_name()))
         .collect();
     vhosts.extend([EXPLORE_VHOST.to_string(), SOAK_VHOST.to_string()]);
     let exe = std::env::current_exe()

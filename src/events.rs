@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::checker::Outcome;
 use crate::env::EnvInfo;
-use crate::runner::{RunRecord, SnapshotResult};
+use crate::record::{RunRecord, SnapshotResult};
 
 pub enum Event<'a> {
     /// The environment was chosen (`local`, `containers`) and why.

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::checker::History;
 use crate::env::EnvInfo;
-use crate::runner::{RunRecord, SnapshotResult};
+use crate::record::{RunRecord, SnapshotResult};
 use crate::transcript::{Entry, PRODUCT};
 use crate::vocab::{Role, Status};
 

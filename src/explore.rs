@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 
 use crate::lab::{Action, Fault, Lab, Settle, Step};
-use crate::runner::RunRecord;
+use crate::record::RunRecord;
 use crate::vocab::{Check, FaultAction, Target, Then, Window, PRODUCER_WINDOWS};
 
 /// One fault point: where, and the lab that injects exactly it.

@@ -5,7 +5,7 @@
 //! as [`Event`]s. A failure inside one lab (even its setup) fails that lab
 //! only; the next lab runs.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -27,95 +27,15 @@ use crate::faults::blackbox::{BlackBox, Seen};
 use crate::faults::pgproxy::PgProxy;
 use crate::faults::proxy::{Proxy, ProxyEvent, Rule};
 use crate::lab::{Action, Assertion, Consume, Fault, Lab, Project, Publish, Settle};
+use crate::naming::{database_for, vhost_for};
 use crate::protocol::{
     ConsumerConfig, Envelope, FaultPoint, OutMessage, ProducerConfig, RetryPolicy, RoleConfig, Tier,
 };
+use crate::record::{RunRecord, SnapshotResult};
 use crate::snapshot;
 use crate::store;
 use crate::transcript::{Entry, Record, Transcript};
 use crate::vocab::{Counter, FaultAction, Role, Status, Target, Window};
-
-/// The snapshot comparison of one run.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SnapshotResult {
-    Matched,
-    Updated,
-    /// The unified diff, stored then actual; the actual is left as `.snap.new`.
-    Mismatch(String),
-    /// The snapshot could not be read or written.
-    Error(String),
-    /// Not compared (`mqlab explore` judges the checks only).
-    Skipped,
-}
-
-/// Everything known about one lab run once it is over: what the sinks get.
-#[derive(Clone, Debug)]
-pub struct RunRecord {
-    pub run: String,
-    pub lab: String,
-    pub variant: Option<String>,
-    pub claim: String,
-    /// For a variant: the declared violations (name → value).
-    pub violations: BTreeMap<String, String>,
-    pub transcript: Transcript,
-    /// Every assertion and check evaluated, in order.
-    pub outcomes: Vec<Outcome>,
-    pub history: History,
-    /// A harness-level failure (deadline, role crash, setup) that ended the lab early.
-    pub error: Option<String>,
-    pub verdict: LabVerdict,
-    pub snapshot: SnapshotResult,
-    pub duration: Duration,
-    /// The fault's window was never reached (its message never got there,
-    /// or the program's order never passes it): why.
-    pub unreachable: Option<String>,
-}
-
-impl RunRecord {
-    /// The verdict holds (safe pattern, or counterexample confirmed) and the
-    /// transcript matched.
-    pub fn passed(&self) -> bool {
-        matches!(
-            self.verdict,
-            LabVerdict::Holds | LabVerdict::CounterexampleConfirmed
-        ) && matches!(
-            self.snapshot,
-            SnapshotResult::Matched | SnapshotResult::Updated | SnapshotResult::Skipped
-        )
-    }
-
-    /// The one-word verdict the summary and the evidence print.
-    pub fn verdict_text(&self) -> &'static str {
-        match (&self.verdict, &self.snapshot) {
-            (_, SnapshotResult::Mismatch(_)) if self.error.is_none() => "FAIL (snapshot)",
-            _ if !self.passed() => "FAIL",
-            (LabVerdict::Holds, _) => "safe pattern holds",
-            _ => "counterexample confirmed",
-        }
-    }
-}
-
-/// The isolated names a lab run gets on the shared servers.
-pub fn vhost_for(run: &str) -> String {
-    run.to_string()
-}
-
-/// The run's database: `lab_` and the run name with every other character
-/// than a letter or a digit made `_`; a name past PostgreSQL's 63 bytes is
-/// cut and made unique by a hash of the whole.
-pub fn database_for(run: &str) -> String {
-    let name: String = format!("lab_{run}")
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
-    if name.len() <= 63 {
-        return name;
-    }
-    let hash = run.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
-    });
-    format!("{}_{:012x}", &name[..50], hash & 0xffff_ffff_ffff)
-}
 
 /// Where a suite runs and what it may touch. The runner holds the
 /// environment itself, not only its endpoints: a broker fault is a lab step.

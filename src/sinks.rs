@@ -12,7 +12,7 @@ use crate::checker::LabVerdict;
 use crate::env::EnvInfo;
 use crate::events::{Event, Sink};
 use crate::evidence;
-use crate::runner::{RunRecord, SnapshotResult};
+use crate::record::{RunRecord, SnapshotResult};
 use crate::snapshot;
 
 /// Prints to stdout, ignoring a closed pipe (`mqlab lab ... | head`): the run

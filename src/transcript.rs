@@ -83,6 +83,12 @@ impl Record {
     }
 }
 
+/// Prints one record: stdout is line-buffered, so a window marker is on the
+/// harness's side of the pipe before the role blocks.
+pub fn emit(line: String) {
+    println!("{line}");
+}
+
 /// A logfmt value: bare when it is one plain token, else a JSON string, so
 /// that a space, a quote, an `=`, a newline or any control character can
 /// neither split a field nor a line ([`unquote`] reverses it).

@@ -248,7 +248,7 @@ impl ExternalEnv {
         let e = &self.endpoints;
         let pattern = format!(
             "{}%",
-            crate::runner::database_for(&self.prefix).replace('_', "\\_")
+            crate::naming::database_for(&self.prefix).replace('_', "\\_")
         );
         let dropped = async {
             let mut db = store::connect(&e.pg_url(&e.pg_admin)).await?;

@@ -5,8 +5,7 @@
 use std::future::Future;
 
 use crate::protocol::FaultPoint;
-use crate::roles::emit;
-use crate::transcript::{MessageMeta, Record};
+use crate::transcript::{emit, MessageMeta, Record};
 use crate::vocab::{Status, Window};
 
 /// At the selected window: first a synchronous round trip on the role's

@@ -1377,6 +1377,18 @@ violations = { rows = 3 }
                 "t.toml:9:25: step[0].publish.messages[0]: no `routing_key` (set it on the message or the step)",
             ),
             (
+                "rows = 2\n",
+                "rows = { at_least = 2 }\n",
+                None,
+                "expect.rows: invalid type: map, expected an integer, `true`/`false` or a string (what the assertion prints)",
+            ),
+            (
+                "rows = 2\n",
+                "rows = 2.5\n",
+                None,
+                "expect.rows: invalid type: floating point `2.5`, expected an integer, `true`/`false` or a string",
+            ),
+            (
                 r#"assert = ["rows"]"#,
                 r#"assert = ["rows", "nope"]"#,
                 None,

@@ -306,12 +306,41 @@ pub struct RawVariant {
 }
 
 /// An expected value: what the `[assert]` line must print.
-#[derive(Deserialize, Clone, Debug, PartialEq, Eq)]
-#[serde(untagged)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Expected {
     Int(i64),
     Bool(bool),
     Str(String),
+}
+
+/// By hand rather than `untagged`: a value of another shape (a table, an
+/// array, a float) says what an expected value is, not "did not match any
+/// variant".
+impl<'de> Deserialize<'de> for Expected {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Expected;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an integer, `true`/`false` or a string (what the assertion prints)")
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Expected, E> {
+                Ok(Expected::Int(v))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Expected, E> {
+                i64::try_from(v)
+                    .map(Expected::Int)
+                    .map_err(|_| E::invalid_value(serde::de::Unexpected::Unsigned(v), &self))
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Expected, E> {
+                Ok(Expected::Bool(v))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Expected, E> {
+                Ok(Expected::Str(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 impl fmt::Display for Expected {

@@ -11,11 +11,7 @@ use lapin::message::Delivery;
 use crate::amqp;
 use crate::transcript::MessageMeta;
 
-/// Prints one record: stdout is line-buffered, so a window marker is on the
-/// harness's side of the pipe before the role blocks.
-pub fn emit(line: String) {
-    println!("{line}");
-}
+pub use crate::transcript::emit;
 
 pub fn meta_of(d: &Delivery) -> MessageMeta {
     let p = &d.properties;

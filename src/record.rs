@@ -1,0 +1,69 @@
+//! What one lab run leaves once it is over: the record every sink, the
+//! evidence, explore and the report read. A leaf: it names the checker's and
+//! the transcript's types and nothing that runs.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::checker::{History, LabVerdict, Outcome};
+use crate::transcript::Transcript;
+
+/// The snapshot comparison of one run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SnapshotResult {
+    Matched,
+    Updated,
+    /// The unified diff, stored then actual; the actual is left as `.snap.new`.
+    Mismatch(String),
+    /// The snapshot could not be read or written.
+    Error(String),
+    /// Not compared (`mqlab explore` judges the checks only).
+    Skipped,
+}
+
+/// Everything known about one lab run once it is over: what the sinks get.
+#[derive(Clone, Debug)]
+pub struct RunRecord {
+    pub run: String,
+    pub lab: String,
+    pub variant: Option<String>,
+    pub claim: String,
+    /// For a variant: the declared violations (name → value).
+    pub violations: BTreeMap<String, String>,
+    pub transcript: Transcript,
+    /// Every assertion and check evaluated, in order.
+    pub outcomes: Vec<Outcome>,
+    pub history: History,
+    /// A harness-level failure (deadline, role crash, setup) that ended the lab early.
+    pub error: Option<String>,
+    pub verdict: LabVerdict,
+    pub snapshot: SnapshotResult,
+    pub duration: Duration,
+    /// The fault's window was never reached (its message never got there,
+    /// or the program's order never passes it): why.
+    pub unreachable: Option<String>,
+}
+
+impl RunRecord {
+    /// The verdict holds (safe pattern, or counterexample confirmed) and the
+    /// transcript matched.
+    pub fn passed(&self) -> bool {
+        matches!(
+            self.verdict,
+            LabVerdict::Holds | LabVerdict::CounterexampleConfirmed
+        ) && matches!(
+            self.snapshot,
+            SnapshotResult::Matched | SnapshotResult::Updated | SnapshotResult::Skipped
+        )
+    }
+
+    /// The one-word verdict the summary and the evidence print.
+    pub fn verdict_text(&self) -> &'static str {
+        match (&self.verdict, &self.snapshot) {
+            (_, SnapshotResult::Mismatch(_)) if self.error.is_none() => "FAIL (snapshot)",
+            _ if !self.passed() => "FAIL",
+            (LabVerdict::Holds, _) => "safe pattern holds",
+            _ => "counterexample confirmed",
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! Imports run one way (vocab ← lab ← faults ← runner ← session ← cli): no
+//! cycle among the crate's top-level modules, and the environments know
+//! nothing of the runner, the events or the labs. Read from the `crate::`
+//! paths of `src/` (test modules left out), as text.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+type Graph = BTreeMap<String, BTreeSet<String>>;
+
+/// The top-level module a file belongs to (`src/env/local.rs` → `env`).
+fn module_of(src: &Path, file: &Path) -> Option<String> {
+    let rel = file.strip_prefix(src).ok()?;
+    let first = rel.components().next()?.as_os_str().to_string_lossy();
+    let name = first.strip_suffix(".rs").unwrap_or(&first).to_string();
+    (name != "main" && name != "lib").then_some(name)
+}
+
+/// Every `crate::x` (and `use crate::{x, y}`) outside comments and `#[cfg(test)]`.
+fn targets(text: &str) -> BTreeSet<String> {
+    let code = text.split("#[cfg(test)]").next().unwrap_or("");
+    let code: String = code
+        .lines()
+        .map(|l| l.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let ident = |s: &str| -> String {
+        s.trim()
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut out = BTreeSet::new();
+    let mut rest = code.as_str();
+    while let Some(i) = rest.find("crate::") {
+        rest = &rest[i + "crate::".len()..];
+        let names: Vec<String> = match rest.strip_prefix('{') {
+            // A group may span lines and nest: only its top-level names count.
+            Some(group) => {
+                let (mut depth, mut names, mut at_start) = (0, Vec::new(), true);
+                for (k, c) in group.char_indices() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' if depth == 0 => break,
+                        '}' => depth -= 1,
+                        ',' if depth == 0 => at_start = true,
+                        _ if at_start && !c.is_whitespace() => {
+                            names.push(ident(&group[k..]));
+                            at_start = false;
+                        }
+                        _ => {}
+                    }
+                }
+                names
+            }
+            None => vec![ident(rest)],
+        };
+        out.extend(
+            names
+                .into_iter()
+                .filter(|n| n != "self" && n.starts_with(|c: char| c.is_ascii_lowercase())),
+        );
+    }
+    out
+}
+
+fn graph() -> Graph {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut g = Graph::new();
+    let mut stack = vec![src.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let Some(m) = module_of(&src, &path) else {
+                    continue;
+                };
+                let text = std::fs::read_to_string(&path).unwrap();
+                let edges = g.entry(m.clone()).or_default();
+                edges.extend(targets(&text).into_iter().filter(|t| *t != m));
+            }
+        }
+    }
+    g
+}
+
+/// The modules `from` reaches through its imports.
+fn reach(g: &Graph, from: &str) -> BTreeSet<String> {
+    let mut seen = BTreeSet::new();
+    let mut todo: Vec<&str> = g
+        .get(from)
+        .into_iter()
+        .flatten()
+        .map(String::as_str)
+        .collect();
+    while let Some(m) = todo.pop() {
+        if seen.insert(m.to_string()) {
+            todo.extend(g.get(m).into_iter().flatten().map(String::as_str));
+        }
+    }
+    seen
+}
+
+#[test]
+fn no_import_cycle_among_top_level_modules() {
+    let g = graph();
+    assert!(g.len() > 10, "too few modules read: {g:?}");
+    let cycles: Vec<String> = g
+        .keys()
+        .filter(|m| reach(&g, m).contains(*m))
+        .map(|m| {
+            let back: Vec<&String> = g[m].iter().filter(|t| reach(&g, t).contains(m)).collect();
+            format!("{m} -> {back:?} -> {m}")
+        })
+        .collect();
+    assert!(cycles.is_empty(), "import cycles: {cycles:#?}");
+}
+
+#[test]
+fn the_environments_know_nothing_of_runner_events_or_labs() {
+    let g = graph();
+    let reached = reach(&g, "env");
+    for forbidden in ["runner", "events", "lab", "sinks", "cli"] {
+        assert!(
+            !reached.contains(forbidden),
+            "env reaches {forbidden}: {:?}",
+            g["env"]
+        );
+    }
+}
+
+/// The reader itself, on literal text: a commented import and a test module
+/// do not count, a grouped import does.
+#[test]
+fn imports_are_read_as_written() {
+    let t = targets(
+        "use crate::{vocab, lab::{Lab, Step},\n    store};\n// crate::cli\nlet x = crate::naming::vhost_for(r);\n#[cfg(test)]\nuse crate::runner;",
+    );
+    assert_eq!(
+        t,
+        ["lab", "naming", "store", "vocab"]
+            .map(String::from)
+            .into_iter()
+            .collect()
+    );
+}
