@@ -610,52 +610,44 @@ fn cmd_list(project: &Project) -> Result<i32> {
         out!("  {:<26} {safety:<7} {}", p.pattern.name(), p.pattern.doc());
         out!("  {:<26} {:<7} {}", "", "", p.path());
     }
-    out!("\nfault targets and windows:");
+    out!("\nfault targets and placements (where each action goes, and its windows):");
     for (t, name, doc) in Target::ALL {
         out!("  {name:<26} {doc}");
-        match t {
-            Target::Consumer => {
-                out!("    kill, then restart; on a consume step, at a window its pattern passes:");
-                for (w, wname, wdoc) in crate::vocab::Window::ALL {
-                    let used: Vec<&str> = PATTERNS
-                        .iter()
-                        .filter(|p| p.windows().contains(w))
-                        .map(|p| p.pattern.name())
-                        .collect();
-                    if !used.is_empty() {
-                        out!("    {wname:<24} {wdoc} [{}]", used.join(", "));
+        for p in crate::vocab::placements_of(*t) {
+            let mut only = String::new();
+            if p.built_in_only {
+                only.push_str(" (built-in consumer)");
+            }
+            out!(
+                "    {} {}{only}, then {}: {}",
+                p.action,
+                p.site.describe(),
+                p.then,
+                p.doc
+            );
+            match p.windows {
+                crate::vocab::Windows::None => {}
+                crate::vocab::Windows::These(ws) => {
+                    for w in ws {
+                        out!("      {:<30} {}", w.name(), w.doc());
                     }
                 }
-            }
-            Target::Producer => {
-                out!("    kill, then restart (it resends what it never saw confirmed); on a publish step:");
-                for w in crate::vocab::PRODUCER_WINDOWS {
-                    out!("    {:<24} {}", w.name(), w.doc());
-                }
-            }
-            Target::Network => {
-                for (a, k, w) in crate::vocab::NETWORK_WINDOWS {
-                    let step = match k {
-                        crate::vocab::StepKind::Publish => "publish step",
-                        crate::vocab::StepKind::Consume => "consume step",
-                    };
-                    out!("    {:<24} {a} on a {step}: {}", w.name(), w.doc());
-                }
-            }
-            Target::Broker => {
-                out!(
-                    "    restart, in a step of its own: {}",
-                    crate::vocab::FaultAction::Restart.doc()
-                );
-            }
-            Target::Node => {
-                out!("    in a step of its own, with `node = N`:");
-                for a in crate::vocab::NODE_ACTIONS {
-                    out!("    {:<24} {}", a.name(), a.doc());
-                }
-                out!("    kill, then reconnect (the producer sends the message again); on a publish step, with `node = N`:");
-                for w in crate::vocab::NODE_WINDOWS {
-                    out!("    {:<24} {}", w.name(), w.doc());
+                crate::vocab::Windows::ConsumerPath => {
+                    for (w, wname, wdoc) in crate::vocab::Window::ALL {
+                        let used: Vec<&str> = PATTERNS
+                            .iter()
+                            .filter(|p| p.windows().contains(w))
+                            .map(|p| p.pattern.name())
+                            .collect();
+                        if !used.is_empty() {
+                            out!("      {wname:<30} {wdoc} [{}]", used.join(", "));
+                        }
+                    }
+                    let program: Vec<&str> = crate::vocab::PROGRAM_WINDOWS
+                        .iter()
+                        .map(|w| w.name())
+                        .collect();
+                    out!("      a program (black box): {}", program.join(", "));
                 }
             }
         }

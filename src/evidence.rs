@@ -12,7 +12,7 @@ use crate::checker::History;
 use crate::env::EnvInfo;
 use crate::record::{RunRecord, SnapshotResult};
 use crate::transcript::{Entry, PRODUCT};
-use crate::vocab::{Role, Status};
+use crate::vocab::{Role, Status, Target};
 
 /// Bumped when a field changes meaning or disappears (`docs/evidence/schema.json`).
 pub const SCHEMA_VERSION: u32 = 1;
@@ -399,9 +399,16 @@ pub fn mermaid(lines: &[String]) -> String {
                     }
                     (Some("network"), Status::Injected) => {
                         has_network = true;
-                        let what = match action {
-                            "cut" => format!("the ack of {mid} dropped, the connection cut"),
-                            _ => format!("the confirm of {mid} held back"),
+                        // The registry's note for the placement the line names.
+                        let note = match (action.parse(), e.get("window").map(str::parse)) {
+                            (Ok(a), Some(Ok(w))) => {
+                                crate::vocab::placement_at(Target::Network, a, w).map(|p| p.note)
+                            }
+                            _ => None,
+                        };
+                        let what = match note {
+                            Some(n) => n.replace("{mid}", mid),
+                            None => format!("network {action} of {mid}"),
                         };
                         body.push(format!("    Note over N: {what}"));
                     }
@@ -606,6 +613,8 @@ mod tests {
             "[consumer] messageId=mid-1 destination=q attempt=1 redelivered=false status=received",
             "[fault] target=network action=cut window=after-commit-before-ack messageId=mid-1 status=injected",
             "[consumer] consumer=consumer-1 queue=q status=connection_lost",
+            "[producer] messageId=mid-3 destination=q routingKey=q status=published",
+            "[fault] target=network action=cut window=after-publish-before-broker messageId=mid-3 status=injected",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -615,6 +624,12 @@ mod tests {
         assert!(m.contains("participant N as network"), "{m}");
         assert!(m.contains("Note over B: broker restart"), "{m}");
         assert!(m.contains("Note over N: the ack of mid-1 dropped"), "{m}");
+        // A cut publish is the publish dropped, not an ack (publish-lost).
+        assert!(
+            m.contains("Note over N: the publish of mid-3 dropped"),
+            "{m}"
+        );
+        assert!(!m.contains("the ack of mid-3"), "{m}");
         assert!(
             m.contains("Note over P: SIGKILL at the fault window (mid-2)"),
             "{m}"

@@ -2,18 +2,20 @@
 //! own and judged by the total-queue checks alone. A scripted lab proves one
 //! window; the bugs that reach production sit in the ones nobody scripted.
 //!
-//! The points of a lab: for each consume step, each window its consumer
-//! passes (a built-in pattern's, or the black-box windows of a program)
-//! times each message published before it, and the network cut of each
-//! message's ack; for each publish step, each producer window and the
-//! network cut of each publish, times its messages; and a broker restart
-//! between any two steps. The lab's own fault and assertions are dropped.
+//! The points of a lab come from the placement registry
+//! ([`crate::vocab::PLACEMENTS`]): for each consume step, each window its
+//! consumer passes (a built-in pattern's, or the black-box windows of a
+//! program) times each message published before it, and the network cut of
+//! each message's ack; for each publish step, each producer window, the
+//! network cut of each publish and (with a confirm timeout) the held
+//! confirm, times its messages; and a broker restart between any two steps.
+//! The lab's own fault and assertions are dropped.
 
 use std::collections::BTreeMap;
 
 use crate::lab::{Action, Fault, Lab, Settle, Step};
 use crate::record::RunRecord;
-use crate::vocab::{Check, FaultAction, Target, Then, Window, PRODUCER_WINDOWS};
+use crate::vocab::{Check, Explore, Placement, Site, Window, Windows, PLACEMENTS, PROGRAM_WINDOWS};
 
 /// One fault point: where, and the lab that injects exactly it.
 #[derive(Clone, Debug)]
@@ -109,21 +111,6 @@ fn with_label(mut lab: Lab, label: &str) -> Lab {
     lab
 }
 
-fn fault(target: Target, action: FaultAction, window: Window, message: &str, then: Then) -> Fault {
-    Fault {
-        node: None,
-        target,
-        action,
-        window,
-        message: message.to_string(),
-        then,
-        kill_at_depth: None,
-        restart_settle: None,
-        restart_drain: true,
-        asserts: Vec::new(),
-    }
-}
-
 /// Every fault point of `lab`, in a fixed order.
 pub fn points(lab: &Lab) -> Vec<Point> {
     let base = base_of(lab);
@@ -142,58 +129,63 @@ pub fn points(lab: &Lab) -> Vec<Point> {
                 lab: with_label(l, &label),
             });
         };
+        // The placements of the registry, in its order: a publish step's
+        // message by message, a consume step's window by window.
+        let row = |p: &Placement, w: Window| match p.explore {
+            Explore::PerWindow => Some(format!("{}/{w}", p.target)),
+            Explore::Row(r) => Some(r.to_string()),
+            Explore::No => None,
+        };
+        let fault_at = |p: &Placement, w: Window, mid: &str| Fault {
+            node: None,
+            target: p.target,
+            action: p.action,
+            window: w,
+            message: mid.to_string(),
+            then: p.then,
+            kill_at_depth: None,
+            restart_settle: None,
+            restart_drain: true,
+            asserts: Vec::new(),
+        };
         match &step.action {
-            Action::Publish(p) => {
-                for m in &p.messages {
+            Action::Publish(pb) => {
+                for m in &pb.messages {
                     let mid = &m.meta.message_id;
-                    for w in PRODUCER_WINDOWS {
-                        at(
-                            format!("producer/{w}"),
-                            mid.clone(),
-                            fault(Target::Producer, FaultAction::Kill, *w, mid, Then::Restart),
-                        );
+                    for p in PLACEMENTS
+                        .iter()
+                        .filter(|p| p.site == Site::Publish && pb.confirm_fits(p))
+                    {
+                        let Windows::These(ws) = p.windows else {
+                            continue;
+                        };
+                        for w in ws {
+                            if let Some(r) = row(p, *w) {
+                                at(r, mid.clone(), fault_at(p, *w, mid));
+                            }
+                        }
                     }
-                    at(
-                        "network/cut-publish".into(),
-                        mid.clone(),
-                        fault(
-                            Target::Network,
-                            FaultAction::Cut,
-                            Window::AfterPublishBeforeBroker,
-                            mid,
-                            Then::Restart,
-                        ),
-                    );
                 }
-                published.extend(p.messages.iter().map(|m| m.meta.message_id.clone()));
+                published.extend(pb.messages.iter().map(|m| m.meta.message_id.clone()));
             }
             Action::Consume(c) => {
-                let windows = match &c.command {
-                    Some(_) => crate::faults::blackbox::WINDOWS.to_vec(),
-                    None => c.pattern.def().windows(),
-                };
-                for w in windows {
-                    for mid in &published {
-                        at(
-                            format!("consumer/{w}"),
-                            mid.clone(),
-                            fault(Target::Consumer, FaultAction::Kill, w, mid, Then::Restart),
-                        );
-                    }
-                }
-                if c.command.is_none() {
-                    for mid in &published {
-                        at(
-                            "network/cut-ack".into(),
-                            mid.clone(),
-                            fault(
-                                Target::Network,
-                                FaultAction::Cut,
-                                Window::AfterCommitBeforeAck,
-                                mid,
-                                Then::Reconnect,
-                            ),
-                        );
+                let program = c.command.is_some();
+                for p in PLACEMENTS
+                    .iter()
+                    .filter(|p| p.site == Site::Consume && !(p.built_in_only && program))
+                {
+                    let windows = match p.windows {
+                        Windows::These(ws) => ws.to_vec(),
+                        Windows::ConsumerPath if program => PROGRAM_WINDOWS.to_vec(),
+                        Windows::ConsumerPath => c.pattern.def().windows(),
+                        Windows::None => Vec::new(),
+                    };
+                    for w in windows {
+                        for mid in &published {
+                            if let Some(r) = row(p, w) {
+                                at(r, mid.clone(), fault_at(p, w, mid));
+                            }
+                        }
                     }
                 }
             }
@@ -204,23 +196,28 @@ pub fn points(lab: &Lab) -> Vec<Point> {
             | Action::Await { .. } => {}
         }
     }
-    // A broker restart between any two of the lab's steps.
-    for i in 0..own.saturating_sub(1) {
-        let mut l = base.clone();
-        l.steps.insert(
-            i + 1,
-            Step {
-                action: Action::Broker(FaultAction::Restart),
-                fault: None,
-                asserts: Vec::new(),
-            },
-        );
-        let column = format!("after step {i}");
-        out.push(Point {
-            row: "broker/restart".into(),
-            lab: with_label(l, &format!("broker-restart:after-step-{i}")),
-            column,
-        });
+    // A fault between any two of the lab's steps (the broker restart; a
+    // cluster's node faults are not explored).
+    for p in PLACEMENTS.iter().filter(|p| p.site == Site::Between) {
+        let (Explore::Row(row), crate::vocab::Target::Broker) = (p.explore, p.target) else {
+            continue;
+        };
+        for i in 0..own.saturating_sub(1) {
+            let mut l = base.clone();
+            l.steps.insert(
+                i + 1,
+                Step {
+                    action: Action::Broker(p.action),
+                    fault: None,
+                    asserts: Vec::new(),
+                },
+            );
+            out.push(Point {
+                row: row.to_string(),
+                lab: with_label(l, &format!("{}:after-step-{i}", row.replace('/', "-"))),
+                column: format!("after step {i}"),
+            });
+        }
     }
     out
 }

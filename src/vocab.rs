@@ -148,42 +148,229 @@ names! {
 /// The windows the producer's path passes, for every message.
 pub const PRODUCER_WINDOWS: &[Window] = &[Window::AfterPublishBeforeConfirm, Window::AfterConfirm];
 
-/// Where a cluster node can be killed inside a publish step: the proxy holds
-/// the message's confirm (the broker has it, the producer has not seen it),
-/// then the node dies; the producer's connection breaks and it connects
-/// again, to a live node, and sends the message again (the same eventId).
-pub const NODE_WINDOWS: &[Window] = &[Window::AfterPublishBeforeConfirm];
+/// The windows a black-box consumer (a program of the user's) can be
+/// faulted at: the boundaries the AMQP and PostgreSQL proxies see.
+pub const PROGRAM_WINDOWS: &[Window] = &[
+    Window::OnDeliver,
+    Window::BeforeCommit,
+    Window::AfterCommitBeforeAck,
+    Window::AfterAckBeforeCommit,
+    Window::AfterAck,
+];
 
-/// The kind of step a fault is attached to.
+/// Where a fault goes in a lab.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StepKind {
+pub enum Site {
+    /// On a publish step, at a window of one of its messages.
     Publish,
+    /// On a consume step, at a window of a message published before it.
     Consume,
+    /// In a step of its own, between two steps.
+    Between,
 }
 
-/// Where the harness's AMQP proxy can act on one message's frames:
-/// - a consume step, `cut`: the consumer's ack of the message is dropped and
-///   the connection closed (it committed and acked; the broker never hears it);
-/// - a publish step, `cut`: the publish itself is dropped and the connection
-///   closed (the broker never gets the message);
-/// - a publish step, `hold`: the broker's confirm of the message is held.
-pub const NETWORK_WINDOWS: &[(FaultAction, StepKind, Window)] = &[
-    (
-        FaultAction::Cut,
-        StepKind::Consume,
-        Window::AfterCommitBeforeAck,
-    ),
-    (
-        FaultAction::Cut,
-        StepKind::Publish,
-        Window::AfterPublishBeforeBroker,
-    ),
-    (
-        FaultAction::Hold,
-        StepKind::Publish,
-        Window::AfterPublishBeforeConfirm,
-    ),
+impl Site {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Site::Publish => "on a publish step",
+            Site::Consume => "on a consume step",
+            Site::Between => "in a step of its own",
+        }
+    }
+}
+
+/// The windows a placement can use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Windows {
+    /// None: the fault acts between steps.
+    None,
+    /// Exactly these.
+    These(&'static [Window]),
+    /// The ones the consumer passes: its pattern's derived windows, or a
+    /// program's [`PROGRAM_WINDOWS`].
+    ConsumerPath,
+}
+
+/// Which points `mqlab explore` makes of a placement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Explore {
+    /// None (a cluster's faults: explore refuses a cluster lab).
+    No,
+    /// One row per window, `target/window`, a column per message.
+    PerWindow,
+    /// One row of this name, a column per message (per pair of steps for
+    /// [`Site::Between`]).
+    Row(&'static str),
+}
+
+/// One place a fault family's action can go: the single table the lab-file
+/// checks, `mqlab list`, `explore`, the docs and the evidence notes read
+/// (Jepsen keeps a nemesis's schedule with its faults; ripgrep one item per
+/// flag). No other code lists which action goes where.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Placement {
+    pub target: Target,
+    pub action: FaultAction,
+    pub site: Site,
+    pub windows: Windows,
+    /// What follows it (a lab may say so, and must not say otherwise).
+    pub then: Then,
+    /// A consume-step placement for the built-in consumer only (the
+    /// proxy's ack cut needs the harness's own role).
+    pub built_in_only: bool,
+    /// A publish-step placement that needs the step's confirm and no
+    /// confirm timeout (the harness holds the confirm until it acts).
+    pub needs_confirm: bool,
+    /// A publish-step placement that needs a confirm timeout (the producer
+    /// gives up on a held confirm).
+    pub needs_confirm_timeout: bool,
+    pub explore: Explore,
+    /// What it does, for `mqlab list` and the docs.
+    pub doc: &'static str,
+    /// The evidence diagram's note when it is injected (`{mid}`: the
+    /// message); empty where the diagram says more than one thing.
+    pub note: &'static str,
+}
+
+const fn placement(
+    target: Target,
+    action: FaultAction,
+    site: Site,
+    windows: Windows,
+    then: Then,
+) -> Placement {
+    Placement {
+        target,
+        action,
+        site,
+        windows,
+        then,
+        built_in_only: false,
+        needs_confirm: false,
+        needs_confirm_timeout: false,
+        explore: Explore::No,
+        doc: "",
+        note: "",
+    }
+}
+
+/// Every placement, by fault family: role kill at a window, network cut and
+/// hold (the harness's AMQP proxy), broker restart, cluster node faults.
+pub const PLACEMENTS: &[Placement] = &[
+    Placement {
+        explore: Explore::PerWindow,
+        doc: "SIGKILL at a window its pattern (or program) passes; a fresh consumer takes over",
+        ..placement(Target::Consumer, FaultAction::Kill, Site::Consume, Windows::ConsumerPath, Then::Restart)
+    },
+    Placement {
+        explore: Explore::PerWindow,
+        doc: "SIGKILL at a window of its path; a fresh producer resends what it never saw confirmed",
+        ..placement(Target::Producer, FaultAction::Kill, Site::Publish, Windows::These(PRODUCER_WINDOWS), Then::Restart)
+    },
+    Placement {
+        built_in_only: true,
+        explore: Explore::Row("network/cut-ack"),
+        doc: "the consumer's ack of the message is dropped and the connection closed (it committed and acked; the broker never hears it)",
+        note: "the ack of {mid} dropped, the connection cut",
+        ..placement(Target::Network, FaultAction::Cut, Site::Consume, Windows::These(&[Window::AfterCommitBeforeAck]), Then::Reconnect)
+    },
+    Placement {
+        explore: Explore::Row("network/cut-publish"),
+        doc: "the publish itself is dropped and the connection closed (the broker never gets the message)",
+        note: "the publish of {mid} dropped, the connection cut",
+        ..placement(Target::Network, FaultAction::Cut, Site::Publish, Windows::These(&[Window::AfterPublishBeforeBroker]), Then::Restart)
+    },
+    Placement {
+        needs_confirm_timeout: true,
+        explore: Explore::Row("network/hold-confirm"),
+        doc: "the broker's confirm of the message is held; the producer times out",
+        note: "the confirm of {mid} held back",
+        ..placement(Target::Network, FaultAction::Hold, Site::Publish, Windows::These(&[Window::AfterPublishBeforeConfirm]), Then::None)
+    },
+    Placement {
+        explore: Explore::Row("broker/restart"),
+        doc: "SIGKILL the broker and start it again on the same data",
+        ..placement(Target::Broker, FaultAction::Restart, Site::Between, Windows::None, Then::None)
+    },
+    Placement {
+        needs_confirm: true,
+        doc: "with `node = N`, the producer's own node: the proxy holds the message's confirm (the broker has it), then the node dies; the producer connects again to a live node and sends the message again",
+        ..placement(Target::Node, FaultAction::Kill, Site::Publish, Windows::These(&[Window::AfterPublishBeforeConfirm]), Then::Reconnect)
+    },
+    Placement {
+        doc: "with `node = N`: SIGKILL; it stays down until its `restart`",
+        ..placement(Target::Node, FaultAction::Kill, Site::Between, Windows::None, Then::None)
+    },
+    Placement {
+        doc: "with `node = N`: start a killed node again, it rejoins",
+        ..placement(Target::Node, FaultAction::Restart, Site::Between, Windows::None, Then::None)
+    },
+    Placement {
+        doc: "with `node = N`: cut it off from the other two (iptables, root); it pauses itself (pause_minority)",
+        ..placement(Target::Node, FaultAction::Partition, Site::Between, Windows::None, Then::None)
+    },
+    Placement {
+        doc: "with `node = N`: end its partition",
+        ..placement(Target::Node, FaultAction::Heal, Site::Between, Windows::None, Then::None)
+    },
 ];
+
+/// The placement of `action` of `target` at `site`, if the registry has one.
+pub fn placement_of(target: Target, action: FaultAction, site: Site) -> Option<&'static Placement> {
+    PLACEMENTS
+        .iter()
+        .find(|p| p.target == target && p.action == action && p.site == site)
+}
+
+/// The placement a fault line names (`target`, `action`, `window`): a
+/// window tells a publish step's placement from a consume step's.
+pub fn placement_at(
+    target: Target,
+    action: FaultAction,
+    window: Window,
+) -> Option<&'static Placement> {
+    PLACEMENTS.iter().find(|p| {
+        p.target == target
+            && p.action == action
+            && matches!(p.windows, Windows::These(ws) if ws.contains(&window))
+    })
+}
+
+/// The placements of one target, in table order.
+pub fn placements_of(target: Target) -> impl Iterator<Item = &'static Placement> {
+    PLACEMENTS.iter().filter(move |p| p.target == target)
+}
+
+/// Where each target's actions go, in one line: the lab checker's message
+/// for a fault on the wrong step, derived from [`PLACEMENTS`].
+pub fn placements_summary() -> String {
+    Target::ALL
+        .iter()
+        .map(|(t, name, _)| {
+            // Sites in table order, each with its actions: "cut or hold on a publish step".
+            let mut sites: Vec<(Site, Vec<&str>)> = Vec::new();
+            for p in placements_of(*t) {
+                match sites.iter_mut().find(|(s, _)| *s == p.site) {
+                    Some((_, actions)) => actions.push(p.action.name()),
+                    None => sites.push((p.site, vec![p.action.name()])),
+                }
+            }
+            let sites: Vec<String> = sites
+                .iter()
+                .map(|(site, actions)| {
+                    let actions = match actions.split_last() {
+                        Some((last, [])) => last.to_string(),
+                        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+                        None => String::new(),
+                    };
+                    format!("{actions} {}", site.describe())
+                })
+                .collect();
+            format!("{name}: {}", sites.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
 
 names! {
     /// One step of a consumer's success path.
@@ -731,14 +918,6 @@ names! {
     }
 }
 
-/// What a `node` fault step may do (a lab with `nodes = 3`).
-pub const NODE_ACTIONS: &[FaultAction] = &[
-    FaultAction::Kill,
-    FaultAction::Restart,
-    FaultAction::Partition,
-    FaultAction::Heal,
-];
-
 names! {
     /// What follows a fault.
     pub enum Then ("follow-up") {
@@ -933,6 +1112,46 @@ mod tests {
                 1,
                 "{p}"
             );
+        }
+    }
+
+    /// The placement registry is consistent: one entry per (target, action,
+    /// site), windows exactly where a fault acts inside a step, a
+    /// follow-up only there, distinct explore rows, a note for each
+    /// network placement (the evidence diagram reads it).
+    #[test]
+    fn placements_are_consistent() {
+        let mut seen = Vec::new();
+        let mut rows = Vec::new();
+        for p in PLACEMENTS {
+            let key = (p.target, p.action, p.site);
+            assert!(!seen.contains(&key), "{key:?} twice");
+            seen.push(key);
+            assert_eq!(
+                p.site == Site::Between,
+                p.windows == Windows::None,
+                "{key:?}"
+            );
+            if p.site == Site::Between {
+                assert_eq!(p.then, Then::None, "{key:?}");
+            }
+            assert!(!p.doc.is_empty(), "{key:?}");
+            if p.target == Target::Network {
+                assert!(p.note.contains("{mid}"), "{key:?}");
+                let Windows::These(ws) = p.windows else {
+                    panic!("{key:?}")
+                };
+                for w in ws {
+                    assert_eq!(placement_at(p.target, p.action, *w), Some(p), "{key:?}");
+                }
+            }
+            if let Explore::Row(r) = p.explore {
+                assert!(!rows.contains(&r), "{r} twice");
+                rows.push(r);
+            }
+        }
+        for (t, _, _) in Target::ALL {
+            assert!(placements_of(*t).next().is_some(), "{t} has no placement");
         }
     }
 

@@ -17,15 +17,6 @@ use tokio::sync::{mpsc, Notify};
 
 use crate::vocab::Window;
 
-/// The windows a black-box consumer can be faulted at.
-pub const WINDOWS: &[Window] = &[
-    Window::OnDeliver,
-    Window::BeforeCommit,
-    Window::AfterCommitBeforeAck,
-    Window::AfterAckBeforeCommit,
-    Window::AfterAck,
-];
-
 /// What the proxies saw the program do, in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Seen {

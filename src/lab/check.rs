@@ -18,9 +18,9 @@ use super::{
 use crate::transcript::MessageMeta;
 use crate::vocab::{
     check_queue_argument, ArgValue, Check, CounterRef, ExchangeDecl, FaultAction, OnFailure,
-    Pattern, QueueDecl, StepKind, Target, Then, Topology, Window, NETWORK_WINDOWS, NODE_ACTIONS,
-    NODE_WINDOWS, PRODUCER_WINDOWS,
+    Pattern, QueueDecl, Site, Target, Then, Topology, Window, Windows, PROGRAM_WINDOWS,
 };
+use crate::vocab::{placement_of, placements_of};
 
 /// What is wrong, with a hint where the fix is known.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -69,7 +69,10 @@ pub enum ErrorKind {
     NoRoutingKey,
     #[error("fixture `{file}`: {why}")]
     Fixture { file: String, why: String },
-    #[error("`{action}` of the {target} does not belong on this step (consumer: kill on a consume step; producer: kill on a publish step; network: cut on a consume step, hold on a publish step; broker: restart in a step of its own; node: kill on a publish step, or any node action in a step of its own)")]
+    #[error(
+        "`{action}` of the {target} does not belong on this step ({})",
+        crate::vocab::placements_summary()
+    )]
     FaultPlacement { target: Target, action: FaultAction },
     #[error("the {0} acts at a window, for one message: set `window` and `message`")]
     FaultNeedsWindowAndMessage(Target),
@@ -103,6 +106,8 @@ pub enum ErrorKind {
     HealWithoutCut(usize),
     #[error("node {node} is killed at the producer's window, but the producer talks to node {producer}: kill its own node (the publish step's `node`)")]
     NodeKillNotProducers { node: usize, producer: usize },
+    #[error("a held confirm needs the producer to give up on it: set the publish step's `confirm_timeout_ms`")]
+    HoldNeedsConfirmTimeout,
     #[error("a node killed at the producer's window needs its confirm (`confirm = true`, no `confirm_timeout_ms`): the harness holds it until the kill")]
     NodeKillNeedsConfirm,
     #[error("`nodes = {0}`: a lab runs on 1 node, or on a cluster of 3")]
@@ -750,49 +755,35 @@ impl<'a> Checker<'a> {
         let fkey = format!("{key}.fault");
         let f = spanned.get_ref();
         let (target, act) = (*f.target.get_ref(), *f.action.get_ref());
-        // The step a target's action belongs on, and the windows it can use there.
-        let windows: Vec<Window> = match (target, act, action) {
-            (Target::Consumer, FaultAction::Kill, Action::Consume(c)) if c.command.is_some() => {
-                crate::faults::blackbox::WINDOWS.to_vec()
+        // The step a target's action belongs on, and the windows it can use
+        // there: the placement registry's, nowhere else.
+        let site = match action {
+            Action::Publish(_) => Some(Site::Publish),
+            Action::Consume(_) => Some(Site::Consume),
+            _ => None,
+        };
+        let program = matches!(action, Action::Consume(c) if c.command.is_some());
+        let Some(placement) = site
+            .and_then(|site| placement_of(target, act, site))
+            .filter(|p| !(p.built_in_only && program))
+        else {
+            self.err(
+                format!("{fkey}.action"),
+                span(&f.action),
+                ErrorKind::FaultPlacement {
+                    target,
+                    action: act,
+                },
+            );
+            return None;
+        };
+        let windows: Vec<Window> = match (placement.windows, action) {
+            (Windows::These(w), _) => w.to_vec(),
+            (Windows::ConsumerPath, Action::Consume(c)) if c.command.is_some() => {
+                PROGRAM_WINDOWS.to_vec()
             }
-            (Target::Consumer, FaultAction::Kill, Action::Consume(c)) => c.pattern.def().windows(),
-            (Target::Producer, FaultAction::Kill, Action::Publish(_)) => PRODUCER_WINDOWS.to_vec(),
-            (Target::Node, FaultAction::Kill, Action::Publish(_)) => NODE_WINDOWS.to_vec(),
-            (Target::Network, a @ (FaultAction::Cut | FaultAction::Hold), step) => {
-                let kind = match step {
-                    Action::Publish(_) => Some(StepKind::Publish),
-                    Action::Consume(_) => Some(StepKind::Consume),
-                    _ => None,
-                };
-                let windows: Vec<Window> = NETWORK_WINDOWS
-                    .iter()
-                    .filter(|(x, k, _)| *x == a && Some(*k) == kind)
-                    .map(|(_, _, w)| *w)
-                    .collect();
-                if windows.is_empty() {
-                    self.err(
-                        format!("{fkey}.action"),
-                        span(&f.action),
-                        ErrorKind::FaultPlacement {
-                            target,
-                            action: act,
-                        },
-                    );
-                    return None;
-                }
-                windows
-            }
-            _ => {
-                self.err(
-                    format!("{fkey}.action"),
-                    span(&f.action),
-                    ErrorKind::FaultPlacement {
-                        target,
-                        action: act,
-                    },
-                );
-                return None;
-            }
+            (Windows::ConsumerPath, Action::Consume(c)) => c.pattern.def().windows(),
+            _ => Vec::new(),
         };
         let (Some(window), Some(message)) = (&f.window, &f.message) else {
             self.err(
@@ -849,7 +840,7 @@ impl<'a> Checker<'a> {
             };
             self.err(format!("{fkey}.message"), span(message), kind);
         }
-        let follows = default_then(target, act, matches!(action, Action::Publish(_)));
+        let follows = placement.then;
         let then = match &f.then {
             Some(t) if *t.get_ref() != follows => {
                 self.err(
@@ -866,6 +857,17 @@ impl<'a> Checker<'a> {
             }
             _ => follows,
         };
+        match action {
+            Action::Publish(p) if !p.confirm_fits(placement) => {
+                let kind = if placement.needs_confirm {
+                    ErrorKind::NodeKillNeedsConfirm
+                } else {
+                    ErrorKind::HoldNeedsConfirmTimeout
+                };
+                self.err(fkey.clone(), span(spanned), kind);
+            }
+            _ => {}
+        }
         if f.kill_at_depth.is_some() && target != Target::Consumer {
             self.err(
                 format!("{fkey}.kill_at_depth"),
@@ -907,9 +909,6 @@ impl<'a> Checker<'a> {
                             },
                         );
                     }
-                    if !p.confirm || p.confirm_timeout_ms.is_some() {
-                        self.err(fkey.clone(), span(spanned), ErrorKind::NodeKillNeedsConfirm);
-                    }
                 }
                 Some(node)
             }
@@ -943,10 +942,10 @@ impl<'a> Checker<'a> {
         let f = spanned.get_ref();
         let fkey = format!("{key}.fault");
         let act = *f.action.get_ref();
-        if !NODE_ACTIONS.contains(&act) {
-            let known = NODE_ACTIONS
-                .iter()
-                .map(|a| a.name())
+        if placement_of(Target::Node, act, Site::Between).is_none() {
+            let known = placements_of(Target::Node)
+                .filter(|p| p.site == Site::Between)
+                .map(|p| p.action.name())
                 .collect::<Vec<_>>()
                 .join(", ");
             self.err(
@@ -1000,8 +999,8 @@ impl<'a> Checker<'a> {
                 ErrorKind::NodeNotForTarget(target),
             );
         }
-        if target != Target::Broker || act != FaultAction::Restart {
-            let kind = if target == Target::Broker {
+        let Some(placement) = placement_of(target, act, Site::Between) else {
+            let kind = if placements_of(target).any(|p| p.site == Site::Between) {
                 ErrorKind::FaultPlacement {
                     target,
                     action: act,
@@ -1011,7 +1010,7 @@ impl<'a> Checker<'a> {
             };
             self.err(format!("{fkey}.target"), span(&f.target), kind);
             return None;
-        }
+        };
         if let Some(w) = &f.window {
             self.err(
                 format!("{fkey}.window"),
@@ -1027,7 +1026,7 @@ impl<'a> Checker<'a> {
             );
         }
         if let Some(t) = &f.then {
-            if *t.get_ref() != Then::None {
+            if *t.get_ref() != placement.then {
                 self.err(
                     format!("{fkey}.then"),
                     span(t),
@@ -1035,7 +1034,7 @@ impl<'a> Checker<'a> {
                         target,
                         action: act,
                         then: *t.get_ref(),
-                        follows: Then::None,
+                        follows: placement.then,
                     },
                 );
             }
@@ -1223,22 +1222,6 @@ fn apply_variant(mut raw: RawLab, v: &RawVariant) -> RawLab {
     }
     raw.claim = v.claim.clone();
     raw
-}
-
-/// What follows each fault action: a killed role, or a producer whose
-/// connection was cut under a publish, is started again (it resumes from its
-/// journal); a consumer whose connection was cut connects again itself.
-fn default_then(target: Target, a: FaultAction, on_publish: bool) -> Then {
-    match a {
-        // The producer outlives its node: it connects again, to a live one.
-        FaultAction::Kill if target == Target::Node => Then::Reconnect,
-        FaultAction::Kill => Then::Restart,
-        FaultAction::Cut if on_publish => Then::Restart,
-        FaultAction::Cut => Then::Reconnect,
-        FaultAction::Restart | FaultAction::Hold | FaultAction::Partition | FaultAction::Heal => {
-            Then::None
-        }
-    }
 }
 
 /// Reads `fixtures/<name>.json`. The envelope fields the transcript shows must
@@ -1487,6 +1470,19 @@ violations = { rows = 3 }
                 r#"fault = { target = "network", action = "hold""#,
                 None,
                 "step[1].fault.action: `hold` of the network does not belong on this step",
+            ),
+            (
+                r#"fault = { target = "consumer", action = "kill""#,
+                r#"fault = { target = "network", action = "hold""#,
+                None,
+                "(producer: kill on a publish step; consumer: kill on a consume step; broker: restart in a step of its own; network: cut on a consume step, cut or hold on a publish step; node: kill on a publish step, kill, restart, partition or heal in a step of its own)",
+            ),
+            (
+                r#"messages = ["order-1001", "order-1002"] }"#,
+                r#"messages = ["order-1001", "order-1002"] }
+fault = { target = "network", action = "hold", window = "after-publish-before-confirm", message = "mid-1" }"#,
+                None,
+                "t.toml:10:9: step[0].fault: a held confirm needs the producer to give up on it: set the publish step's `confirm_timeout_ms`",
             ),
             (
                 r#"fault = { target = "consumer", action = "kill", window = "after-commit-before-ack""#,

@@ -167,6 +167,13 @@ impl Publish {
             &self.exchange
         }
     }
+
+    /// Whether the step's confirm settings fit `p`, a publish-step
+    /// placement: the one rule the lab checker and `explore` both apply.
+    pub fn confirm_fits(&self, p: &crate::vocab::Placement) -> bool {
+        let timeout = self.confirm_timeout_ms.is_some();
+        !(p.needs_confirm && (!self.confirm || timeout) || p.needs_confirm_timeout && !timeout)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
