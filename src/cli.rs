@@ -375,7 +375,7 @@ struct LabArgs {
     jobs: usize,
     /// Run this command as the consumer of every step that runs a program
     /// (a lab with a `command`), instead of the lab file's: a one-off run
-    /// against your own consumer (role contract: README)
+    /// against your own consumer (role contract: docs/byo.md)
     #[arg(long, value_name = "COMMAND")]
     consumer_cmd: Option<String>,
     /// Run share K of N of the runs (CI matrix jobs): `K/N` or `count:K/N`

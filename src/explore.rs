@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use crate::lab::{Action, Fault, Lab, Settle, Step};
 use crate::record::RunRecord;
-use crate::vocab::{Check, Explore, Placement, Site, Window, Windows, PLACEMENTS, PROGRAM_WINDOWS};
+use crate::vocab::{Check, Explore, Placement, Site, Window, Windows, PLACEMENTS};
 
 /// One fault point: where, and the lab that injects exactly it.
 #[derive(Clone, Debug)]
@@ -169,18 +169,11 @@ pub fn points(lab: &Lab) -> Vec<Point> {
                 published.extend(pb.messages.iter().map(|m| m.meta.message_id.clone()));
             }
             Action::Consume(c) => {
-                let program = c.command.is_some();
                 for p in PLACEMENTS
                     .iter()
-                    .filter(|p| p.site == Site::Consume && !(p.built_in_only && program))
+                    .filter(|p| p.site == Site::Consume && c.admits(p))
                 {
-                    let windows = match p.windows {
-                        Windows::These(ws) => ws.to_vec(),
-                        Windows::ConsumerPath if program => PROGRAM_WINDOWS.to_vec(),
-                        Windows::ConsumerPath => c.pattern.def().windows(),
-                        Windows::None => Vec::new(),
-                    };
-                    for w in windows {
+                    for w in c.windows_of(p) {
                         for mid in &published {
                             if let Some(r) = row(p, w) {
                                 at(r, mid.clone(), fault_at(p, w, mid));

@@ -11,7 +11,7 @@ use crate::vocab::{Pattern, Window};
 pub const VERSION: u32 = 1;
 
 /// The version of the contract a user's program is started with
-/// (`MQLAB_CONTRACT`; README, "Bring your own consumer").
+/// (`MQLAB_CONTRACT`; docs/byo.md).
 pub const PROGRAM_CONTRACT: u32 = 1;
 
 /// The config of one role process.

@@ -57,13 +57,65 @@ impl RunRecord {
         )
     }
 
-    /// The one-word verdict the summary and the evidence print.
+    /// The one-word verdict the summary and the evidence print. A failed
+    /// verdict comes first: a safe run that lost events is a `FAIL`, even
+    /// when its transcript differs too; `FAIL (snapshot)` is a run whose
+    /// checks all held and whose transcript changed.
     pub fn verdict_text(&self) -> &'static str {
         match (&self.verdict, &self.snapshot) {
+            (LabVerdict::Failed(_), _) => "FAIL",
             (_, SnapshotResult::Mismatch(_)) if self.error.is_none() => "FAIL (snapshot)",
             _ if !self.passed() => "FAIL",
             (LabVerdict::Holds, _) => "safe pattern holds",
             _ => "counterexample confirmed",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(verdict: LabVerdict, snapshot: SnapshotResult) -> RunRecord {
+        RunRecord {
+            run: "r".into(),
+            lab: "r".into(),
+            variant: None,
+            claim: String::new(),
+            violations: BTreeMap::new(),
+            transcript: Transcript::default(),
+            outcomes: Vec::new(),
+            history: History::default(),
+            error: None,
+            verdict,
+            snapshot,
+            duration: Duration::ZERO,
+            unreachable: None,
+        }
+    }
+
+    /// A safe run that lost events and whose transcript differs is a
+    /// failed verdict, not a snapshot matter.
+    #[test]
+    fn the_verdict_comes_before_the_snapshot() {
+        let diff = || SnapshotResult::Mismatch("-a\n+b".into());
+        let failed = || LabVerdict::Failed("failed: lost=3".into());
+        assert_eq!(record(failed(), diff()).verdict_text(), "FAIL");
+        assert_eq!(
+            record(LabVerdict::Holds, diff()).verdict_text(),
+            "FAIL (snapshot)"
+        );
+        assert_eq!(
+            record(failed(), SnapshotResult::Matched).verdict_text(),
+            "FAIL"
+        );
+        assert_eq!(
+            record(LabVerdict::Holds, SnapshotResult::Matched).verdict_text(),
+            "safe pattern holds"
+        );
+        assert_eq!(
+            record(LabVerdict::CounterexampleConfirmed, SnapshotResult::Matched).verdict_text(),
+            "counterexample confirmed"
+        );
     }
 }

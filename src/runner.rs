@@ -639,18 +639,20 @@ impl Ctx<'_> {
     async fn publish(&mut self, p: &Publish, fault: Option<&Fault>, phase: &str) -> Result<()> {
         let secs = p.deadline_secs;
         let deadline = Instant::now() + Duration::from_secs(secs);
-        match fault {
-            Some(f) if f.target == Target::Node => {
+        // Every publish-step placement of the registry, by name: a pair
+        // the lab checker lets through and nothing here runs is an error.
+        match fault.map(|f| (f, f.target, f.action)) {
+            Some((f, Target::Node, FaultAction::Kill)) => {
                 return self.publish_node_kill(p, f, phase, deadline, secs).await;
             }
-            Some(f) if f.target == Target::Producer => {
+            Some((f, Target::Producer, FaultAction::Kill)) => {
                 let killed = self.producer_config(p, Some(point_of(f)));
                 let mut proc = self.spawn_role(RoleConfig::Producer(killed))?;
                 self.kill_at_marker(&mut proc, Role::Producer, f, phase, deadline, secs)
                     .await?;
                 self.assert(&f.asserts).await?;
             }
-            Some(f) if f.action == FaultAction::Cut => {
+            Some((f, Target::Network, FaultAction::Cut)) => {
                 // The proxy drops the publish and cuts: the producer fails
                 // waiting for its confirm, and a new one resumes from the journal.
                 self.proxy().arm(Rule::CutOnPublish {
@@ -671,9 +673,12 @@ impl Ctx<'_> {
                 self.proxy().release();
             }
             // The proxy holds the confirm; the producer times out and sends again.
-            Some(f) => self.proxy().arm(Rule::HoldConfirm {
+            Some((f, Target::Network, FaultAction::Hold)) => self.proxy().arm(Rule::HoldConfirm {
                 message: f.message.clone(),
             }),
+            Some((_, target, action)) => {
+                bail!("phase {phase}: `{action}` of the {target} has no runner on a publish step")
+            }
             None => {}
         }
         // After a kill, the restarted producer reads the same journal.
@@ -1104,8 +1109,8 @@ impl Ctx<'_> {
                 .await;
         }
         let mut cfg = self.consumer_config(c, settle, None);
-        match fault {
-            Some(f) if f.target == Target::Consumer => {
+        match fault.map(|f| (f, f.target, f.action)) {
+            Some((f, Target::Consumer, FaultAction::Kill)) => {
                 let killed = self.consumer_config(c, settle, Some(point_of(f)));
                 let mut proc = self.spawn_role(RoleConfig::Consumer(killed))?;
                 if !self
@@ -1148,12 +1153,15 @@ impl Ctx<'_> {
                         .0 as usize;
                 }
             }
-            Some(f) => {
+            Some((f, Target::Network, FaultAction::Cut)) => {
                 // The proxy drops the ack and cuts; the same process reconnects.
                 self.proxy().arm(Rule::CutOnAck {
                     message: f.message.clone(),
                 });
                 cfg.reconnect = true;
+            }
+            Some((_, target, action)) => {
+                bail!("phase {phase}: `{action}` of the {target} has no runner on a consume step")
             }
             None => {}
         }
@@ -1242,8 +1250,14 @@ impl Ctx<'_> {
             .context("the database's address")?;
         let pg = PgProxy::start(upstream, bb.clone()).await?;
         self.proxy().watch(Some(bb.clone()));
-        if let Some(f) = fault {
-            bb.lock().expect("black box").arm(f.window, &f.message);
+        match fault.map(|f| (f, f.target, f.action)) {
+            Some((f, Target::Consumer, FaultAction::Kill)) => {
+                bb.lock().expect("black box").arm(f.window, &f.message)
+            }
+            Some((_, target, action)) => {
+                bail!("phase {phase}: `{action}` of the {target} has no runner on a program's consume step")
+            }
+            None => {}
         }
         let result = async {
             let mut proc = self.spawn_program(c, command, pg.port)?;

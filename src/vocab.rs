@@ -322,6 +322,39 @@ pub fn placement_of(target: Target, action: FaultAction, site: Site) -> Option<&
         .find(|p| p.target == target && p.action == action && p.site == site)
 }
 
+/// The placements as a Markdown table: `docs/faults.md` holds it between
+/// its `placements` markers, and a test fails when the two differ.
+pub fn placements_markdown() -> String {
+    let mut out = String::from(
+        "| target | action | where | windows | then | what it does |\n|---|---|---|---|---|---|\n",
+    );
+    for p in PLACEMENTS {
+        let windows = match p.windows {
+            Windows::None => "none: between two steps".to_string(),
+            Windows::These(ws) => ws.iter().map(|w| format!("`{w}`")).collect::<Vec<_>>().join(", "),
+            Windows::ConsumerPath => format!(
+                "those its pattern's steps pass (`mqlab list` shows each pattern's); a program's: {}",
+                PROGRAM_WINDOWS.iter().map(|w| format!("`{w}`")).collect::<Vec<_>>().join(", ")
+            ),
+        };
+        let mut site = p.site.describe().to_string();
+        if p.built_in_only {
+            site.push_str(" (the built-in consumer)");
+        }
+        if p.needs_confirm {
+            site.push_str(", with `confirm = true` and no `confirm_timeout_ms`");
+        }
+        if p.needs_confirm_timeout {
+            site.push_str(", with `confirm = true` and a `confirm_timeout_ms`");
+        }
+        out.push_str(&format!(
+            "| `{}` | `{}` | {site} | {windows} | `{}` | {} |\n",
+            p.target, p.action, p.then, p.doc
+        ));
+    }
+    out
+}
+
 /// The placement a fault line names (`target`, `action`, `window`): a
 /// window tells a publish step's placement from a consume step's.
 pub fn placement_at(
@@ -348,11 +381,15 @@ pub fn placements_summary() -> String {
         .iter()
         .map(|(t, name, _)| {
             // Sites in table order, each with its actions: "cut or hold on a publish step".
-            let mut sites: Vec<(Site, Vec<&str>)> = Vec::new();
+            let mut sites: Vec<(Site, Vec<String>)> = Vec::new();
             for p in placements_of(*t) {
+                let action = match p.built_in_only {
+                    true => format!("{} (built-in consumer)", p.action),
+                    false => p.action.name().to_string(),
+                };
                 match sites.iter_mut().find(|(s, _)| *s == p.site) {
-                    Some((_, actions)) => actions.push(p.action.name()),
-                    None => sites.push((p.site, vec![p.action.name()])),
+                    Some((_, actions)) => actions.push(action),
+                    None => sites.push((p.site, vec![action])),
                 }
             }
             let sites: Vec<String> = sites
@@ -1152,6 +1189,30 @@ mod tests {
         }
         for (t, _, _) in Target::ALL {
             assert!(placements_of(*t).next().is_some(), "{t} has no placement");
+        }
+    }
+
+    /// `docs/faults.md` shows the registry as it is (regenerate with
+    /// `MQLAB_UPDATE_DOCS=1 cargo test --lib placements_table`).
+    #[test]
+    fn the_placements_table_in_the_docs_is_the_registry() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/faults.md");
+        let doc = std::fs::read_to_string(&path).unwrap();
+        let (begin, end) = (
+            "<!-- placements: from vocab::PLACEMENTS -->\n",
+            "<!-- end placements -->",
+        );
+        let start = doc.find(begin).expect("the begin marker") + begin.len();
+        let stop = doc[start..].find(end).expect("the end marker") + start;
+        let table = placements_markdown();
+        if std::env::var_os("MQLAB_UPDATE_DOCS").is_some() {
+            std::fs::write(&path, format!("{}{table}{}", &doc[..start], &doc[stop..])).unwrap();
+        } else {
+            assert_eq!(
+                doc[start..stop],
+                table,
+                "docs/faults.md differs from the registry (MQLAB_UPDATE_DOCS=1 cargo test --lib placements_table)"
+            );
         }
     }
 

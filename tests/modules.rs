@@ -18,10 +18,18 @@ fn module_of(src: &Path, file: &Path) -> Option<String> {
 
 /// Every `crate::x` (and `use crate::{x, y}`) outside comments and `#[cfg(test)]`.
 fn targets(text: &str) -> BTreeSet<String> {
-    let code = text.split("#[cfg(test)]").next().unwrap_or("");
+    // The test module at the end of a file (a `#[cfg(test)]` item elsewhere
+    // still counts: more edges can only make this fail, never pass).
+    let code = text.split("\n#[cfg(test)]\nmod tests").next().unwrap_or("");
+    // A `//` comment, but not the `://` of a URL in a string.
+    let comment = |l: &str| {
+        l.match_indices("//")
+            .find(|(i, _)| !l[..*i].ends_with(':'))
+            .map_or(l.len(), |(i, _)| i)
+    };
     let code: String = code
         .lines()
-        .map(|l| l.split("//").next().unwrap_or(""))
+        .map(|l| &l[..comment(l)])
         .collect::<Vec<_>>()
         .join("\n");
     let ident = |s: &str| -> String {
@@ -121,8 +129,13 @@ fn no_import_cycle_among_top_level_modules() {
 #[test]
 fn the_environments_know_nothing_of_runner_events_or_labs() {
     let g = graph();
+    assert!(g.contains_key("env"), "no env module read: {g:?}");
     let reached = reach(&g, "env");
-    for forbidden in ["runner", "events", "lab", "sinks", "cli"] {
+    // The runner, events, sinks and cli import env: reaching them would be
+    // a cycle too; the labs and the checker do not, so this is their check.
+    for forbidden in [
+        "lab", "checker", "runner", "events", "sinks", "cli", "explore", "soak",
+    ] {
         assert!(
             !reached.contains(forbidden),
             "env reaches {forbidden}: {:?}",
@@ -136,11 +149,11 @@ fn the_environments_know_nothing_of_runner_events_or_labs() {
 #[test]
 fn imports_are_read_as_written() {
     let t = targets(
-        "use crate::{vocab, lab::{Lab, Step},\n    store};\n// crate::cli\nlet x = crate::naming::vhost_for(r);\n#[cfg(test)]\nuse crate::runner;",
+        "use crate::{vocab, lab::{Lab, Step},\n    store};\n// crate::cli\nlet u = format!(\"amqp://{}\", crate::amqp::url(x)); // crate::soak\nlet x = crate::naming::vhost_for(r);\n#[cfg(test)]\nmod tests {\n    use crate::runner;\n}",
     );
     assert_eq!(
         t,
-        ["lab", "naming", "store", "vocab"]
+        ["amqp", "lab", "naming", "store", "vocab"]
             .map(String::from)
             .into_iter()
             .collect()

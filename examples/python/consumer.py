@@ -2,8 +2,8 @@
 """An inventory service that consumes order.created events: mqlab's example
 of a user's own consumer, in another language, run as a black box.
 
-mqlab starts it under its role contract v1 (see the project README, "Bring
-your own consumer") with MQLAB_AMQP_URL, MQLAB_DATABASE_URL, MQLAB_QUEUE,
+mqlab starts it under its role contract v1 (see docs/byo.md, "Bring your
+own consumer") with MQLAB_AMQP_URL, MQLAB_DATABASE_URL, MQLAB_QUEUE,
 MQLAB_SERVICE and MQLAB_PREFETCH in its environment, and stops it with
 SIGTERM. Nothing in it knows about mqlab's fault windows: mqlab places them
 from outside, on the program's AMQP and PostgreSQL connections.

@@ -18,7 +18,7 @@ use super::{
 use crate::transcript::MessageMeta;
 use crate::vocab::{
     check_queue_argument, ArgValue, Check, CounterRef, ExchangeDecl, FaultAction, OnFailure,
-    Pattern, QueueDecl, Site, Target, Then, Topology, Window, Windows, PROGRAM_WINDOWS,
+    Pattern, QueueDecl, Site, Target, Then, Topology, Window, Windows,
 };
 use crate::vocab::{placement_of, placements_of};
 
@@ -106,7 +106,9 @@ pub enum ErrorKind {
     HealWithoutCut(usize),
     #[error("node {node} is killed at the producer's window, but the producer talks to node {producer}: kill its own node (the publish step's `node`)")]
     NodeKillNotProducers { node: usize, producer: usize },
-    #[error("a held confirm needs the producer to give up on it: set the publish step's `confirm_timeout_ms`")]
+    #[error("`{action}` of the {target} acts on the built-in consumer's own frames, not on a program's (a program is faulted with `target = \"consumer\"`, `action = \"kill\"`)")]
+    BuiltInConsumerOnly { target: Target, action: FaultAction },
+    #[error("a held confirm needs the producer to give up on it: the publish step needs `confirm = true` and a `confirm_timeout_ms`")]
     HoldNeedsConfirmTimeout,
     #[error("a node killed at the producer's window needs its confirm (`confirm = true`, no `confirm_timeout_ms`): the harness holds it until the kill")]
     NodeKillNeedsConfirm,
@@ -762,11 +764,21 @@ impl<'a> Checker<'a> {
             Action::Consume(_) => Some(Site::Consume),
             _ => None,
         };
-        let program = matches!(action, Action::Consume(c) if c.command.is_some());
-        let Some(placement) = site
-            .and_then(|site| placement_of(target, act, site))
-            .filter(|p| !(p.built_in_only && program))
-        else {
+        let placement = site.and_then(|site| placement_of(target, act, site));
+        if let (Some(p), Action::Consume(c)) = (placement, action) {
+            if !c.admits(p) {
+                self.err(
+                    format!("{fkey}.action"),
+                    span(&f.action),
+                    ErrorKind::BuiltInConsumerOnly {
+                        target,
+                        action: act,
+                    },
+                );
+                return None;
+            }
+        }
+        let Some(placement) = placement else {
             self.err(
                 format!("{fkey}.action"),
                 span(&f.action),
@@ -778,11 +790,9 @@ impl<'a> Checker<'a> {
             return None;
         };
         let windows: Vec<Window> = match (placement.windows, action) {
+            (_, Action::Consume(c)) => c.windows_of(placement),
             (Windows::These(w), _) => w.to_vec(),
-            (Windows::ConsumerPath, Action::Consume(c)) if c.command.is_some() => {
-                PROGRAM_WINDOWS.to_vec()
-            }
-            (Windows::ConsumerPath, Action::Consume(c)) => c.pattern.def().windows(),
+            // A publish-step placement always lists its windows.
             _ => Vec::new(),
         };
         let (Some(window), Some(message)) = (&f.window, &f.message) else {
@@ -857,14 +867,15 @@ impl<'a> Checker<'a> {
             }
             _ => follows,
         };
+        // A held confirm needs a producer that gives up on it (the node
+        // kill's own confirm rule is checked with its node, below).
         match action {
-            Action::Publish(p) if !p.confirm_fits(placement) => {
-                let kind = if placement.needs_confirm {
-                    ErrorKind::NodeKillNeedsConfirm
-                } else {
-                    ErrorKind::HoldNeedsConfirmTimeout
-                };
-                self.err(fkey.clone(), span(spanned), kind);
+            Action::Publish(p) if placement.needs_confirm_timeout && !p.confirm_fits(placement) => {
+                self.err(
+                    fkey.clone(),
+                    span(spanned),
+                    ErrorKind::HoldNeedsConfirmTimeout,
+                );
             }
             _ => {}
         }
@@ -908,6 +919,9 @@ impl<'a> Checker<'a> {
                                 producer: p.node,
                             },
                         );
+                    }
+                    if !p.confirm_fits(placement) {
+                        self.err(fkey.clone(), span(spanned), ErrorKind::NodeKillNeedsConfirm);
                     }
                 }
                 Some(node)
@@ -1475,14 +1489,27 @@ violations = { rows = 3 }
                 r#"fault = { target = "consumer", action = "kill""#,
                 r#"fault = { target = "network", action = "hold""#,
                 None,
-                "(producer: kill on a publish step; consumer: kill on a consume step; broker: restart in a step of its own; network: cut on a consume step, cut or hold on a publish step; node: kill on a publish step, kill, restart, partition or heal in a step of its own)",
+                "(producer: kill on a publish step; consumer: kill on a consume step; broker: restart in a step of its own; network: cut (built-in consumer) on a consume step, cut or hold on a publish step; node: kill on a publish step, kill, restart, partition or heal in a step of its own)",
+            ),
+            (
+                "consume = { queue = \"q\", settle = 2 }\nfault = { target = \"consumer\", action = \"kill\"",
+                "consume = { queue = \"q\", settle = 2, command = \"true\" }\nfault = { target = \"network\", action = \"cut\"",
+                None,
+                "t.toml:13:40: step[1].fault.action: `cut` of the network acts on the built-in consumer's own frames, not on a program's",
+            ),
+            (
+                r#"publish = { routing_key = "q", messages = ["order-1001", "order-1002"] }"#,
+                r#"publish = { routing_key = "q", confirm = false, confirm_timeout_ms = 500, messages = ["order-1001", "order-1002"] }
+fault = { target = "network", action = "hold", window = "after-publish-before-confirm", message = "mid-1" }"#,
+                None,
+                "step[0].fault: a held confirm needs the producer to give up on it",
             ),
             (
                 r#"messages = ["order-1001", "order-1002"] }"#,
                 r#"messages = ["order-1001", "order-1002"] }
 fault = { target = "network", action = "hold", window = "after-publish-before-confirm", message = "mid-1" }"#,
                 None,
-                "t.toml:10:9: step[0].fault: a held confirm needs the producer to give up on it: set the publish step's `confirm_timeout_ms`",
+                "t.toml:10:9: step[0].fault: a held confirm needs the producer to give up on it: the publish step needs `confirm = true` and a `confirm_timeout_ms`",
             ),
             (
                 r#"fault = { target = "consumer", action = "kill", window = "after-commit-before-ack""#,

@@ -172,7 +172,8 @@ impl Publish {
     /// placement: the one rule the lab checker and `explore` both apply.
     pub fn confirm_fits(&self, p: &crate::vocab::Placement) -> bool {
         let timeout = self.confirm_timeout_ms.is_some();
-        !(p.needs_confirm && (!self.confirm || timeout) || p.needs_confirm_timeout && !timeout)
+        !(p.needs_confirm && (!self.confirm || timeout)
+            || p.needs_confirm_timeout && (!self.confirm || !timeout))
     }
 }
 
@@ -219,6 +220,28 @@ pub struct Consume {
     pub transient_failures: BTreeMap<String, u32>,
     /// The cluster node it connects to, 1-based.
     pub node: usize,
+}
+
+impl Consume {
+    /// Whether `p`, a consume-step placement, can go on this step (the
+    /// proxy's ack cut acts on the built-in consumer's frames only).
+    pub fn admits(&self, p: &crate::vocab::Placement) -> bool {
+        !(p.built_in_only && self.command.is_some())
+    }
+
+    /// The windows `p` can use on this step: its own, or the consumer's
+    /// (a built-in pattern's derived windows, or a program's).
+    pub fn windows_of(&self, p: &crate::vocab::Placement) -> Vec<Window> {
+        use crate::vocab::Windows;
+        match p.windows {
+            Windows::These(ws) => ws.to_vec(),
+            Windows::ConsumerPath if self.command.is_some() => {
+                crate::vocab::PROGRAM_WINDOWS.to_vec()
+            }
+            Windows::ConsumerPath => self.pattern.def().windows(),
+            Windows::None => Vec::new(),
+        }
+    }
 }
 
 /// A fault attached to a publish or consume step: at a window, for one message.
