@@ -63,3 +63,7 @@ evidence:
     "$mmdc" -q -p "$tmp/p.json" -i "$tmp/d.mmd" -o docs/evidence/consumer-crash.png -b white -s 1.5
     rm -rf "$tmp"
     echo "docs/evidence regenerated"
+
+# Build the docs (docs/*.md) as a book into target/book (needs `cargo install mdbook`)
+docs:
+    mdbook build docs
