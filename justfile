@@ -64,6 +64,7 @@ evidence:
     rm -rf "$tmp"
     echo "docs/evidence regenerated"
 
-# Build the docs (docs/*.md) as a book into target/book (needs `cargo install mdbook`)
+# Build the docs (docs/*.md) as a book into target/book (needs `cargo install mdbook` and the mermaid npm package, as .ci/run installs them)
 docs:
+    cp "${MQLAB_MERMAID_JS:-/opt/mqlab-tools/node_modules/mermaid/dist/mermaid.min.js}" docs/mermaid.min.js
     mdbook build docs

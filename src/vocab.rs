@@ -326,16 +326,20 @@ pub fn placement_of(target: Target, action: FaultAction, site: Site) -> Option<&
 /// its `placements` markers, and a test fails when the two differ.
 pub fn placements_markdown() -> String {
     let mut out = String::from(
-        "| target | action | where | windows | then | what it does |\n|---|---|---|---|---|---|\n",
+        "| fault | where | windows | what it does, and what follows |\n|---|---|---|---|\n",
     );
     for p in PLACEMENTS {
         let windows = match p.windows {
-            Windows::None => "none: between two steps".to_string(),
-            Windows::These(ws) => ws.iter().map(|w| format!("`{w}`")).collect::<Vec<_>>().join(", "),
-            Windows::ConsumerPath => format!(
-                "those its pattern's steps pass (`mqlab list` shows each pattern's); a program's: {}",
-                PROGRAM_WINDOWS.iter().map(|w| format!("`{w}`")).collect::<Vec<_>>().join(", ")
-            ),
+            Windows::None => "between two steps".to_string(),
+            Windows::These(ws) => ws
+                .iter()
+                .map(|w| format!("`{w}`"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            Windows::ConsumerPath => {
+                "those the consumer's pattern passes, or a program's five (`mqlab list` names them)"
+                    .to_string()
+            }
         };
         let mut site = p.site.describe().to_string();
         if p.built_in_only {
@@ -348,8 +352,8 @@ pub fn placements_markdown() -> String {
             site.push_str(", with `confirm = true` and a `confirm_timeout_ms`");
         }
         out.push_str(&format!(
-            "| `{}` | `{}` | {site} | {windows} | `{}` | {} |\n",
-            p.target, p.action, p.then, p.doc
+            "| `{}` `{}` | {site} | {windows} | {}; then `{}` |\n",
+            p.target, p.action, p.doc, p.then
         ));
     }
     out

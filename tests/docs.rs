@@ -1,11 +1,10 @@
 //! The README and the docs hold together: every relative link points at a
 //! file that exists, and every page is in the book's table of contents.
 
-use std::path::{Path, PathBuf};
+mod common;
+use common::root;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use std::path::{Path, PathBuf};
 
 /// The targets of the Markdown links `[text](target)` in `text`.
 fn links(text: &str) -> Vec<String> {
@@ -83,4 +82,162 @@ fn links_are_read_as_written() {
         links("see [a](a.md) and [b](../b.md#x), not (c)"),
         ["a.md", "../b.md#x"]
     );
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let p = e.unwrap().path();
+        let dest = to.join(p.file_name().unwrap());
+        if p.is_dir() {
+            copy_tree(&p, &dest);
+        } else {
+            std::fs::copy(&p, &dest).unwrap();
+        }
+    }
+}
+
+/// Every `href` of the built book that points inside it names a file
+/// there (a link out of the book, to the repository's files, is checked on
+/// the Markdown by the test above).
+fn broken_hrefs(book: &Path) -> (usize, Vec<String>) {
+    let (mut seen, mut broken) = (0, Vec::new());
+    let mut stack = vec![book.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            if p.extension().is_none_or(|x| x != "html") {
+                continue;
+            }
+            let html = std::fs::read_to_string(&p).unwrap();
+            for part in html.split("href=\"").skip(1) {
+                let href = part.split('"').next().unwrap();
+                let file = href.split('#').next().unwrap();
+                if file.is_empty() || href.contains("://") || href.starts_with("mailto:") {
+                    continue;
+                }
+                let target = p.parent().unwrap().join(file);
+                let Ok(inside) = std::path::absolute(&target) else {
+                    continue;
+                };
+                let normal: PathBuf = inside.components().fold(PathBuf::new(), |mut acc, c| {
+                    match c {
+                        std::path::Component::ParentDir => {
+                            acc.pop();
+                        }
+                        std::path::Component::CurDir => {}
+                        c => acc.push(c),
+                    }
+                    acc
+                });
+                if !normal.starts_with(book) {
+                    continue;
+                }
+                seen += 1;
+                if !normal.exists() {
+                    broken.push(format!("{}: {href}", p.display()));
+                }
+            }
+        }
+    }
+    (seen, broken)
+}
+
+/// The book builds with mdBook, its internal links hold, and headless
+/// Chromium renders a lab's page with its sequence diagram (Mermaid drew an
+/// SVG) and the faults table (screenshots kept beside the built book).
+#[test]
+#[ignore = "needs mdbook, chromium and the mermaid npm package (.ci/run installs them)"]
+fn the_book_builds_and_renders() {
+    let mdbook = common::require_tool("mdbook", &[]);
+    let chromium = common::require_tool("chromium", &["/usr/bin/chromium"]);
+    let mermaid = std::env::var("MQLAB_MERMAID_JS")
+        .unwrap_or_else(|_| "/opt/mqlab-tools/node_modules/mermaid/dist/mermaid.min.js".into());
+    assert!(
+        Path::new(&mermaid).is_file(),
+        "this test needs {mermaid} (.ci/run installs mermaid-cli)"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("docs");
+    copy_tree(&root().join("docs"), &src);
+    std::fs::copy(&mermaid, src.join("mermaid.min.js")).unwrap();
+    let book = tmp.path().join("book");
+    let out = std::process::Command::new(&mdbook)
+        .arg("build")
+        .arg(&src)
+        .arg("-d")
+        .arg(&book)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "mdbook: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (seen, broken) = broken_hrefs(&book);
+    assert!(seen > 50, "too few links read: {seen}");
+    assert!(
+        broken.is_empty(),
+        "broken links in the book:\n{}",
+        broken.join("\n")
+    );
+
+    let chrome = |args: &[&str], page: &str| {
+        let out = std::process::Command::new(&chromium)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+            ])
+            .args([
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ])
+            .args(["--virtual-time-budget=10000", "--window-size=1200,1600"])
+            .args(args)
+            .arg(format!("file://{}", book.join(page).display()))
+            .current_dir(tmp.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "chromium on {page}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // The diagram: Mermaid replaced the code block by an SVG.
+    let dom = chrome(&["--dump-dom"], "evidence/consumer-crash.html");
+    assert!(dom.contains("class=\"mermaid\""), "no mermaid block");
+    // (mdBook's own icons are SVGs too: the sequence diagram's mark is Mermaid's.)
+    assert!(
+        dom.contains("aria-roledescription=\"sequence\""),
+        "Mermaid drew no diagram"
+    );
+    assert!(
+        !dom.contains("Syntax error"),
+        "Mermaid could not parse the diagram"
+    );
+    // The faults table, from the registry.
+    let dom = chrome(&["--dump-dom"], "faults.html");
+    assert!(
+        dom.contains("<table>") && dom.contains("after-publish-before-confirm"),
+        "no faults table"
+    );
+    for (page, png) in [
+        ("evidence/consumer-crash.html", "lab.png"),
+        ("faults.html", "faults.png"),
+    ] {
+        let shot = tmp.path().join(png);
+        chrome(&[&format!("--screenshot={}", shot.display())], page);
+        let size = std::fs::metadata(&shot).map(|m| m.len()).unwrap_or(0);
+        assert!(size > 20_000, "{png}: {size} bytes, not a rendered page");
+        std::fs::copy(&shot, root().join("target").join(png)).unwrap();
+    }
 }
