@@ -9,11 +9,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::env::cluster::ClusterEnv;
-use crate::env::containers::{check_pinned, ContainersEnv, Pins};
-use crate::env::guard::RunDir;
-use crate::env::local::LocalEnv;
-use crate::env::{EnvOptions, Environment, Progress};
+use crate::env::containers::{check_pinned, Pins};
+use crate::env::Progress;
 use crate::error::{Error, UsageContext};
 use crate::events::{Event, Fanout, Sink};
 use crate::evidence;
@@ -22,6 +19,7 @@ use crate::lab::{Lab, Project};
 use crate::naming;
 use crate::record::RunRecord;
 use crate::runner::Suite;
+use crate::session::{EnvKind, Session, Setup};
 use crate::sinks::{self, out};
 use crate::snapshot;
 
@@ -400,19 +398,6 @@ enum Group {
     Cluster,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-enum EnvKind {
-    /// Containers when a Docker-compatible engine answers and the pinned images are present, else local
-    Auto,
-    /// RabbitMQ and PostgreSQL as child processes of mqlab, from the installed packages
-    Local,
-    /// RabbitMQ and PostgreSQL from the images pinned in labs/environment.toml, through testcontainers
-    Containers,
-    /// Your own RabbitMQ and PostgreSQL (--amqp-url, --management-url,
-    /// --database-url): each run makes and removes its own vhost and database
-    External,
-}
-
 pub fn main() -> i32 {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -527,45 +512,6 @@ fn default_root() -> PathBuf {
     }
 }
 
-/// Set by the harness's runtime: which signal arrived, once one has.
-static INTERRUPT: std::sync::Mutex<Option<tokio::sync::watch::Receiver<Option<&'static str>>>> =
-    std::sync::Mutex::new(None);
-
-/// The runtime of a command that starts servers. SIGTERM and SIGINT are caught
-/// from here on, before the run directory exists: a signal that lands while a
-/// server boots, before any `select!` waits on [`interrupted`], is still seen
-/// (it used to kill mqlab by the default action, exit -1 instead of 130).
-fn harness_runtime() -> Result<tokio::runtime::Runtime> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let rt = runtime()?;
-    let rx = rt
-        .block_on(async {
-            let mut term = signal(SignalKind::terminate())?;
-            let mut int = signal(SignalKind::interrupt())?;
-            let (tx, rx) = tokio::sync::watch::channel(None);
-            tokio::spawn(async move {
-                let sig = tokio::select! {
-                    _ = term.recv() => "terminated (SIGTERM)",
-                    _ = int.recv() => "interrupted (SIGINT)",
-                };
-                tx.send_replace(Some(sig));
-            });
-            Ok::<_, std::io::Error>(rx)
-        })
-        .context("cannot catch SIGTERM and SIGINT")?;
-    *INTERRUPT.lock().unwrap_or_else(|e| e.into_inner()) = Some(rx);
-    Ok(rt)
-}
-
-fn runtime() -> Result<tokio::runtime::Runtime> {
-    // One thread: children are spawned from it, and PR_SET_PDEATHSIG follows
-    // the spawning thread.
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")
-}
-
 fn run_role(config: &str) -> i32 {
     // The role's log is a file: no colour codes in it (they reach JUnit).
     let _ = tracing_subscriber::fmt()
@@ -573,7 +519,7 @@ fn run_role(config: &str) -> i32 {
         .with_ansi(false)
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .try_init();
-    let result = runtime().and_then(|rt| {
+    let result = crate::session::runtime().and_then(|rt| {
         rt.block_on(async {
             match crate::protocol::Envelope::from_json(config)?.config {
                 crate::protocol::RoleConfig::Producer(c) => crate::roles::producer::run(c).await,
@@ -795,33 +741,21 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32, Error> {
         .iter()
         .map(|l| naming::vhost_for(&l.run_name()))
         .collect();
-    let attach = args.env.attach(&vhosts).usage()?;
-    let images = images(project, &args.env).usage()?;
-    let rt = harness_runtime().map_err(Error::Environment)?;
-    if let Some(config) = &external {
-        rt.block_on(crate::env::external::ExternalEnv::preflight(config))
-            .usage()?;
-    }
-    let exe = std::env::current_exe()
-        .context("cannot find the mqlab executable")
-        .usage()?;
-    let run_dir = RunDir::create(&exe).map_err(Error::Environment)?;
-    let terminal = sinks::Terminal::new(project.snapshots_dir());
-    let bar = terminal.progress();
-    let opts = EnvOptions {
-        dir: run_dir.path().to_path_buf(),
-        ready_timeout: Duration::from_secs(args.env.ready_timeout),
+    let setup = Setup {
+        kind: args.env.env,
         keep: args.keep,
+        attach: args.env.attach(&vhosts).usage()?,
+        images: images(project, &args.env).usage()?,
+        external,
+        ready_timeout: Duration::from_secs(args.env.ready_timeout),
         amqp_port: args.env.amqp_port,
         pg_port: args.env.pg_port,
         vhosts,
-        progress: Progress::new(move |what| bar.set_message(format!("environment: {what}"))),
         management: false,
-        cluster: labs
-            .iter()
-            .any(Lab::is_cluster)
-            .then(|| crate::env::cluster::ClusterNet::new(3)),
+        cluster: labs.iter().any(Lab::is_cluster),
     };
+    let terminal = sinks::Terminal::new(project.snapshots_dir());
+    let mut session = Session::open(setup, progress(&terminal))?;
     let mut sink = Fanout::default();
     sink.push(terminal);
     sink.push(sinks::Summary);
@@ -837,63 +771,45 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32, Error> {
     if let Some(file) = &args.junit {
         sink.push(sinks::Junit::new(file));
     }
-    eprintln!("mqlab: run directory {}", run_dir.path().display());
+    eprintln!("mqlab: run directory {}", session.run_dir().display());
     let started = Instant::now();
     let mut records: Vec<RunRecord> = Vec::new();
-    let outcome: Result<bool, Error> = rt.block_on(async {
-        let mut env = match external {
-            Some(config) => start_external(config, &opts.vhosts, &mut sink).await?,
-            None => {
-                start_environment(args.env.env, args.keep, attach, &images, &opts, &mut sink)
-                    .await?
-            }
-        };
+    let (exe, run_dir) = (session.exe().to_path_buf(), session.run_dir().to_path_buf());
+    let ended = session.run(&mut sink, &labs, async |env, sink| {
         let mut suite = Suite {
             project,
-            env: &mut env,
+            env,
             exe: &exe,
-            run_dir: run_dir.path(),
+            run_dir: &run_dir,
             update: args.update,
             vhost: None,
             checks_only: false,
             jobs: args.jobs,
         };
-        let interrupted_by = tokio::select! {
-            _ = suite.run(&labs, &mut records, &mut sink) => None,
-            sig = interrupted() => Some(sig),
-        };
-        let kept = args.keep && interrupted_by.is_none();
-        if kept {
-            keep_running(env, run_dir.path(), &labs).map_err(Error::Environment)?;
-        } else {
-            env.stop().await;
-        }
-        // What ended is reported, even when the suite was interrupted.
-        sink.on(&Event::SuiteFinished {
-            records: &records,
-            wall: started.elapsed(),
-        })
-        .ok();
-        if !skipped.is_empty() {
-            eprintln!(
-                "mqlab: {} skipped (not runnable on --env external): {}",
-                skipped.len(),
-                skipped.join(", ")
-            );
-        }
-        match interrupted_by {
-            Some(sig) => Err(Error::Interrupted(sig)),
-            None => Ok(kept),
-        }
+        suite.run(&labs, &mut records, sink).await
     });
-    drop(rt);
-    match &outcome {
-        Ok(true) => {
-            run_dir.keep();
+    let ended = match ended {
+        Ok(e) => e,
+        Err(e) => {
+            session.close(false);
+            return Err(e);
         }
-        _ => run_dir.close(),
+    };
+    // What ended is reported, even when the suite was interrupted.
+    sink.on(&Event::SuiteFinished {
+        records: &records,
+        wall: started.elapsed(),
+    })
+    .ok();
+    if !skipped.is_empty() {
+        eprintln!(
+            "mqlab: {} skipped (not runnable on --env external): {}",
+            skipped.len(),
+            skipped.join(", ")
+        );
     }
-    outcome?;
+    session.close(ended.kept);
+    ended.into_result()?;
     if !sink.errors.is_empty() {
         for e in &sink.errors {
             eprintln!("error: {e:#}");
@@ -938,54 +854,50 @@ fn cmd_soak(project: &Project, args: SoakArgs) -> Result<i32, Error> {
             "soak runs on --env local or containers"
         )));
     }
-    let attach = args.env.attach(&[SOAK_VHOST.into()]).usage()?;
-    let images = images(project, &args.env).usage()?;
-    let exe = std::env::current_exe()
-        .context("cannot find the mqlab executable")
-        .usage()?;
-    let rt = harness_runtime().map_err(Error::Environment)?;
-    let run_dir = RunDir::create(&exe).map_err(Error::Environment)?;
-    let terminal = sinks::Terminal::new(project.snapshots_dir());
-    let bar = terminal.progress();
-    let say = terminal.progress();
-    let opts = EnvOptions {
-        dir: run_dir.path().to_path_buf(),
-        ready_timeout: Duration::from_secs(args.env.ready_timeout),
+    let setup = Setup {
+        kind: args.env.env,
         keep: false,
+        attach: args.env.attach(&[SOAK_VHOST.into()]).usage()?,
+        images: images(project, &args.env).usage()?,
+        external: None,
+        ready_timeout: Duration::from_secs(args.env.ready_timeout),
         amqp_port: args.env.amqp_port,
         pg_port: args.env.pg_port,
         vhosts: vec![SOAK_VHOST.into()],
-        progress: Progress::new(move |what| bar.set_message(format!("environment: {what}"))),
         management: false,
-        cluster: None,
+        cluster: false,
     };
+    let terminal = sinks::Terminal::new(project.snapshots_dir());
+    let say = terminal.progress();
+    let mut session = Session::open(setup, progress(&terminal))?;
     let mut sink = sinks::Terminal::quiet(terminal);
-    let report: Result<crate::soak::Report, Error> = rt.block_on(async {
-        let mut env =
-            start_environment(args.env.env, false, attach, &images, &opts, &mut sink).await?;
+    let (exe, logs) = (
+        session.exe().to_path_buf(),
+        session.run_dir().join("roles/soak"),
+    );
+    let ended = session.run(&mut sink, &[], async |env, _| {
         let progress = move |what: &str| say.set_message(format!("soak: {what}"));
         let mut soak = crate::soak::Soak {
-            env: &mut env,
-            exe: exe.clone(),
-            logs: run_dir.path().join("roles/soak"),
+            env,
+            exe,
+            logs,
             vhost: SOAK_VHOST.into(),
             database: "soak".into(),
             progress: &progress,
         };
-        let result = tokio::select! {
-            r = soak.run(&plan) => r.map_err(|e| Error::Environment(e.context("the soak stopped"))),
-            sig = interrupted() => Err(Error::Interrupted(sig)),
-        };
-        env.stop().await;
+        soak.run(&plan).await
+    });
+    if ended.is_ok() {
         sink.on(&Event::SuiteFinished {
             records: &[],
             wall: Duration::ZERO,
         })
         .ok();
-        result
-    });
-    drop(rt);
-    run_dir.close();
+    }
+    session.close(false);
+    let report = ended?
+        .into_result()?
+        .map_err(|e| Error::Environment(e.context("the soak stopped")));
     let r = report?;
     out(&format!(
         "soak: {} messages ({} events, {} sent twice), {} consumers, pattern {}, {} kills, {} broker restarts, seed {}",
@@ -1071,26 +983,21 @@ fn cmd_explore(project: &Project, args: ExploreArgs) -> Result<i32, Error> {
     if let Some(dir) = &args.evidence {
         evidence::prepare_dir(dir).usage()?;
     }
-    let attach = args.env.attach(&[EXPLORE_VHOST.into()]).usage()?;
-    let images = images(project, &args.env).usage()?;
-    let exe = std::env::current_exe()
-        .context("cannot find the mqlab executable")
-        .usage()?;
-    let rt = harness_runtime().map_err(Error::Environment)?;
-    let run_dir = RunDir::create(&exe).map_err(Error::Environment)?;
-    let terminal = sinks::Terminal::new(project.snapshots_dir());
-    let bar = terminal.progress();
-    let opts = EnvOptions {
-        dir: run_dir.path().to_path_buf(),
-        ready_timeout: Duration::from_secs(args.env.ready_timeout),
+    let setup = Setup {
+        kind: args.env.env,
         keep: false,
+        attach: args.env.attach(&[EXPLORE_VHOST.into()]).usage()?,
+        images: images(project, &args.env).usage()?,
+        external: None,
+        ready_timeout: Duration::from_secs(args.env.ready_timeout),
         amqp_port: args.env.amqp_port,
         pg_port: args.env.pg_port,
         vhosts: vec![EXPLORE_VHOST.into()],
-        progress: Progress::new(move |what| bar.set_message(format!("environment: {what}"))),
         management: false,
-        cluster: None,
+        cluster: false,
     };
+    let terminal = sinks::Terminal::new(project.snapshots_dir());
+    let mut session = Session::open(setup, progress(&terminal))?;
     // The points' transcripts are not printed: the matrix is the output.
     let mut sink = sinks::Terminal::quiet(terminal);
     eprintln!(
@@ -1100,67 +1007,45 @@ fn cmd_explore(project: &Project, args: ExploreArgs) -> Result<i32, Error> {
     );
     let started = Instant::now();
     let mut results = Vec::new();
-    let outcome: Result<(), Error> = rt.block_on(async {
-        let mut env =
-            start_environment(args.env.env, false, attach, &images, &opts, &mut sink).await?;
+    let (exe, run_dir) = (session.exe().to_path_buf(), session.run_dir().to_path_buf());
+    let ended = session.run(&mut sink, &[], async |env, sink| {
         let mut suite = Suite {
             project,
-            env: &mut env,
+            env,
             exe: &exe,
-            run_dir: run_dir.path(),
+            run_dir: &run_dir,
             update: false,
             vhost: Some(EXPLORE_VHOST.into()),
             checks_only: true,
             jobs: 1,
         };
         let total = points.len();
-        let interrupted_by = tokio::select! {
-            _ = async {
-                for (i, p) in points.into_iter().enumerate() {
-                    let name = format!("{} {}", p.row, p.column);
-                    sink.on(&Event::LabStarted { run: &name, index: i, total }).ok();
-                    let record = suite.run_one(&p.lab, &mut sink).await;
-                    results.push((p, crate::explore::Verdict::of(&record)));
-                }
-            } => None,
-            sig = interrupted() => Some(sig),
-        };
-        env.stop().await;
+        for (i, p) in points.into_iter().enumerate() {
+            let name = format!("{} {}", p.row, p.column);
+            sink.on(&Event::LabStarted {
+                run: &name,
+                index: i,
+                total,
+            })
+            .ok();
+            let record = suite.run_one(&p.lab, sink).await;
+            results.push((p, crate::explore::Verdict::of(&record)));
+        }
+    });
+    if ended.is_ok() {
         sink.on(&Event::SuiteFinished {
             records: &[],
             wall: started.elapsed(),
         })
         .ok();
-        match interrupted_by {
-            Some(sig) => Err(Error::Interrupted(sig)),
-            None => Ok(()),
-        }
-    });
-    drop(rt);
-    run_dir.close();
-    outcome?;
-    use crate::explore::Verdict;
-    let count = |f: fn(&Verdict) -> bool| results.iter().filter(|(_, v)| f(v)).count();
-    let (ok, violated, unreachable, errors) = (
-        count(|v| matches!(v, Verdict::Ok)),
-        count(|v| matches!(v, Verdict::Violation(_))),
-        count(|v| matches!(v, Verdict::Unreachable(_))),
-        count(|v| matches!(v, Verdict::Error(_))),
-    );
-    let summary = format!(
-        "{} points in {:.1} s: {ok} hold, {violated} violate a check, {unreachable} never reach their window, {errors} errors",
-        results.len(),
-        started.elapsed().as_secs_f64()
-    );
+    }
+    session.close(false);
+    ended?.into_result()?;
+    let tally = crate::explore::Tally::of(&results);
+    let summary = tally.summary(started.elapsed().as_secs_f64());
     out(&crate::explore::render_text(&results));
-    for (p, v) in &results {
-        match v {
-            Verdict::Violation(what) => {
-                out(&format!("violation: {} at {}: {what}", p.row, p.column))
-            }
-            Verdict::Error(e) => out(&format!("error: {} at {}: {e}", p.row, p.column)),
-            _ => {}
-        }
+    for line in crate::explore::findings(&results) {
+        out(&line);
     }
     out(&summary);
     if let Some(dir) = &args.evidence {
@@ -1178,22 +1063,12 @@ fn cmd_explore(project: &Project, args: ExploreArgs) -> Result<i32, Error> {
         eprintln!("mqlab: matrix written to {}", file.display());
     }
     lab.violations.clear();
-    let holds = violated == 0 && errors == 0;
-    Ok(match (args.variant.is_some() || run.contains('@'), holds) {
-        // A safe lab must hold at every point.
-        (false, true) => exit::OK,
-        (false, false) => exit::LAB_FAILED,
-        // A counterexample must fail somewhere (and not merely error); one
-        // share of its points need not hold that somewhere.
-        (true, _) if violated > 0 => exit::OK,
-        (true, _) if args.partition.is_some() && errors == 0 => {
-            eprintln!(
-                "mqlab: no violation in this share; the counterexample is confirmed if another share reports one"
-            );
-            exit::OK
-        }
-        (true, _) => exit::LAB_FAILED,
-    })
+    let counterexample = args.variant.is_some() || run.contains('@');
+    let (code, note) = tally.exit_code(counterexample, args.partition.is_some());
+    if let Some(note) = note {
+        eprintln!("mqlab: {note}");
+    }
+    Ok(code)
 }
 
 /// `mqlab check RUN.json...`: the stored history judged again, offline.
@@ -1300,181 +1175,6 @@ fn images(project: &Project, args: &EnvArgs) -> Result<(String, String)> {
     Ok((r, p))
 }
 
-/// Chooses, starts and announces the environment; Ctrl-C while it boots
-/// is an interruption, a failure to start is an environment error.
-async fn start_environment(
-    kind: EnvKind,
-    keep: bool,
-    attach: Option<crate::env::local::Kept>,
-    images: &(String, String),
-    opts: &EnvOptions,
-    sink: &mut dyn Sink,
-) -> Result<Environment, Error> {
-    if let Some(kept) = attach {
-        let why = format!("--env-dir {}", kept.dir.display());
-        sink.on(&Event::EnvChosen {
-            kind: "local",
-            why: &why,
-        })
-        .ok();
-        let env = LocalEnv::attach(kept, opts.ready_timeout)
-            .await
-            .map_err(|e| Error::Environment(e.context("the kept environment does not answer")))?;
-        let env = Environment::Local(Box::new(env));
-        sink.on(&Event::EnvReady(env.info())).ok();
-        return Ok(env);
-    }
-    // A cluster runs on local nodes unless containers are asked for.
-    if opts.cluster.is_some() && !matches!(kind, EnvKind::Containers) {
-        sink.on(&Event::EnvChosen {
-            kind: "local",
-            why: "a three-node cluster (`nodes = 3`), local nodes",
-        })
-        .ok();
-        let start = ClusterEnv::start(opts);
-        let env = tokio::select! {
-            env = start => Environment::Cluster(Box::new(env.map_err(Error::Environment)?)),
-            sig = interrupted() => return Err(Error::Interrupted(sig)),
-        };
-        sink.on(&Event::EnvReady(env.info())).ok();
-        return Ok(env);
-    }
-    let (containers, why) = choose(kind, keep, images)
-        .await
-        .map_err(Error::Environment)?;
-    let name = if containers { "containers" } else { "local" };
-    sink.on(&Event::EnvChosen {
-        kind: name,
-        why: &why,
-    })
-    .ok();
-    let start = async {
-        Ok::<_, anyhow::Error>(match containers {
-            true => Environment::Containers(Box::new(
-                ContainersEnv::start(opts, &images.0, &images.1).await?,
-            )),
-            false => Environment::Local(Box::new(LocalEnv::start(opts).await?)),
-        })
-    };
-    let env = tokio::select! {
-        env = start => env.map_err(Error::Environment)?,
-        sig = interrupted() => return Err(Error::Interrupted(sig)),
-    };
-    sink.on(&Event::EnvReady(env.info())).ok();
-    Ok(env)
-}
-
-/// The user's servers: vhosts created, versions read. A failure or Ctrl-C
-/// half way removes what was created.
-async fn start_external(
-    config: crate::env::external::ExternalConfig,
-    vhosts: &[String],
-    sink: &mut dyn Sink,
-) -> Result<Environment, Error> {
-    sink.on(&Event::EnvChosen {
-        kind: "external",
-        why: "--env external",
-    })
-    .ok();
-    let mut env = crate::env::external::ExternalEnv::new(config);
-    let outcome = tokio::select! {
-        r = env.create(vhosts) => r.map_err(Error::Environment),
-        sig = interrupted() => Err(Error::Interrupted(sig)),
-    };
-    if let Err(e) = outcome {
-        env.stop().await;
-        return Err(e);
-    }
-    let env = Environment::External(Box::new(env));
-    sink.on(&Event::EnvReady(env.info())).ok();
-    Ok(env)
-}
-
-/// Which environment runs, and why, in a few words.
-async fn choose(kind: EnvKind, keep: bool, images: &(String, String)) -> Result<(bool, String)> {
-    let host =
-        std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".into());
-    Ok(match kind {
-        EnvKind::Local | EnvKind::External => (false, "--env local".into()),
-        EnvKind::Containers => {
-            crate::env::containers::engine().await?;
-            (true, "--env containers".into())
-        }
-        EnvKind::Auto if keep => (false, "--keep keeps local servers only".into()),
-        EnvKind::Auto => match crate::env::containers::engine().await {
-            Err(_) => (false, format!("no container engine answers at {host}")),
-            Ok(docker) => {
-                for reference in [&images.0, &images.1] {
-                    if crate::env::containers::image_id(&docker, reference)
-                        .await
-                        .is_err()
-                    {
-                        return Ok((false, format!("image `{reference}` is not present")));
-                    }
-                }
-                (
-                    true,
-                    format!("an engine answers at {host} and both pinned images are present"),
-                )
-            }
-        },
-    })
-}
-
-fn keep_running(env: Environment, dir: &Path, labs: &[Lab]) -> Result<()> {
-    let Environment::Local(env) = env else {
-        bail!("--keep works with the local environment only");
-    };
-    let mut kept = env.kept()?;
-    let e = &env.endpoints;
-    kept.runs = labs
-        .iter()
-        .map(|l| {
-            serde_json::json!({
-                "lab": l.run_name(),
-                "amqp": e.amqp_url(&naming::vhost_for(&l.run_name())),
-                "postgres": e.pg_url(&naming::database_for(&l.run_name())),
-            })
-        })
-        .collect();
-    kept.write()?;
-    eprintln!(
-        "mqlab: environment kept running ({}, {})",
-        env.info.broker_version, env.info.db_version
-    );
-    for r in kept.runs.iter().take(if labs.len() > 8 { 0 } else { 8 }) {
-        eprintln!(
-            "  {:<36} {}",
-            r["lab"].as_str().unwrap_or(""),
-            r["amqp"].as_str().unwrap_or("")
-        );
-        eprintln!("  {:<36} {}", "", r["postgres"].as_str().unwrap_or(""));
-    }
-    if labs.len() > 8 {
-        eprintln!(
-            "  {} vhosts and databases: URLs in {}",
-            labs.len(),
-            dir.join(KEPT_FILE).display()
-        );
-    }
-    eprintln!(
-        "  run labs on it with: mqlab lab ... --env-dir {}",
-        dir.display()
-    );
-    if let Some(port) = env.management_port {
-        eprintln!(
-            "  or as if it were yours: mqlab lab ... --env external --amqp-url {} --management-url http://{}:{}@127.0.0.1:{port} --database-url {}",
-            e.amqp_url("").trim_end_matches('/'),
-            e.amqp_user,
-            e.amqp_password,
-            e.pg_url(&e.pg_admin)
-        );
-    }
-    eprintln!("  stop it with: mqlab env down {}", dir.display());
-    env.detach();
-    Ok(())
-}
-
 /// `mqlab env up`: a local environment for every lab run (and `explore`,
 /// `soak`), kept running; its directory on stdout.
 fn cmd_env_up(
@@ -1495,49 +1195,42 @@ fn cmd_env_up(
         .map(|l| naming::vhost_for(&l.run_name()))
         .collect();
     vhosts.extend([EXPLORE_VHOST.to_string(), SOAK_VHOST.to_string()]);
-    let exe = std::env::current_exe()
-        .context("cannot find the mqlab executable")
-        .usage()?;
-    let rt = harness_runtime().map_err(Error::Environment)?;
-    let run_dir = RunDir::create(&exe).map_err(Error::Environment)?;
-    let terminal = sinks::Terminal::new(project.snapshots_dir());
-    let bar = terminal.progress();
-    let opts = EnvOptions {
-        dir: run_dir.path().to_path_buf(),
-        ready_timeout: Duration::from_secs(ready_timeout),
+    let setup = Setup {
+        kind: EnvKind::Local,
         keep: true,
+        attach: None,
+        images: Default::default(),
+        external: None,
+        ready_timeout: Duration::from_secs(ready_timeout),
         amqp_port,
         pg_port,
         vhosts,
-        progress: Progress::new(move |what| bar.set_message(format!("environment: {what}"))),
         management,
-        cluster: None,
+        cluster: false,
     };
+    let terminal = sinks::Terminal::new(project.snapshots_dir());
+    let mut session = Session::open(setup, progress(&terminal))?;
     let mut sink = sinks::Terminal::quiet(terminal);
-    let outcome: Result<(), Error> = rt.block_on(async {
-        let env = start_environment(
-            EnvKind::Local,
-            true,
-            None,
-            &("".into(), "".into()),
-            &opts,
-            &mut sink,
-        )
-        .await?;
-        keep_running(env, run_dir.path(), &labs).map_err(Error::Environment)
-    });
-    drop(rt);
-    match outcome {
-        Ok(()) => {
-            println!("{}", run_dir.path().display());
-            run_dir.keep();
+    match session.run(&mut sink, &labs, async |_, _| ()) {
+        Ok(ended) if ended.kept => {
+            println!("{}", session.close(true).display());
             Ok(exit::OK)
         }
+        Ok(ended) => {
+            session.close(false);
+            ended.into_result().map(|()| exit::OK)
+        }
         Err(e) => {
-            run_dir.close();
+            session.close(false);
             Err(e)
         }
     }
+}
+
+/// Where the environment's boot steps go: the terminal's progress line.
+fn progress(terminal: &sinks::Terminal) -> Progress {
+    let bar = terminal.progress();
+    Progress::new(move |what| bar.set_message(format!("environment: {what}")))
 }
 
 fn cmd_report_merge(dirs: &[PathBuf], out: &Path, junit: Option<&Path>) -> Result<i32, Error> {
@@ -1573,16 +1266,4 @@ fn cmd_env_down(dir: &Path) -> Result<i32> {
     }
     eprintln!("mqlab: stopped and removed {}", dir.display());
     Ok(exit::OK)
-}
-
-/// The first SIGTERM or SIGINT since [`harness_runtime`] started; pending
-/// forever on a runtime that does not catch them.
-async fn interrupted() -> String {
-    let rx = INTERRUPT.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    if let Some(mut rx) = rx {
-        if let Ok(sig) = rx.wait_for(Option::is_some).await {
-            return sig.unwrap_or_default().to_string();
-        }
-    }
-    std::future::pending().await
 }

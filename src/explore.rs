@@ -13,6 +13,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::exit;
 use crate::lab::{Action, Fault, Lab, Settle, Step};
 use crate::record::RunRecord;
 use crate::vocab::{Check, Explore, Placement, Site, Window, Windows, PLACEMENTS};
@@ -215,6 +216,72 @@ pub fn points(lab: &Lab) -> Vec<Point> {
     out
 }
 
+/// What a set of points showed, counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tally {
+    pub ok: usize,
+    pub violated: usize,
+    pub unreachable: usize,
+    pub errors: usize,
+}
+
+impl Tally {
+    pub fn of(results: &[(Point, Verdict)]) -> Tally {
+        let count = |f: fn(&Verdict) -> bool| results.iter().filter(|(_, v)| f(v)).count();
+        Tally {
+            ok: count(|v| matches!(v, Verdict::Ok)),
+            violated: count(|v| matches!(v, Verdict::Violation(_))),
+            unreachable: count(|v| matches!(v, Verdict::Unreachable(_))),
+            errors: count(|v| matches!(v, Verdict::Error(_))),
+        }
+    }
+
+    pub fn summary(&self, secs: f64) -> String {
+        let Tally {
+            ok,
+            violated,
+            unreachable,
+            errors,
+        } = self;
+        format!(
+            "{} points in {secs:.1} s: {ok} hold, {violated} violate a check, {unreachable} never reach their window, {errors} errors",
+            ok + violated + unreachable + errors
+        )
+    }
+
+    /// The verdict policy, with a line to print where it needs one. A safe
+    /// lab must hold at every point (an error is a doubt, and a doubt
+    /// fails); a counterexample must fail somewhere, by a check, not
+    /// merely an error; one share of its points (`--partition`) need not.
+    pub fn exit_code(&self, counterexample: bool, one_share: bool) -> (i32, Option<&'static str>) {
+        let holds = self.violated == 0 && self.errors == 0;
+        match (counterexample, holds) {
+            (false, true) => (exit::OK, None),
+            (false, false) => (exit::LAB_FAILED, None),
+            (true, _) if self.violated > 0 => (exit::OK, None),
+            (true, _) if one_share && self.errors == 0 => (
+                exit::OK,
+                Some("no violation in this share; the counterexample is confirmed if another share reports one"),
+            ),
+            (true, _) => (exit::LAB_FAILED, None),
+        }
+    }
+}
+
+/// A line for each point that violated a check or stopped with an error.
+pub fn findings(results: &[(Point, Verdict)]) -> Vec<String> {
+    results
+        .iter()
+        .filter_map(|(p, v)| match v {
+            Verdict::Violation(what) => {
+                Some(format!("violation: {} at {}: {what}", p.row, p.column))
+            }
+            Verdict::Error(e) => Some(format!("error: {} at {}: {e}", p.row, p.column)),
+            _ => None,
+        })
+        .collect()
+}
+
 /// `n` points of `all`, chosen by `seed` (reproducible), in their order.
 pub fn sample(all: Vec<Point>, n: usize, seed: u64) -> Vec<Point> {
     if n >= all.len() {
@@ -396,6 +463,30 @@ mod tests {
             assert_eq!(faults + restarts, 1, "{}", point.lab.run_name());
             assert!(point.lab.steps.iter().all(|s| s.asserts.is_empty()));
         }
+    }
+
+    /// The verdict policy: a doubt (an error) never passes a safe lab, and
+    /// a counterexample is confirmed by a violation, not by an error.
+    #[test]
+    fn the_verdict_policy() {
+        let t = |ok, violated, unreachable, errors| Tally {
+            ok,
+            violated,
+            unreachable,
+            errors,
+        };
+        assert_eq!(t(5, 0, 2, 0).exit_code(false, false).0, exit::OK);
+        assert_eq!(t(5, 0, 0, 1).exit_code(false, false).0, exit::LAB_FAILED);
+        assert_eq!(t(5, 1, 0, 0).exit_code(false, false).0, exit::LAB_FAILED);
+        assert_eq!(t(5, 1, 0, 3).exit_code(true, false).0, exit::OK);
+        assert_eq!(t(5, 0, 0, 1).exit_code(true, false).0, exit::LAB_FAILED);
+        assert_eq!(t(5, 0, 0, 0).exit_code(true, false).0, exit::LAB_FAILED);
+        assert_eq!(t(5, 0, 0, 0).exit_code(true, true).0, exit::OK);
+        assert_eq!(t(5, 0, 0, 1).exit_code(true, true).0, exit::LAB_FAILED);
+        assert_eq!(
+            t(1, 2, 3, 4).summary(1.3),
+            "10 points in 1.3 s: 1 hold, 2 violate a check, 3 never reach their window, 4 errors"
+        );
     }
 
     #[test]

@@ -23,6 +23,7 @@ pub mod record;
 pub mod report;
 pub mod roles;
 pub mod runner;
+pub mod session;
 pub mod sinks;
 pub mod snapshot;
 pub mod soak;
