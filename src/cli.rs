@@ -796,11 +796,10 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32, Error> {
         }
     };
     // What ended is reported, even when the suite was interrupted.
-    sink.on(&Event::SuiteFinished {
+    sink.tell(&Event::SuiteFinished {
         records: &records,
         wall: started.elapsed(),
-    })
-    .ok();
+    });
     if !skipped.is_empty() {
         eprintln!(
             "mqlab: {} skipped (not runnable on --env external): {}",
@@ -888,49 +887,18 @@ fn cmd_soak(project: &Project, args: SoakArgs) -> Result<i32, Error> {
         soak.run(&plan).await
     });
     if ended.is_ok() {
-        sink.on(&Event::SuiteFinished {
+        sink.tell(&Event::SuiteFinished {
             records: &[],
             wall: Duration::ZERO,
-        })
-        .ok();
+        });
     }
     session.close(false);
     let report = ended?
         .into_result()?
         .map_err(|e| Error::Environment(e.context("the soak stopped")));
     let r = report?;
-    out(&format!(
-        "soak: {} messages ({} events, {} sent twice), {} consumers, pattern {}, {} kills, {} broker restarts, seed {}",
-        r.published,
-        args.messages,
-        r.published - args.messages,
-        args.consumers,
-        args.pattern,
-        r.kills,
-        r.broker_restarts,
-        args.seed
-    ));
-    for (check, n) in &r.checks {
-        out(&format!(
-            "[check] {check}={n} {}",
-            if *n == 0 { "PASS" } else { "FAIL" }
-        ));
-    }
-    out(&format!(
-        "{} consumers ({}, with the kills): {:.0} messages/s ({:.2} ms per message, {:.1} s)",
-        args.pattern,
-        args.consumers,
-        r.rate(),
-        1000.0 / r.rate(),
-        r.consume_secs
-    ));
-    if let (Some(rate), Some(secs)) = (r.baseline_rate(), r.baseline_secs) {
-        out(&format!(
-            "auto-ack consumers ({}, no faults): {rate:.0} messages/s ({:.2} ms per message, {secs:.1} s); ratio {:.2}",
-            args.consumers,
-            1000.0 / rate,
-            r.rate() / rate
-        ));
+    for line in r.lines(&plan) {
+        out(&line);
     }
     Ok(if r.holds() {
         exit::OK
@@ -1022,22 +990,20 @@ fn cmd_explore(project: &Project, args: ExploreArgs) -> Result<i32, Error> {
         let total = points.len();
         for (i, p) in points.into_iter().enumerate() {
             let name = format!("{} {}", p.row, p.column);
-            sink.on(&Event::LabStarted {
+            sink.tell(&Event::LabStarted {
                 run: &name,
                 index: i,
                 total,
-            })
-            .ok();
+            });
             let record = suite.run_one(&p.lab, sink).await;
             results.push((p, crate::explore::Verdict::of(&record)));
         }
     });
     if ended.is_ok() {
-        sink.on(&Event::SuiteFinished {
+        sink.tell(&Event::SuiteFinished {
             records: &[],
             wall: started.elapsed(),
-        })
-        .ok();
+        });
     }
     session.close(false);
     ended?.into_result()?;

@@ -46,6 +46,15 @@ pub trait Sink {
     /// A sink that cannot do its job (an unwritable file) says so; the run
     /// goes on and the error is reported at the end.
     fn on(&mut self, event: &Event) -> anyhow::Result<()>;
+
+    /// What the runner and the session call: a failure is said on stderr
+    /// at once and the run goes on (a [`Fanout`] also keeps its sinks'
+    /// errors for the end of the command, which then exits 2).
+    fn tell(&mut self, event: &Event) {
+        if let Err(e) = self.on(event) {
+            eprintln!("mqlab: an output failed: {e:#}");
+        }
+    }
 }
 
 /// Several sinks as one; the first error of each is kept.

@@ -115,7 +115,7 @@ impl<'a> Suite<'a> {
                     let (params, sink, finished) = (&params, &out, &finished);
                     async move {
                         let run = lab.run_name();
-                        let _ = sink.borrow_mut().on(&Event::LabStarted {
+                        sink.borrow_mut().tell(&Event::LabStarted {
                             run: &run,
                             index,
                             total,
@@ -126,7 +126,7 @@ impl<'a> Suite<'a> {
                         let record = execute(params, None, lab, &mut held).await;
                         let mut out = sink.borrow_mut();
                         held.replay(&mut **out);
-                        let _ = out.on(&Event::LabFinished(&record));
+                        out.tell(&Event::LabFinished(&record));
                         finished.borrow_mut().push(record);
                     }
                 }));
@@ -155,13 +155,13 @@ impl<'a> Suite<'a> {
         sink: &mut dyn Sink,
     ) {
         let run = lab.run_name();
-        let _ = sink.on(&Event::LabStarted {
+        sink.tell(&Event::LabStarted {
             run: &run,
             index,
             total,
         });
         let record = self.run_one(lab, sink).await;
-        let _ = sink.on(&Event::LabFinished(&record));
+        sink.tell(&Event::LabFinished(&record));
         records.push(record);
     }
 
@@ -202,13 +202,13 @@ impl Sink for Held {
 impl Held {
     fn replay(self, sink: &mut dyn Sink) {
         for e in &self.events {
-            let _ = match e {
-                HeldEvent::Line(l) => sink.on(&Event::Line(l)),
-                HeldEvent::Outcome(o) => sink.on(&Event::Outcome(o)),
+            match e {
+                HeldEvent::Line(l) => sink.tell(&Event::Line(l)),
+                HeldEvent::Outcome(o) => sink.tell(&Event::Outcome(o)),
                 HeldEvent::Snapshot(run, result) => {
-                    sink.on(&Event::SnapshotCompared { run, result })
+                    sink.tell(&Event::SnapshotCompared { run, result })
                 }
-            };
+            }
         }
     }
 }
@@ -287,7 +287,7 @@ async fn execute(
         Ok(snapshot::Outcome::Mismatch(diff)) => SnapshotResult::Mismatch(diff),
         Err(e) => SnapshotResult::Error(format!("{e:#}")),
     };
-    let _ = ctx.sink.on(&Event::SnapshotCompared {
+    ctx.sink.tell(&Event::SnapshotCompared {
         run: &run,
         result: &snapshot,
     });
@@ -362,7 +362,7 @@ struct RoleProc {
 
 impl Ctx<'_> {
     fn phase(&mut self, phase: &str) {
-        let _ = self.sink.on(&Event::Phase {
+        self.sink.tell(&Event::Phase {
             run: &self.run,
             phase,
         });
@@ -542,7 +542,7 @@ impl Ctx<'_> {
 
     fn emit(&mut self, role: Role, body: &str) {
         let line = self.transcript.push(role, body).to_string();
-        let _ = self.sink.on(&Event::Line(&line));
+        self.sink.tell(&Event::Line(&line));
     }
 
     fn spawn_role(&mut self, config: RoleConfig) -> Result<RoleProc> {
@@ -1478,7 +1478,7 @@ impl Ctx<'_> {
         let entries = self.transcript.entries();
         for (outcome, line) in checker::judge(&point, &entries) {
             self.emit(role, &line);
-            let _ = self.sink.on(&Event::Outcome(&outcome));
+            self.sink.tell(&Event::Outcome(&outcome));
             self.outcomes.push(outcome);
         }
         self.history.points.push(point);

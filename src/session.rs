@@ -196,42 +196,39 @@ async fn start_environment(
 ) -> Result<Environment, Error> {
     if let Some(kept) = attach {
         let why = format!("--env-dir {}", kept.dir.display());
-        sink.on(&Event::EnvChosen {
+        sink.tell(&Event::EnvChosen {
             kind: "local",
             why: &why,
-        })
-        .ok();
+        });
         let env = LocalEnv::attach(kept, opts.ready_timeout)
             .await
             .map_err(|e| Error::Environment(e.context("the kept environment does not answer")))?;
         let env = Environment::Local(Box::new(env));
-        sink.on(&Event::EnvReady(env.info())).ok();
+        sink.tell(&Event::EnvReady(env.info()));
         return Ok(env);
     }
     // A cluster runs on local nodes unless containers are asked for.
     if opts.cluster.is_some() && !matches!(kind, EnvKind::Containers) {
-        sink.on(&Event::EnvChosen {
+        sink.tell(&Event::EnvChosen {
             kind: "local",
             why: "a three-node cluster (`nodes = 3`), local nodes",
-        })
-        .ok();
+        });
         let start = ClusterEnv::start(opts);
         let env = tokio::select! {
             env = start => Environment::Cluster(Box::new(env.map_err(Error::Environment)?)),
             sig = interrupted() => return Err(Error::Interrupted(sig)),
         };
-        sink.on(&Event::EnvReady(env.info())).ok();
+        sink.tell(&Event::EnvReady(env.info()));
         return Ok(env);
     }
     let (containers, why) = choose(kind, keep, images)
         .await
         .map_err(Error::Environment)?;
     let name = if containers { "containers" } else { "local" };
-    sink.on(&Event::EnvChosen {
+    sink.tell(&Event::EnvChosen {
         kind: name,
         why: &why,
-    })
-    .ok();
+    });
     let start = async {
         Ok::<_, anyhow::Error>(match containers {
             true => Environment::Containers(Box::new(
@@ -244,7 +241,7 @@ async fn start_environment(
         env = start => env.map_err(Error::Environment)?,
         sig = interrupted() => return Err(Error::Interrupted(sig)),
     };
-    sink.on(&Event::EnvReady(env.info())).ok();
+    sink.tell(&Event::EnvReady(env.info()));
     Ok(env)
 }
 
@@ -255,11 +252,10 @@ async fn start_external(
     vhosts: &[String],
     sink: &mut dyn Sink,
 ) -> Result<Environment, Error> {
-    sink.on(&Event::EnvChosen {
+    sink.tell(&Event::EnvChosen {
         kind: "external",
         why: "--env external",
-    })
-    .ok();
+    });
     let mut env = crate::env::external::ExternalEnv::new(config);
     let outcome = tokio::select! {
         r = env.create(vhosts) => r.map_err(Error::Environment),
@@ -270,7 +266,7 @@ async fn start_external(
         return Err(e);
     }
     let env = Environment::External(Box::new(env));
-    sink.on(&Event::EnvReady(env.info())).ok();
+    sink.tell(&Event::EnvReady(env.info()));
     Ok(env)
 }
 

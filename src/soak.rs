@@ -58,6 +58,45 @@ impl Report {
         self.checks.iter().all(|(_, n)| *n == 0)
     }
 
+    /// What `mqlab soak` prints: the run, its checks, the throughput beside
+    /// the auto-ack baseline's.
+    pub fn lines(&self, plan: &Plan) -> Vec<String> {
+        let mut out = vec![format!(
+            "soak: {} messages ({} events, {} sent twice), {} consumers, pattern {}, {} kills, {} broker restarts, seed {}",
+            self.published,
+            plan.messages,
+            self.published - plan.messages,
+            plan.consumers,
+            plan.pattern,
+            self.kills,
+            self.broker_restarts,
+            plan.seed
+        )];
+        for (check, n) in &self.checks {
+            out.push(format!(
+                "[check] {check}={n} {}",
+                if *n == 0 { "PASS" } else { "FAIL" }
+            ));
+        }
+        out.push(format!(
+            "{} consumers ({}, with the kills): {:.0} messages/s ({:.2} ms per message, {:.1} s)",
+            plan.pattern,
+            plan.consumers,
+            self.rate(),
+            1000.0 / self.rate(),
+            self.consume_secs
+        ));
+        if let (Some(rate), Some(secs)) = (self.baseline_rate(), self.baseline_secs) {
+            out.push(format!(
+                "auto-ack consumers ({}, no faults): {rate:.0} messages/s ({:.2} ms per message, {secs:.1} s); ratio {:.2}",
+                plan.consumers,
+                1000.0 / rate,
+                self.rate() / rate
+            ));
+        }
+        out
+    }
+
     pub fn rate(&self) -> f64 {
         self.published as f64 / self.consume_secs
     }
