@@ -1179,7 +1179,10 @@ fn cmd_env_up(
     let mut sink = sinks::Terminal::quiet(terminal);
     match session.run(&mut sink, &labs, async |_, _| ()) {
         Ok(ended) if ended.kept => {
-            println!("{}", session.close(true).display());
+            // Printed while the run directory still goes with this process:
+            // a failed print (stdout closed) still tears everything down.
+            println!("{}", session.run_dir().display());
+            session.close(true);
             Ok(exit::OK)
         }
         Ok(ended) => {

@@ -151,7 +151,10 @@ impl Session {
                 Some(config) => start_external(config, &opts.vhosts, sink).await?,
                 None => start_environment(kind, keep, attach, images, opts, sink).await?,
             };
+            // Work that is done wins over a signal that came with it (`env
+            // up`'s empty work: the environment is kept, as it always was).
             let (value, interrupted) = tokio::select! {
+                biased;
                 v = work(&mut env, sink) => (Some(v), None),
                 sig = interrupted() => (None, Some(sig)),
             };

@@ -147,7 +147,7 @@ fn rabbit_request(
     }
     // The node's name (and so its data directory, mnesia/<name>) must
     // not follow the container's hostname: a restart must find the
-    // same data, or it boots a fresh node (see README, broker faults).
+    // same data, or it boots a fresh node (see docs/environments.md, broker faults).
     let name = match node {
         Some((c, n)) => format!("rabbit@{}", c.names[n - 1]),
         None => "rabbit@localhost".into(),

@@ -171,7 +171,7 @@ pub struct RawConsume {
     /// A built-in consumer's behaviour (default `inbox`).
     pub pattern: Option<Spanned<Pattern>>,
     /// A program mqlab did not write, run with `sh -c` (the role contract:
-    /// README); its windows are placed from outside, through the proxies.
+    /// docs/byo.md); its windows are placed from outside, through the proxies.
     pub command: Option<Spanned<String>>,
     #[serde(default = "default_prefetch")]
     pub prefetch: NonZeroU16,
