@@ -1,0 +1,327 @@
+//! Consume steps: the built-in consumer under its placements, and a program of the user's seen as a black box through the proxies.
+
+use super::*;
+
+impl Ctx<'_> {
+    pub(super) async fn consume(&mut self, c: &Consume, fault: Option<&Fault>) -> Result<()> {
+        let phase = format!("consume({})", c.queue);
+        let secs = c.deadline_secs;
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        let settle = match c.settle {
+            Settle::Count(n) => n,
+            // What the queue holds now, each message once.
+            Settle::Drain => {
+                crate::amqp::queue_state(&self.conns().channel, &c.queue)
+                    .await?
+                    .0 as usize
+            }
+        };
+        if let Some(command) = &c.command {
+            return self
+                .consume_program(c, command, settle, fault, &phase, deadline)
+                .await;
+        }
+        let mut cfg = self.consumer_config(c, settle, None);
+        match fault.map(|f| (f, f.target, f.action)) {
+            Some((f, Target::Consumer, FaultAction::Kill)) => {
+                let killed = self.consumer_config(c, settle, Some(point_of(f)));
+                let mut proc = self.spawn_role(RoleConfig::Consumer(killed))?;
+                if !self
+                    .follow(
+                        &mut proc,
+                        Role::Consumer,
+                        &phase,
+                        deadline,
+                        secs,
+                        Some(&f.message),
+                    )
+                    .await?
+                {
+                    let code = self.wait_exit(&mut proc, &phase, deadline, secs).await?;
+                    self.unreachable = Some(format!(
+                        "the consumer never reached `{}` for {}",
+                        f.window, f.message
+                    ));
+                    bail!(
+                        "the consumer exited with {code} before reaching window `{}` for {}; last lines of its log:\n{}",
+                        f.window,
+                        f.message,
+                        process::tail(&proc.log, 10)
+                    );
+                }
+                if let Some(depth) = f.kill_at_depth {
+                    self.await_depth(&c.queue, depth, &phase, deadline).await?;
+                }
+                self.kill_marked(&mut proc, Role::Consumer, f, &phase, deadline, secs)
+                    .await?;
+                self.assert(&f.asserts).await?;
+                self.await_consumers_gone(&c.queue, &phase, deadline)
+                    .await?;
+                if let Some(n) = f.restart_settle {
+                    cfg.settle = n;
+                }
+                if f.restart_drain {
+                    cfg.settle = crate::amqp::queue_state(&self.conns().channel, &c.queue)
+                        .await?
+                        .0 as usize;
+                }
+            }
+            Some((f, Target::Network, FaultAction::Cut)) => {
+                // The proxy drops the ack and cuts; the same process reconnects.
+                self.proxy().arm(Rule::CutOnAck {
+                    message: f.message.clone(),
+                });
+                cfg.reconnect = true;
+            }
+            Some((_, target, action)) => {
+                bail!("phase {phase}: `{action}` of the {target} has no runner on a consume step")
+            }
+            None => {}
+        }
+        let mut proc = self.spawn_role(RoleConfig::Consumer(cfg))?;
+        self.follow(&mut proc, Role::Consumer, &phase, deadline, secs, None)
+            .await?;
+        let code = self.wait_exit(&mut proc, &phase, deadline, secs).await?;
+        // A delivery in flight when the consumer closed goes back to the
+        // queue when the broker removes the consumer, a moment after the
+        // process is gone: the queue's state is read after that.
+        self.await_consumers_gone(&c.queue, &phase, deadline)
+            .await?;
+        self.observed.consumer_exit_code = Some(code);
+        if code != 0 {
+            tracing::warn!(
+                "consumer exited with {code}: {}",
+                process::tail(&proc.log, 10)
+            );
+        }
+        if let Some(f) = fault.filter(|f| f.target == Target::Network) {
+            self.assert(&f.asserts).await?;
+        }
+        Ok(())
+    }
+
+    /// Waits until `queue` holds at least `depth` ready messages, or the time
+    /// is up: then the step ends without an error, and the assertions after
+    /// it say what the queue holds (what did not arrive within the bound).
+    pub(super) async fn await_at_least(
+        &mut self,
+        queue: &str,
+        depth: u32,
+        within_secs: u64,
+    ) -> Result<()> {
+        let until = Instant::now() + Duration::from_secs(within_secs);
+        loop {
+            let (ready, _) = crate::amqp::queue_state(&self.conns().channel, queue).await?;
+            if ready >= depth || Instant::now() >= until {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// A message waiting in a retry tier is in transit by design: it comes
+    /// back to its work queue when its TTL ends. Queue state is read once no
+    /// tier holds one (each waits at most its TTL), so that no read can catch
+    /// a message between two queues.
+    pub(super) async fn await_tiers_empty(&mut self) -> Result<()> {
+        let tiers: Vec<(String, u64)> = self
+            .lab
+            .steps
+            .iter()
+            .filter_map(|s| match &s.action {
+                Action::Consume(c) => c.retry.as_ref(),
+                _ => None,
+            })
+            .flat_map(|r| r.tiers.iter().cloned())
+            .collect();
+        for (q, ttl) in tiers {
+            let deadline = Instant::now() + Duration::from_millis(ttl) + Duration::from_secs(10);
+            self.await_depth(&q, 0, "reading the retry tiers", deadline)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// A program mqlab did not write as the consumer (the role contract):
+    /// its delivery, commit and ack for each message are seen through the
+    /// two proxies and written as `[observe]` lines; at the fault's window
+    /// the black box freezes both connections and the program is killed,
+    /// then started again. It is done once it acked `settle` distinct
+    /// messages: then it gets SIGTERM.
+    pub(super) async fn consume_program(
+        &mut self,
+        c: &Consume,
+        command: &str,
+        mut settle: usize,
+        fault: Option<&Fault>,
+        phase: &str,
+        deadline: Instant,
+    ) -> Result<()> {
+        let secs = c.deadline_secs;
+        if settle == 0 {
+            return Ok(());
+        }
+        let (tx, mut seen) = mpsc::unbounded_channel();
+        let bb = Arc::new(Mutex::new(BlackBox::new(tx)));
+        let upstream = format!("{}:{}", self.endpoints.pg_host, self.endpoints.pg_port)
+            .parse()
+            .context("the database's address")?;
+        let pg = PgProxy::start(upstream, bb.clone()).await?;
+        self.proxy().watch(Some(bb.clone()));
+        match fault.map(|f| (f, f.target, f.action)) {
+            Some((f, Target::Consumer, FaultAction::Kill)) => {
+                bb.lock().expect("black box").arm(f.window, &f.message)
+            }
+            Some((_, target, action)) => {
+                bail!("phase {phase}: `{action}` of the {target} has no runner on a program's consume step")
+            }
+            None => {}
+        }
+        let result = async {
+            let mut proc = self.spawn_program(c, command, pg.port)?;
+            let mut acked = BTreeSet::new();
+            loop {
+                let event = tokio::select! {
+                    e = seen.recv() => e.context("the proxies stopped")?,
+                    status = proc.child.wait() => {
+                        let code = exit_code(status?);
+                        bail!(
+                            "phase {phase}: the program exited with {code} after it settled {} of {settle} messages (acked, transaction ended); last lines of its output:\n{}",
+                            acked.len(),
+                            process::tail(&proc.log, 10)
+                        );
+                    }
+                    _ = tokio::time::sleep_until(deadline.into()) => {
+                        process::kill_now(&mut proc.child);
+                        bail!(
+                            "phase {phase} exceeded {secs} s: the program settled {} of {settle} messages (acked, transaction ended); last lines of its output:\n{}",
+                            acked.len(),
+                            process::tail(&proc.log, 10)
+                        );
+                    }
+                };
+                match event {
+                    Seen::Delivered { message, redelivered } => {
+                        let line = self
+                            .observe_line(&message, &c.queue)
+                            .with("redelivered", redelivered)
+                            .status(Status::Delivered);
+                        self.emit(Role::Observe, &line);
+                    }
+                    Seen::Committed { message } => {
+                        let line = self.observe_line(&message, &c.queue).status(Status::Committed);
+                        self.emit(Role::Observe, &line);
+                    }
+                    Seen::RolledBack { message } => {
+                        let line = self.observe_line(&message, &c.queue).status(Status::RolledBack);
+                        self.emit(Role::Observe, &line);
+                    }
+                    Seen::Held { message, what } => {
+                        let line = self
+                            .observe_line(&message, &c.queue)
+                            .with("what", what)
+                            .status(Status::Held);
+                        self.emit(Role::Observe, &line);
+                    }
+                    Seen::Acked { message } => {
+                        let line = self.observe_line(&message, &c.queue).status(Status::Acked);
+                        self.emit(Role::Observe, &line);
+                    }
+                    Seen::Settled { message } => {
+                        acked.insert(message);
+                        if acked.len() >= settle {
+                            process::stop(&mut proc.child, Signal::SIGTERM, Duration::from_secs(10)).await;
+                            let code = match proc.child.try_wait()? {
+                                Some(status) => exit_code(status),
+                                None => -1,
+                            };
+                            self.observed.consumer_exit_code = Some(code);
+                            return Ok(());
+                        }
+                    }
+                    Seen::Unreachable { message, why } => {
+                        process::kill_now(&mut proc.child);
+                        let window = fault.map(|f| f.window.name()).unwrap_or("?");
+                        let why = format!("window `{window}` is unreachable for this program at {message}: {why}");
+                        self.unreachable = Some(why.clone());
+                        bail!(why);
+                    }
+                    Seen::Fire { message } => {
+                        // The window: both connections are frozen. What the
+                        // database holds for the message now, then the kill.
+                        let lab = self.lab;
+                        let event = self.observed.events.of(&message).to_string();
+                        let rows = store::program_rows_for(
+                            &mut self.conns().db,
+                            lab.effects.as_deref().unwrap_or_default(),
+                            &event,
+                        )
+                        .await?;
+                        self.observed.crash_business_rows = Some(rows);
+                        let pid = proc.child.id().context("program already reaped")?;
+                        signal::killpg(Pid::from_raw(pid as i32), Signal::SIGKILL).ok();
+                        let code = exit_code(proc.child.wait().await?);
+                        self.observed.crash_exit_code = Some(code);
+                        let line = self
+                            .observe_line(&message, &c.queue)
+                            .with("exitCode", code)
+                            .with("businessRows", rows)
+                            .status(Status::Killed);
+                        self.emit(Role::Observe, &line);
+                        if let Some(f) = fault {
+                            self.assert(&f.asserts).await?;
+                        }
+                        self.await_consumers_gone(&c.queue, phase, deadline).await?;
+                        if fault.is_some_and(|f| f.restart_drain) {
+                            // What is left to settle: what the queue holds now.
+                            let (left, _) =
+                                crate::amqp::queue_state(&self.conns().channel, &c.queue).await?;
+                            settle = acked.len() + left as usize;
+                            if acked.len() >= settle {
+                                // Nothing is left for a new process.
+                                return Ok(());
+                            }
+                        }
+                        bb.lock().expect("black box").reset();
+                        proc = self.spawn_program(c, command, pg.port)?;
+                    }
+                }
+            }
+        }
+        .await;
+        self.proxy().watch(None);
+        result?;
+        self.await_consumers_gone(&c.queue, phase, deadline).await
+    }
+
+    pub(super) fn observe_line(&self, message: &str, queue: &str) -> Record {
+        Record::new(&self.lab.name)
+            .with("messageId", message)
+            .with("destination", queue)
+    }
+
+    /// After a kill the broker requeues the dead channel's unacked messages
+    /// when it removes its consumer; a new consumer started before that would
+    /// see them out of order.
+    pub(super) async fn await_consumers_gone(
+        &mut self,
+        queue: &str,
+        phase: &str,
+        deadline: Instant,
+    ) -> Result<()> {
+        loop {
+            let Some((_, consumers)) = self.queue_state(queue).await? else {
+                return Ok(()); // its node is down: no consumer on it either
+            };
+            if consumers == 0 {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "phase {phase}: the broker still lists a consumer on `{queue}` after the kill"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}

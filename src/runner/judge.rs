@@ -1,0 +1,136 @@
+//! Probes and judging: queue state read from the broker, inspect fields from PostgreSQL, the assertions and the total-queue checks.
+
+use super::*;
+
+impl Ctx<'_> {
+    /// Ready messages and consumers of a queue; `None` when the broker says
+    /// the queue's node is down or unreachable (a classic queue in a cluster
+    /// lab), after which the harness's channel, closed by that error, is
+    /// opened again.
+    pub(super) async fn queue_state(&mut self, queue: &str) -> Result<Option<(u32, u32)>> {
+        match crate::amqp::queue_state(&self.conns().channel, queue).await {
+            Ok(s) => Ok(Some(s)),
+            Err(e) if format!("{e:#}").contains("is down or inaccessible") => {
+                let c = self.conns();
+                c.channel = c.amqp.create_channel().await?;
+                Ok(None)
+            }
+            Err(e) => Err(anyhow!("{e:#}")),
+        }
+    }
+
+    pub(super) async fn await_depth(
+        &mut self,
+        queue: &str,
+        depth: u32,
+        phase: &str,
+        deadline: Instant,
+    ) -> Result<()> {
+        loop {
+            let (ready, _) = crate::amqp::queue_state(&self.conns().channel, queue).await?;
+            if ready == depth {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("phase {phase}: `{queue}` holds {ready} ready messages, not {depth}");
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Judges one point of the history now, prints its lines and keeps it.
+    pub(super) fn judge(&mut self, point: Point, role: Role) {
+        let entries = self.transcript.entries();
+        for (outcome, line) in checker::judge(&point, &entries) {
+            self.emit(role, &line);
+            self.sink.tell(&Event::Outcome(&outcome));
+            self.outcomes.push(outcome);
+        }
+        self.history.points.push(point);
+    }
+
+    /// The total-queue checks, from ground truth read now: `[check]` lines.
+    pub(super) async fn check(&mut self) -> Result<()> {
+        self.await_tiers_empty().await?;
+        let ground = self.ground().await?;
+        let mut queued = BTreeSet::new();
+        let queues: Vec<String> = self.lab.queue_names().map(str::to_string).collect();
+        for q in &queues {
+            let peeked = crate::amqp::peek(&self.conns().amqp, q).await?;
+            queued.extend(
+                peeked
+                    .iter()
+                    .map(|p| store::event_id(&p.body, &p.message_id)),
+            );
+        }
+        let point = Point::Checks {
+            after_line: self.transcript.lines().len(),
+            ground,
+            queued,
+            events: self.observed.events.clone(),
+        };
+        self.judge(point, Role::Check);
+        Ok(())
+    }
+
+    pub(super) async fn inspect(&mut self, fields: &[crate::vocab::InspectField]) -> Result<()> {
+        let ground = self.ground().await?;
+        let mut r = Record::new(&self.lab.name);
+        for f in fields {
+            r = r.with(f.name(), ground.field(*f));
+        }
+        self.emit(Role::Inspect, &r.status(Status::Snapshot));
+        Ok(())
+    }
+
+    /// Re-reads the broker and PostgreSQL, then evaluates: every value comes
+    /// from an observation taken now.
+    pub(super) async fn assert(&mut self, asserts: &[Assertion]) -> Result<()> {
+        if asserts.is_empty() {
+            return Ok(());
+        }
+        self.await_tiers_empty().await?;
+        self.observed.ground = self.ground().await?;
+        let queues: Vec<String> = self.lab.queue_names().map(str::to_string).collect();
+        for q in queues {
+            // A queue on a node that is down is not read: a counter that
+            // needs its depth says so.
+            if let Some((ready, _)) = self.queue_state(&q).await? {
+                self.observed.depths.insert(q, ready);
+            }
+        }
+        // Only the queues a `dlqHeader` counter reads are peeked: a peek
+        // requeues, which marks the messages redelivered.
+        let read: BTreeSet<String> = asserts
+            .iter()
+            .filter(|a| a.counter.counter == Counter::DlqHeader)
+            .filter_map(|a| {
+                a.counter
+                    .arg
+                    .as_deref()?
+                    .split_once('/')
+                    .map(|(q, _)| q.to_string())
+            })
+            .collect();
+        for q in read {
+            let peeked = crate::amqp::peek(&self.conns().amqp, &q).await?;
+            self.observed
+                .dlq
+                .insert(q, peeked.into_iter().map(|p| p.headers).collect());
+        }
+        let point = Point::Assert {
+            after_line: self.transcript.lines().len(),
+            observed: self.observed.clone(),
+            assertions: asserts
+                .iter()
+                .map(|a| Asserted {
+                    name: a.name.clone(),
+                    counter: a.counter.clone(),
+                    expected: a.expected.clone(),
+                })
+                .collect(),
+        };
+        self.judge(point, Role::Assert);
+        Ok(())
+    }
+}

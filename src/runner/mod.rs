@@ -1,0 +1,583 @@
+//! Executes labs on a running environment. The only place that knows about
+//! phases and faults: it spawns the roles, reads their lines into the
+//! transcript, kills at the selected window, reads broker and database
+//! state, judges the assertions, compares the snapshot, and says all of it
+//! as [`Event`]s. A failure inside one lab (even its setup) fails that lab
+//! only; the next lab runs.
+
+//!
+//! Split by concern, each an `impl Ctx` of its own: `roles` (role
+//! processes), `publish` and `consume` (the steps under their placements),
+//! `broker` (faults between steps), `judge` (probes, assertions, checks);
+//! this file holds the suite, one run's lifecycle and the step loop.
+use std::collections::BTreeSet;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use lapin::Channel;
+use nix::sys::signal::{self, Signal};
+use nix::unistd::Pid;
+use sqlx::PgConnection;
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
+use tokio::sync::mpsc;
+
+use crate::checker::{self, Asserted, Events, History, LabVerdict, Observed, Outcome, Point};
+use crate::env::{process, Endpoints, Environment};
+use crate::events::{Event, Sink};
+use crate::faults::blackbox::{BlackBox, Seen};
+use crate::faults::pgproxy::PgProxy;
+use crate::faults::proxy::{Proxy, ProxyEvent, Rule};
+use crate::lab::{Action, Assertion, Consume, Fault, Lab, Project, Publish, Settle};
+use crate::naming::{database_for, vhost_for};
+use crate::protocol::{
+    ConsumerConfig, Envelope, FaultPoint, OutMessage, ProducerConfig, RetryPolicy, RoleConfig, Tier,
+};
+use crate::record::{RunRecord, SnapshotResult};
+use crate::snapshot;
+use crate::store;
+use crate::transcript::{Entry, Record, Transcript};
+use crate::vocab::{Counter, FaultAction, Role, Status, Target, Window};
+
+mod broker;
+mod consume;
+mod judge;
+mod publish;
+mod roles;
+
+/// Where a suite runs and what it may touch. The runner holds the
+/// environment itself, not only its endpoints: a broker fault is a lab step.
+pub struct Suite<'a> {
+    pub project: &'a Project,
+    pub env: &'a mut Environment,
+    pub exe: &'a Path,
+    /// Role logs go under `run_dir/roles/<run>/`.
+    pub run_dir: &'a Path,
+    /// Rewrite the snapshot of a run that passed and differs.
+    pub update: bool,
+    /// Every run in this vhost (`mqlab explore`), each deleting the lab's
+    /// queues first; else each run in its own (`vhost_for`).
+    pub vhost: Option<String>,
+    /// Judge the total-queue checks only: no snapshot (`mqlab explore`).
+    pub checks_only: bool,
+    /// Runs at once (`--jobs`): labs without a broker fault run
+    /// concurrently, each in its own vhost and database; a lab with one
+    /// has the environment to itself, after them.
+    pub jobs: usize,
+}
+
+/// What one run needs besides its lab and the environment.
+struct Params<'a> {
+    project: &'a Project,
+    exe: &'a Path,
+    run_dir: &'a Path,
+    update: bool,
+    checks_only: bool,
+    endpoints: Endpoints,
+    vhost: Option<String>,
+    /// The vhosts outlived earlier runs (`--env-dir`): each run deletes its
+    /// lab's queues first (a broker crash can even bring acked messages back).
+    reused: bool,
+    /// Before every vhost and database name (`--env external`).
+    prefix: String,
+    /// Every node's AMQP port, node 1 first (one, but in a cluster).
+    node_ports: Vec<u16>,
+}
+
+impl<'a> Suite<'a> {
+    /// What a run needs of the suite; it borrows none of the suite itself,
+    /// so the environment can be lent to the run beside it.
+    fn params(&self) -> Params<'a> {
+        Params {
+            project: self.project,
+            exe: self.exe,
+            run_dir: self.run_dir,
+            update: self.update,
+            checks_only: self.checks_only,
+            endpoints: self.env.endpoints().clone(),
+            vhost: self.vhost.clone(),
+            reused: self.env.reused(),
+            prefix: self.env.prefix(),
+            node_ports: self.env.amqp_ports(),
+        }
+    }
+
+    /// Runs the labs; each ends in a [`RunRecord`], pushed as soon as it is
+    /// over (an interrupted suite keeps what ended), and the records end in
+    /// the labs' order.
+    pub async fn run(&mut self, labs: &[Lab], records: &mut Vec<RunRecord>, sink: &mut dyn Sink) {
+        let total = labs.len();
+        let alone = Lab::has_broker_fault;
+        let mut order: Vec<String> = labs.iter().map(Lab::run_name).collect();
+        // Concurrency only pays with two runs to overlap; one run streams
+        // its lines as they happen.
+        let overlapping = labs.iter().filter(|l| !alone(l)).count() > 1;
+        if self.jobs > 1 && self.vhost.is_none() && overlapping {
+            let shared: Vec<(usize, &Lab)> =
+                labs.iter().enumerate().filter(|(_, l)| !alone(l)).collect();
+            let params = self.params();
+            {
+                let out = std::cell::RefCell::new(&mut *sink);
+                let finished = std::cell::RefCell::new(&mut *records);
+                let runs = futures_util::stream::iter(shared.into_iter().map(|(index, lab)| {
+                    let (params, sink, finished) = (&params, &out, &finished);
+                    async move {
+                        let run = lab.run_name();
+                        sink.borrow_mut().tell(&Event::LabStarted {
+                            run: &run,
+                            index,
+                            total,
+                        });
+                        // A run's events wait for its end: concurrent runs' lines
+                        // do not interleave.
+                        let mut held = Held::default();
+                        let record = execute(params, None, lab, &mut held).await;
+                        let mut out = sink.borrow_mut();
+                        held.replay(&mut **out);
+                        out.tell(&Event::LabFinished(&record));
+                        finished.borrow_mut().push(record);
+                    }
+                }));
+                futures_util::StreamExt::for_each_concurrent(runs, self.jobs, |f| f).await;
+            }
+            for (index, lab) in labs.iter().enumerate().filter(|(_, l)| alone(l)) {
+                self.run_logged(lab, index, total, records, sink).await;
+            }
+        } else {
+            for (index, lab) in labs.iter().enumerate() {
+                self.run_logged(lab, index, total, records, sink).await;
+            }
+            order.clear();
+        }
+        if !order.is_empty() {
+            records.sort_by_key(|r| order.iter().position(|o| *o == r.run));
+        }
+    }
+
+    async fn run_logged(
+        &mut self,
+        lab: &Lab,
+        index: usize,
+        total: usize,
+        records: &mut Vec<RunRecord>,
+        sink: &mut dyn Sink,
+    ) {
+        let run = lab.run_name();
+        sink.tell(&Event::LabStarted {
+            run: &run,
+            index,
+            total,
+        });
+        let record = self.run_one(lab, sink).await;
+        sink.tell(&Event::LabFinished(&record));
+        records.push(record);
+    }
+
+    /// One run, with the environment to itself: what `mqlab explore` calls
+    /// for each point.
+    pub async fn run_one(&mut self, lab: &Lab, sink: &mut dyn Sink) -> RunRecord {
+        let params = self.params();
+        execute(&params, Some(&mut *self.env), lab, sink).await
+    }
+}
+
+/// The events of one run, kept until it ends (`--jobs`).
+#[derive(Default)]
+struct Held {
+    events: Vec<HeldEvent>,
+}
+
+enum HeldEvent {
+    Line(String),
+    Outcome(Outcome),
+    Snapshot(String, SnapshotResult),
+}
+
+impl Sink for Held {
+    fn on(&mut self, event: &Event) -> Result<()> {
+        match event {
+            Event::Line(l) => self.events.push(HeldEvent::Line(l.to_string())),
+            Event::Outcome(o) => self.events.push(HeldEvent::Outcome((*o).clone())),
+            Event::SnapshotCompared { run, result } => self
+                .events
+                .push(HeldEvent::Snapshot(run.to_string(), (*result).clone())),
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+impl Held {
+    fn replay(self, sink: &mut dyn Sink) {
+        for e in &self.events {
+            match e {
+                HeldEvent::Line(l) => sink.tell(&Event::Line(l)),
+                HeldEvent::Outcome(o) => sink.tell(&Event::Outcome(o)),
+                HeldEvent::Snapshot(run, result) => {
+                    sink.tell(&Event::SnapshotCompared { run, result })
+                }
+            }
+        }
+    }
+}
+
+/// One lab run, from its preparation to its snapshot comparison.
+async fn execute(
+    p: &Params<'_>,
+    env: Option<&mut Environment>,
+    lab: &Lab,
+    sink: &mut dyn Sink,
+) -> RunRecord {
+    let started = Instant::now();
+    let run = lab.run_name();
+    let endpoints = p.endpoints.clone();
+    let mut ctx = Ctx {
+        lab,
+        vhost: format!(
+            "{}{}",
+            p.prefix,
+            p.vhost.clone().unwrap_or_else(|| vhost_for(&run))
+        ),
+        database: database_for(&format!("{}{run}", p.prefix)),
+        node_ports: p.node_ports.clone(),
+        nodes_down: BTreeSet::new(),
+        nodes_cut: BTreeSet::new(),
+        shared_vhost: p.vhost.is_some() || p.reused,
+        unreachable: None,
+        run: run.clone(),
+        role_endpoints: endpoints.clone(),
+        endpoints,
+        env,
+        exe: p.exe,
+        root: &p.project.root,
+        logs: p.run_dir.join("roles").join(&run),
+        conns: None,
+        proxy: None,
+        step: 0,
+        transcript: Transcript::default(),
+        observed: Observed::default(),
+        outcomes: Vec::new(),
+        history: History::default(),
+        sink,
+        role_seq: 0,
+    };
+    let mut error = match ctx.run_steps().await {
+        Ok(()) => None,
+        Err(e) => Some(format!("{e:#}")),
+    };
+    // The next cluster lab starts on three healthy nodes, whatever this one
+    // left cut off or down (and however it ended).
+    if let Err(e) = ctx.restore_cluster().await {
+        error.get_or_insert(format!("restoring the cluster after the lab: {e:#}"));
+    }
+    let unreachable = ctx.unreachable.take();
+    if let Some(c) = ctx.conns.take() {
+        let _ = c.amqp.close(200, "done".into()).await;
+    }
+    let verdict = match &error {
+        Some(e) => LabVerdict::Failed(e.clone()),
+        None => checker::lab_verdict(&ctx.outcomes, lab.variant.as_ref().map(|_| &lab.violations)),
+    };
+    let (transcript, outcomes, mut history) = (ctx.transcript, ctx.outcomes, ctx.history);
+    history.lines = transcript.lines().to_vec();
+    let passed = matches!(
+        verdict,
+        LabVerdict::Holds | LabVerdict::CounterexampleConfirmed
+    );
+    // A failed run is still compared: its diff shows where it went wrong.
+    let path = snapshot::path_for(&p.project.snapshots_dir(), &run);
+    let lab_file = format!("labs/{}.toml", lab.name);
+    let normalized = transcript.normalized();
+    let snapshot = match snapshot::compare(&path, &lab_file, &normalized, p.update && passed) {
+        _ if p.checks_only => SnapshotResult::Skipped,
+        Ok(snapshot::Outcome::Matched) => SnapshotResult::Matched,
+        Ok(snapshot::Outcome::Updated) => SnapshotResult::Updated,
+        Ok(snapshot::Outcome::Mismatch(diff)) => SnapshotResult::Mismatch(diff),
+        Err(e) => SnapshotResult::Error(format!("{e:#}")),
+    };
+    ctx.sink.tell(&Event::SnapshotCompared {
+        run: &run,
+        result: &snapshot,
+    });
+    RunRecord {
+        run,
+        lab: lab.name.clone(),
+        variant: lab.variant.clone(),
+        claim: lab.claim.clone(),
+        violations: lab.violations.clone(),
+        transcript,
+        outcomes,
+        history,
+        error,
+        verdict,
+        snapshot,
+        duration: started.elapsed(),
+        unreachable,
+    }
+}
+
+/// The harness's own connections to the lab's vhost and database.
+struct Conns {
+    amqp: lapin::Connection,
+    channel: Channel,
+    db: PgConnection,
+}
+
+struct Ctx<'a> {
+    lab: &'a Lab,
+    run: String,
+    vhost: String,
+    database: String,
+    /// Every node's AMQP port: the proxy's upstreams, node 1 first.
+    node_ports: Vec<u16>,
+    /// Cluster nodes killed by the lab, and not restarted yet.
+    nodes_down: BTreeSet<usize>,
+    /// Cluster nodes cut off by the lab, and not healed yet.
+    nodes_cut: BTreeSet<usize>,
+    /// Other runs used this vhost before: delete the lab's queues first.
+    shared_vhost: bool,
+    /// Why the fault's window was never reached, when it was not.
+    unreachable: Option<String>,
+    /// The servers themselves (the harness's own connections).
+    endpoints: Endpoints,
+    /// What roles connect to: the broker through the proxy.
+    role_endpoints: Endpoints,
+    /// The environment, for a broker fault; None for a run that shares it
+    /// with concurrent runs (it has no broker step).
+    env: Option<&'a mut Environment>,
+    exe: &'a Path,
+    /// The project's directory: a program's working directory.
+    root: &'a Path,
+    logs: PathBuf,
+    conns: Option<Conns>,
+    proxy: Option<(Proxy, mpsc::UnboundedReceiver<ProxyEvent>)>,
+    /// The index of the running step (journal files are per step).
+    step: usize,
+    transcript: Transcript,
+    observed: Observed,
+    outcomes: Vec<Outcome>,
+    history: History,
+    sink: &'a mut dyn Sink,
+    role_seq: usize,
+}
+
+/// A role process with its stdout lines (a program's output goes to its log only).
+struct RoleProc {
+    child: Child,
+    lines: Option<Lines<BufReader<ChildStdout>>>,
+    log: PathBuf,
+}
+
+impl Ctx<'_> {
+    fn phase(&mut self, phase: &str) {
+        self.sink.tell(&Event::Phase {
+            run: &self.run,
+            phase,
+        });
+    }
+
+    /// The lab's own database and vhost objects, fresh.
+    async fn prepare(&mut self) -> Result<()> {
+        self.phase("prepare");
+        let db_name = self.database.clone();
+        let mut admin = store::connect(&self.endpoints.pg_url(&self.endpoints.pg_admin)).await?;
+        store::create_database(&mut admin, &db_name).await?;
+        drop(admin);
+        let mut db = store::connect(&self.endpoints.pg_url(&db_name)).await?;
+        store::migrate(&mut db).await?;
+        let (amqp, channel) = self.connect_broker().await?;
+        if self.shared_vhost {
+            // Another run used this vhost: its queues of the same names go.
+            crate::amqp::delete_queues(&channel, &self.lab.topology).await?;
+        }
+        crate::amqp::declare(&channel, &self.lab.topology).await?;
+        self.sync_metadata().await?;
+        std::fs::create_dir_all(&self.logs)?;
+        self.conns = Some(Conns { amqp, channel, db });
+        let upstream = format!("{}:{}", self.endpoints.amqp_host, self.endpoints.amqp_port)
+            .parse()
+            .context("the broker's address")?;
+        let mut upstreams = vec![upstream];
+        for port in self.node_ports.iter().skip(1) {
+            upstreams.push(
+                format!("{}:{port}", self.endpoints.amqp_host)
+                    .parse()
+                    .context("a node's address")?,
+            );
+        }
+        let (proxy, events) = Proxy::start(upstreams).await?;
+        self.role_endpoints.amqp_port = proxy.port;
+        self.proxy = Some((proxy, events));
+        self.observed.events = Events(
+            self.lab
+                .steps
+                .iter()
+                .filter_map(|s| match &s.action {
+                    Action::Publish(p) => Some(p.messages.iter()),
+                    _ => None,
+                })
+                .flatten()
+                .map(|m| {
+                    (
+                        m.meta.message_id.clone(),
+                        store::event_id(m.body.as_bytes(), &m.meta.message_id),
+                    )
+                })
+                .collect(),
+        );
+        Ok(())
+    }
+
+    /// For a lab that kills a node: its declared queues on disk now, before
+    /// any kill (node 1's log; a cluster's other nodes hold the same
+    /// metadata in their own copies).
+    async fn sync_metadata(&self) -> Result<()> {
+        match (self.lab.has_broker_fault(), self.env.as_deref()) {
+            (true, Some(env)) => env.sync_metadata(self.harness_node()).await,
+            _ => Ok(()),
+        }
+    }
+
+    /// The node the harness talks to: the first that is up and not cut off.
+    fn harness_node(&self) -> usize {
+        (1..=self.node_ports.len())
+            .find(|n| !self.nodes_down.contains(n) && !self.nodes_cut.contains(n))
+            .unwrap_or(1)
+    }
+
+    /// Heals what the lab left cut off and restarts what it left down.
+    /// Every step is tried; the first error is reported.
+    async fn restore_cluster(&mut self) -> Result<()> {
+        let Some(env) = self.env.as_mut() else {
+            return Ok(());
+        };
+        let mut first: Option<anyhow::Error> = None;
+        if !self.nodes_cut.is_empty() {
+            if let Err(e) = env.heal().await {
+                first.get_or_insert(e);
+            }
+            self.nodes_cut.clear();
+        }
+        for n in std::mem::take(&mut self.nodes_down) {
+            if let Err(e) = env.restart_node(n).await {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// A role's broker URL: the proxy's listener for its node.
+    fn role_url(&self, node: usize) -> String {
+        let mut e = self.role_endpoints.clone();
+        if let Some(port) = self
+            .proxy
+            .as_ref()
+            .and_then(|(proxy, _)| proxy.ports.get(node.wrapping_sub(1)))
+        {
+            e.amqp_port = *port;
+        }
+        e.amqp_url(&self.vhost)
+    }
+
+    /// The harness's own connection: to the first node that is up and in
+    /// the majority (node 1 but in a cluster lab that stopped or cut it off).
+    async fn connect_broker(&self) -> Result<(lapin::Connection, Channel)> {
+        let node = self.harness_node();
+        let mut e = self.endpoints.clone();
+        e.amqp_port = self
+            .node_ports
+            .get(node - 1)
+            .copied()
+            .unwrap_or(e.amqp_port);
+        let amqp = crate::amqp::connect(&e.amqp_url(&self.vhost)).await?;
+        let channel = amqp.create_channel().await?;
+        Ok((amqp, channel))
+    }
+
+    fn proxy(&self) -> &Proxy {
+        &self.proxy.as_ref().expect("prepared before any step").0
+    }
+
+    /// PostgreSQL's ground truth now (a program's effects by the lab's query).
+    async fn ground(&mut self) -> Result<store::Ground> {
+        let lab = self.lab;
+        store::read_ground(&mut self.conns().db, lab.effects.as_deref()).await
+    }
+
+    fn conns(&mut self) -> &mut Conns {
+        self.conns.as_mut().expect("prepared before any step")
+    }
+
+    /// The steps in order, each followed by its assertions, then the checks;
+    /// the first harness error ends the lab.
+    async fn run_steps(&mut self) -> Result<()> {
+        self.prepare().await?;
+        let lab = self.lab;
+        for (i, step) in lab.steps.iter().enumerate() {
+            self.step = i;
+            let phase = step.action.phase();
+            self.phase(&phase);
+            failpoint(&phase);
+            match &step.action {
+                Action::Publish(p) => self.publish(p, step.fault.as_ref(), &phase).await?,
+                Action::Consume(c) => {
+                    self.consume(c, step.fault.as_ref()).await?;
+                    self.unnoticed_cut(&phase).await?;
+                }
+                Action::Inspect(fields) => self.inspect(fields).await?,
+                Action::Broker(action) => self.broker(*action).await?,
+                Action::Node { node, action } => self.node(*node, *action).await?,
+                Action::Declare(names) => {
+                    crate::amqp::declare_later(&self.conns().channel, &lab.topology, names).await?;
+                    self.sync_metadata().await?;
+                }
+                Action::Await {
+                    queue,
+                    depth,
+                    within_secs,
+                } => self.await_at_least(queue, *depth, *within_secs).await?,
+            }
+            if let Some(rule) = self.proxy().armed() {
+                self.proxy().disarm();
+                let why = format!("phase {phase}: the network fault never happened ({rule:?}): the role never sent or received that frame");
+                self.unreachable = Some(why.clone());
+                bail!(why);
+            }
+            self.assert(&step.asserts).await?;
+        }
+        self.check().await
+    }
+
+    fn emit(&mut self, role: Role, body: &str) {
+        let line = self.transcript.push(role, body).to_string();
+        self.sink.tell(&Event::Line(&line));
+    }
+}
+
+/// A named point where the harness itself can be made to panic
+/// (`MQLAB_PANIC_AT=<phase>`), so that the tests can show a panicking harness
+/// leaves nothing behind.
+fn failpoint(phase: &str) {
+    if std::env::var("MQLAB_PANIC_AT").is_ok_and(|p| p == phase) {
+        panic!("failpoint MQLAB_PANIC_AT={phase}");
+    }
+}
+
+/// 128 + signal for a killed process, as a shell reports it.
+fn exit_code(status: std::process::ExitStatus) -> i32 {
+    status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(-1)
+}
+
+/// Where a role blocks for a fault.
+fn point_of(f: &Fault) -> FaultPoint {
+    FaultPoint {
+        window: f.window,
+        message: f.message.clone(),
+    }
+}

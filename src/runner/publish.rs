@@ -1,0 +1,219 @@
+//! Publish steps: the producer under each publish-step placement (a kill at its window, a cut publish, a held confirm, a node killed with the confirm in flight), and what the proxy did.
+
+use super::*;
+
+impl Ctx<'_> {
+    pub(super) async fn publish(
+        &mut self,
+        p: &Publish,
+        fault: Option<&Fault>,
+        phase: &str,
+    ) -> Result<()> {
+        let secs = p.deadline_secs;
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        // Every publish-step placement of the registry, by name: a pair
+        // the lab checker lets through and nothing here runs is an error.
+        match fault.map(|f| (f, f.target, f.action)) {
+            Some((f, Target::Node, FaultAction::Kill)) => {
+                return self.publish_node_kill(p, f, phase, deadline, secs).await;
+            }
+            Some((f, Target::Producer, FaultAction::Kill)) => {
+                let killed = self.producer_config(p, Some(point_of(f)));
+                let mut proc = self.spawn_role(RoleConfig::Producer(killed))?;
+                self.kill_at_marker(&mut proc, Role::Producer, f, phase, deadline, secs)
+                    .await?;
+                self.assert(&f.asserts).await?;
+            }
+            Some((f, Target::Network, FaultAction::Cut)) => {
+                // The proxy drops the publish and cuts: the producer fails
+                // waiting for its confirm, and a new one resumes from the journal.
+                self.proxy().arm(Rule::CutOnPublish {
+                    message: f.message.clone(),
+                });
+                let cfg = self.producer_config(p, None);
+                let mut proc = self.spawn_role(RoleConfig::Producer(cfg))?;
+                self.follow(&mut proc, Role::Producer, phase, deadline, secs, None)
+                    .await?;
+                let code = self.wait_exit(&mut proc, phase, deadline, secs).await?;
+                if code == 0 {
+                    bail!(
+                        "phase {phase}: the producer finished; its publish of {} was never cut",
+                        f.message
+                    );
+                }
+                self.proxy_effect(phase, deadline).await?;
+                self.proxy().release();
+            }
+            // The proxy holds the confirm; the producer times out and sends again.
+            Some((f, Target::Network, FaultAction::Hold)) => self.proxy().arm(Rule::HoldConfirm {
+                message: f.message.clone(),
+            }),
+            Some((_, target, action)) => {
+                bail!("phase {phase}: `{action}` of the {target} has no runner on a publish step")
+            }
+            None => {}
+        }
+        // After a kill, the restarted producer reads the same journal.
+        let cfg = self.producer_config(p, None);
+        let mut proc = self.spawn_role(RoleConfig::Producer(cfg))?;
+        self.follow(&mut proc, Role::Producer, phase, deadline, secs, None)
+            .await?;
+        self.expect_success(&mut proc, phase, deadline, secs)
+            .await?;
+        if let Some(f) = fault.filter(|f| f.target == Target::Network) {
+            self.assert(&f.asserts).await?;
+        }
+        Ok(())
+    }
+
+    /// A node killed at the producer's window: the proxy holds the message's
+    /// confirm (the broker has it, replicated), and once the producer's lines
+    /// for the messages before it are in, the node dies. New connections wait
+    /// at the proxy's gate until every quorum queue has a leader elsewhere;
+    /// the producer, its connection broken, connects again (to a live node)
+    /// and sends the message again, then the rest. The node stays down.
+    pub(super) async fn publish_node_kill(
+        &mut self,
+        p: &Publish,
+        f: &Fault,
+        phase: &str,
+        deadline: Instant,
+        secs: u64,
+    ) -> Result<()> {
+        let node = f.node.context("a node fault names its node")?;
+        if self.env.is_none() {
+            bail!("a node fault needs the environment to itself: this run shares it");
+        }
+        self.proxy().arm(Rule::HoldConfirm {
+            message: f.message.clone(),
+        });
+        let mut cfg = self.producer_config(p, None);
+        cfg.reconnect = true;
+        let mut proc = self.spawn_role(RoleConfig::Producer(cfg))?;
+        // The producer sends one message at a time: when the confirm before
+        // the held one is logged, everything it logs until the kill is in.
+        let before = p
+            .messages
+            .iter()
+            .take_while(|m| m.meta.message_id != f.message)
+            .last()
+            .map(|m| m.meta.message_id.clone());
+        if let Some(before) = before {
+            self.follow_until(&mut proc, phase, deadline, secs, &before, Status::Confirmed)
+                .await?;
+        }
+        let rx = &mut self.proxy.as_mut().expect("prepared before any step").1;
+        match tokio::time::timeout_at(deadline.into(), rx.recv()).await {
+            Ok(Some(ProxyEvent::Held { message })) if message == f.message => {}
+            other => bail!(
+                "phase {phase}: the proxy never held the confirm of {} ({other:?})",
+                f.message
+            ),
+        }
+        let line = Record::new(&self.lab.name)
+            .with("target", Target::Node)
+            .with("node", node)
+            .with("action", f.action)
+            .with("window", f.window)
+            .with("messageId", &f.message)
+            .status(Status::Injected);
+        self.emit(Role::Fault, &line);
+        self.proxy().hold_new();
+        self.nodes_down.insert(node);
+        self.env
+            .as_mut()
+            .context("checked above")?
+            .kill_node(node)
+            .await?;
+        // Its connection broke: the producer says so about the held message.
+        self.follow_until(
+            &mut proc,
+            phase,
+            deadline,
+            secs,
+            &f.message,
+            Status::ConnectionLost,
+        )
+        .await?;
+        let quorum: Vec<String> = self
+            .lab
+            .topology
+            .queues
+            .iter()
+            .filter(|q| q.is_quorum())
+            .map(|q| q.name.clone())
+            .collect();
+        for q in &quorum {
+            let env = self.env.as_ref().context("checked above")?;
+            env.await_leader(node, &self.vhost, q, deadline).await?;
+        }
+        let (amqp, channel) = self.connect_broker().await?;
+        let c = self.conns();
+        let _ = c.amqp.close(200, "moving to a live node".into()).await;
+        c.amqp = amqp;
+        c.channel = channel;
+        self.proxy().release();
+        self.follow(&mut proc, Role::Producer, phase, deadline, secs, None)
+            .await?;
+        self.expect_success(&mut proc, phase, deadline, secs)
+            .await?;
+        self.assert(&f.asserts).await
+    }
+
+    /// The proxy acted: its `[fault]` line, from its event.
+    pub(super) async fn proxy_effect(&mut self, phase: &str, deadline: Instant) -> Result<()> {
+        let rx = &mut self.proxy.as_mut().expect("prepared before any step").1;
+        let Ok(Some(event)) = tokio::time::timeout_at(deadline.into(), rx.recv()).await else {
+            bail!("phase {phase}: a role lost its connection or a confirm, and the proxy did not cause it");
+        };
+        let (action, window, message) = match &event {
+            ProxyEvent::Cut { message } => {
+                (FaultAction::Cut, Window::AfterCommitBeforeAck, message)
+            }
+            ProxyEvent::CutPublish { message } => {
+                (FaultAction::Cut, Window::AfterPublishBeforeBroker, message)
+            }
+            ProxyEvent::Held { message } => (
+                FaultAction::Hold,
+                Window::AfterPublishBeforeConfirm,
+                message,
+            ),
+        };
+        let line = Record::new(&self.lab.name)
+            .with("target", Target::Network)
+            .with("action", action)
+            .with("window", window)
+            .with("messageId", message)
+            .status(Status::Injected);
+        self.emit(Role::Fault, &line);
+        Ok(())
+    }
+
+    /// A cut the consumer never noticed (it had settled its last message and
+    /// left before reading again): its `[fault]` line after the consumer's
+    /// lines, and the proxy's gate opened for whatever connects next.
+    pub(super) async fn unnoticed_cut(&mut self, phase: &str) -> Result<()> {
+        let pending = match self.proxy.as_mut() {
+            Some((_, rx)) => !rx.is_empty(),
+            None => false,
+        };
+        if pending {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            self.proxy_effect(phase, deadline).await?;
+            self.after_cut(phase, deadline).await?;
+        }
+        Ok(())
+    }
+
+    /// After a cut the broker must have dropped the old connection (and
+    /// requeued its unacked message) before the consumer may connect again:
+    /// the proxy holds new connections until then.
+    pub(super) async fn after_cut(&mut self, phase: &str, deadline: Instant) -> Result<()> {
+        let queues: Vec<String> = self.lab.queue_names().map(str::to_string).collect();
+        for q in &queues {
+            self.await_consumers_gone(q, phase, deadline).await?;
+        }
+        self.proxy().release();
+        Ok(())
+    }
+}

@@ -1,0 +1,303 @@
+//! Role processes: spawning a role, reading its lines, waiting for its exit, killing it at its window marker.
+
+use super::*;
+
+impl Ctx<'_> {
+    pub(super) fn spawn_role(&mut self, config: RoleConfig) -> Result<RoleProc> {
+        let role = match &config {
+            RoleConfig::Producer(_) => "producer",
+            RoleConfig::Consumer(_) => "consumer",
+        };
+        self.role_seq += 1;
+        let log = self.logs.join(format!("{}-{role}.log", self.role_seq));
+        let file = self.logs.join(format!("{}-{role}.json", self.role_seq));
+        process::write_private(&file, &Envelope::new(config).to_json())?;
+        let mut cmd = Command::new(self.exe);
+        cmd.arg("role")
+            .arg("--config-file")
+            .arg(&file)
+            .env("RUST_LOG", "warn");
+        let mut child = process::spawn(&mut cmd, &log, true)?;
+        let stdout = child.stdout.take().context("role stdout")?;
+        Ok(RoleProc {
+            child,
+            lines: Some(BufReader::new(stdout).lines()),
+            log,
+        })
+    }
+
+    /// The next stdout line of a role, or None at its exit; a deadline overrun
+    /// kills it and names the phase.
+    pub(super) async fn next_line(
+        &self,
+        p: &mut RoleProc,
+        phase: &str,
+        deadline: Instant,
+        secs: u64,
+    ) -> Result<Option<String>> {
+        let Some(lines) = p.lines.as_mut() else {
+            return Ok(None);
+        };
+        match tokio::time::timeout_at(deadline.into(), lines.next_line()).await {
+            Ok(line) => Ok(line?),
+            Err(_) => {
+                process::kill_now(&mut p.child);
+                bail!(
+                    "phase {phase} exceeded {secs} s; last lines of the role's log:\n{}",
+                    process::tail(&p.log, 10)
+                )
+            }
+        }
+    }
+
+    pub(super) async fn wait_exit(
+        &self,
+        p: &mut RoleProc,
+        phase: &str,
+        deadline: Instant,
+        secs: u64,
+    ) -> Result<i32> {
+        match tokio::time::timeout_at(deadline.into(), p.child.wait()).await {
+            Ok(status) => Ok(exit_code(status?)),
+            Err(_) => {
+                process::kill_now(&mut p.child);
+                bail!("phase {phase} exceeded {secs} s waiting for the role to exit")
+            }
+        }
+    }
+
+    /// The producer's exit, which must be 0.
+    pub(super) async fn expect_success(
+        &mut self,
+        proc: &mut RoleProc,
+        phase: &str,
+        deadline: Instant,
+        secs: u64,
+    ) -> Result<()> {
+        let code = self.wait_exit(proc, phase, deadline, secs).await?;
+        if code != 0 {
+            bail!(
+                "the producer exited with {code}; last lines of its log:\n{}",
+                process::tail(&proc.log, 10)
+            );
+        }
+        Ok(())
+    }
+
+    /// Emits the producer's lines up to and including `status` for `message`.
+    pub(super) async fn follow_until(
+        &mut self,
+        proc: &mut RoleProc,
+        phase: &str,
+        deadline: Instant,
+        secs: u64,
+        message: &str,
+        status: Status,
+    ) -> Result<()> {
+        loop {
+            let Some(line) = self.next_line(proc, phase, deadline, secs).await? else {
+                bail!(
+                    "the producer exited before it logged {message} {status}; last lines of its log:\n{}",
+                    process::tail(&proc.log, 10)
+                );
+            };
+            self.emit(Role::Producer, &line);
+            let entry = Entry::parse(&format!("[{}] {line}", Role::Producer));
+            let field = |k| entry.as_ref().and_then(|e| e.get(k));
+            if field("messageId") == Some(message) && field("status") == Some(status.name()) {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Reads a role's lines until it exits (or, given a message, until its
+    /// window marker for it; then `true`). The proxy's faults are written
+    /// into the transcript just before the role's line that shows their
+    /// effect, so lines come in the order of cause and effect, every run.
+    pub(super) async fn follow(
+        &mut self,
+        proc: &mut RoleProc,
+        role: Role,
+        phase: &str,
+        deadline: Instant,
+        secs: u64,
+        until_marker: Option<&str>,
+    ) -> Result<bool> {
+        while let Some(line) = self.next_line(proc, phase, deadline, secs).await? {
+            let entry = Entry::parse(&format!("[{role}] {line}"));
+            let status = entry
+                .as_ref()
+                .and_then(|e| e.get("status"))
+                .and_then(|s| s.parse::<Status>().ok());
+            if matches!(
+                status,
+                Some(Status::ConnectionLost | Status::ConfirmTimeout)
+            ) {
+                self.proxy_effect(phase, deadline).await?;
+            }
+            self.emit(role, &line);
+            if status == Some(Status::ConnectionLost) {
+                self.after_cut(phase, deadline).await?;
+            }
+            if let (Some(m), Some(Status::CrashInjected)) = (until_marker, status) {
+                if entry.as_ref().and_then(|e| e.get("messageId")) == Some(m) {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// Follows a role to its window marker, then kills it there.
+    pub(super) async fn kill_at_marker(
+        &mut self,
+        proc: &mut RoleProc,
+        role: Role,
+        f: &Fault,
+        phase: &str,
+        deadline: Instant,
+        secs: u64,
+    ) -> Result<()> {
+        if !self
+            .follow(proc, role, phase, deadline, secs, Some(&f.message))
+            .await?
+        {
+            let code = self.wait_exit(proc, phase, deadline, secs).await?;
+            self.unreachable = Some(format!(
+                "the {role} never reached `{}` for {}",
+                f.window, f.message
+            ));
+            bail!(
+                "the {role} exited with {code} before reaching window `{}` for {}; last lines of its log:\n{}",
+                f.window,
+                f.message,
+                process::tail(&proc.log, 10)
+            );
+        }
+        self.kill_marked(proc, role, f, phase, deadline, secs).await
+    }
+
+    /// The role blocks at its marker: ground truth now, then SIGKILL, reap,
+    /// and the crash recorded.
+    pub(super) async fn kill_marked(
+        &mut self,
+        proc: &mut RoleProc,
+        role: Role,
+        f: &Fault,
+        phase: &str,
+        deadline: Instant,
+        secs: u64,
+    ) -> Result<()> {
+        // Ground truth at the moment of the kill, before anything can change it.
+        self.observed.crash_business_rows =
+            Some(store::business_rows_for(&mut self.conns().db, &f.message).await?);
+        let pid = proc.child.id().context("role already reaped")?;
+        signal::kill(Pid::from_raw(pid as i32), Signal::SIGKILL)?;
+        let code = self.wait_exit(proc, phase, deadline, secs).await?;
+        while let Some(line) = self.next_line(proc, phase, deadline, secs).await? {
+            self.emit(role, &line);
+        }
+        self.observed.crash_exit_code = Some(code);
+        Ok(())
+    }
+
+    pub(super) fn producer_config(&self, p: &Publish, fault: Option<FaultPoint>) -> ProducerConfig {
+        let faults = fault.into_iter().collect();
+        ProducerConfig {
+            lab: self.lab.name.clone(),
+            amqp_url: self.role_url(p.node),
+            exchange: p.exchange.clone(),
+            destination: p.destination().to_string(),
+            messages: p
+                .messages
+                .iter()
+                .map(|m| OutMessage {
+                    meta: m.meta.clone(),
+                    routing_key: m.routing_key.clone(),
+                    body: m.body.clone(),
+                })
+                .collect(),
+            confirm: p.confirm,
+            mandatory: p.mandatory,
+            persistent: p.persistent,
+            park: p.park.clone(),
+            confirm_timeout_ms: p.confirm_timeout_ms,
+            resend: p.resend,
+            journal: self.logs.join(format!("producer-{}.journal", self.step)),
+            faults,
+            reconnect: false,
+        }
+    }
+
+    pub(super) fn consumer_config(
+        &self,
+        c: &Consume,
+        settle: usize,
+        fault: Option<FaultPoint>,
+    ) -> ConsumerConfig {
+        let faults = fault.into_iter().collect();
+        ConsumerConfig {
+            lab: self.lab.name.clone(),
+            amqp_url: self.role_url(c.node),
+            database_url: self.endpoints.pg_url(&self.database),
+            queue: c.queue.clone(),
+            consumer: "consumer-1".into(),
+            service: c.service.clone(),
+            pattern: c.pattern,
+            prefetch: c.prefetch,
+            settle,
+            max_deliveries: c.max_deliveries,
+            retry: c.retry.as_ref().map(|r| RetryPolicy {
+                max_attempts: r.max_attempts,
+                dlq: r.dlq.clone(),
+                tiers: r
+                    .tiers
+                    .iter()
+                    .map(|(queue, ttl_ms)| Tier {
+                        queue: queue.clone(),
+                        ttl_ms: *ttl_ms,
+                    })
+                    .collect(),
+            }),
+            faults,
+            reconnect: false,
+            transient_failures: c.transient_failures.clone(),
+        }
+    }
+
+    /// Starts the program (`sh -c`, in the project's directory) with the
+    /// contract's environment: its connections go through the proxies.
+    pub(super) fn spawn_program(
+        &mut self,
+        c: &Consume,
+        command: &str,
+        pg_port: u16,
+    ) -> Result<RoleProc> {
+        self.role_seq += 1;
+        let log = self.logs.join(format!("{}-program.log", self.role_seq));
+        let mut db = self.endpoints.clone();
+        db.pg_port = pg_port;
+        // `exec`: the program itself is the process mqlab signals and reaps
+        // (its exit status, not a shell's), with variables expanded.
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", &format!("exec {command}")])
+            .current_dir(self.root)
+            .env(
+                "MQLAB_CONTRACT",
+                crate::protocol::PROGRAM_CONTRACT.to_string(),
+            )
+            .env("MQLAB_AMQP_URL", self.role_url(c.node))
+            .env("MQLAB_DATABASE_URL", db.pg_url(&self.database))
+            .env("MQLAB_QUEUE", &c.queue)
+            .env("MQLAB_SERVICE", &c.service)
+            .env("MQLAB_PREFETCH", "1")
+            .env("MQLAB_RUN_ID", &self.run);
+        let child = process::spawn(&mut cmd, &log, false)
+            .with_context(|| format!("cannot start the program `{command}`"))?;
+        Ok(RoleProc {
+            child,
+            lines: None,
+            log,
+        })
+    }
+}
