@@ -26,29 +26,8 @@ impl Ctx<'_> {
             Some((f, Target::Consumer, FaultAction::Kill)) => {
                 let killed = self.consumer_config(c, settle, Some(point_of(f)));
                 let mut proc = self.spawn_role(RoleConfig::Consumer(killed))?;
-                if !self
-                    .follow(
-                        &mut proc,
-                        Role::Consumer,
-                        &phase,
-                        deadline,
-                        secs,
-                        Some(&f.message),
-                    )
-                    .await?
-                {
-                    let code = self.wait_exit(&mut proc, &phase, deadline, secs).await?;
-                    self.unreachable = Some(format!(
-                        "the consumer never reached `{}` for {}",
-                        f.window, f.message
-                    ));
-                    bail!(
-                        "the consumer exited with {code} before reaching window `{}` for {}; last lines of its log:\n{}",
-                        f.window,
-                        f.message,
-                        process::tail(&proc.log, 10)
-                    );
-                }
+                self.reach_marker(&mut proc, Role::Consumer, f, &phase, deadline, secs)
+                    .await?;
                 if let Some(depth) = f.kill_at_depth {
                     self.await_depth(&c.queue, depth, &phase, deadline).await?;
                 }

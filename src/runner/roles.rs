@@ -158,6 +158,23 @@ impl Ctx<'_> {
         deadline: Instant,
         secs: u64,
     ) -> Result<()> {
+        self.reach_marker(proc, role, f, phase, deadline, secs)
+            .await?;
+        self.kill_marked(proc, role, f, phase, deadline, secs).await
+    }
+
+    /// Follows a role to its window marker for the fault's message; a role
+    /// that exits first never reaches the window (recorded as unreachable,
+    /// and the lab fails).
+    pub(super) async fn reach_marker(
+        &mut self,
+        proc: &mut RoleProc,
+        role: Role,
+        f: &Fault,
+        phase: &str,
+        deadline: Instant,
+        secs: u64,
+    ) -> Result<()> {
         if !self
             .follow(proc, role, phase, deadline, secs, Some(&f.message))
             .await?
@@ -174,7 +191,7 @@ impl Ctx<'_> {
                 process::tail(&proc.log, 10)
             );
         }
-        self.kill_marked(proc, role, f, phase, deadline, secs).await
+        Ok(())
     }
 
     /// The role blocks at its marker: ground truth now, then SIGKILL, reap,
