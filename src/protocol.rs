@@ -29,6 +29,38 @@ pub struct Envelope {
     pub config: RoleConfig,
 }
 
+/// A role process of `exe` (`mqlab role --config-file F`), its config in
+/// a private file beside its log (`logs/<n>-<role>.json`: thousands of
+/// messages do not fit in one argument, and the URLs hold credentials);
+/// its stdout piped for the harness to read.
+pub fn spawn_role(
+    exe: &std::path::Path,
+    logs: &std::path::Path,
+    n: usize,
+    config: RoleConfig,
+) -> anyhow::Result<(
+    tokio::process::Child,
+    tokio::process::ChildStdout,
+    std::path::PathBuf,
+)> {
+    use anyhow::Context;
+    let role = match &config {
+        RoleConfig::Producer(_) => "producer",
+        RoleConfig::Consumer(_) => "consumer",
+    };
+    let log = logs.join(format!("{n}-{role}.log"));
+    let file = logs.join(format!("{n}-{role}.json"));
+    crate::env::process::write_private(&file, &Envelope::new(config).to_json())?;
+    let mut cmd = tokio::process::Command::new(exe);
+    cmd.arg("role")
+        .arg("--config-file")
+        .arg(&file)
+        .env("RUST_LOG", "warn");
+    let mut child = crate::env::process::spawn(&mut cmd, &log, true)?;
+    let stdout = child.stdout.take().context("role stdout")?;
+    Ok((child, stdout, log))
+}
+
 impl Envelope {
     pub fn new(config: RoleConfig) -> Envelope {
         Envelope {

@@ -15,13 +15,11 @@ use anyhow::{bail, Context, Result};
 use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdout, Command};
+use tokio::process::{Child, ChildStdout};
 
 use crate::checker::{total_queue, Events};
 use crate::env::{process, Environment};
-use crate::protocol::{
-    ConsumerConfig, Envelope, FaultPoint, OutMessage, ProducerConfig, RoleConfig,
-};
+use crate::protocol::{ConsumerConfig, FaultPoint, OutMessage, ProducerConfig, RoleConfig};
 use crate::store;
 use crate::transcript::{Entry, MessageMeta};
 use crate::vocab::{Check, Pattern, QueueDecl, Role, Status, Topology};
@@ -180,21 +178,7 @@ const SERVICE: &str = "inventory-service";
 
 impl Soak<'_> {
     fn spawn(&self, n: usize, config: RoleConfig) -> Result<Proc> {
-        let name = match &config {
-            RoleConfig::Producer(_) => "producer",
-            RoleConfig::Consumer(_) => "consumer",
-        };
-        let log = self.logs.join(format!("{n}-{name}.log"));
-        // Thousands of messages do not fit in one argument: a file.
-        let file = self.logs.join(format!("{n}-{name}.json"));
-        process::write_private(&file, &Envelope::new(config).to_json())?;
-        let mut cmd = Command::new(&self.exe);
-        cmd.arg("role")
-            .arg("--config-file")
-            .arg(&file)
-            .env("RUST_LOG", "warn");
-        let mut child = process::spawn(&mut cmd, &log, true)?;
-        let stdout = child.stdout.take().context("role stdout")?;
+        let (child, stdout, _) = crate::protocol::spawn_role(&self.exe, &self.logs, n, config)?;
         Ok(Proc {
             child,
             lines: BufReader::new(stdout).lines(),

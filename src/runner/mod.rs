@@ -34,7 +34,7 @@ use crate::faults::proxy::{Proxy, ProxyEvent, Rule};
 use crate::lab::{Action, Assertion, Consume, Fault, Lab, Project, Publish, Settle};
 use crate::naming::{database_for, vhost_for};
 use crate::protocol::{
-    ConsumerConfig, Envelope, FaultPoint, OutMessage, ProducerConfig, RetryPolicy, RoleConfig, Tier,
+    ConsumerConfig, FaultPoint, OutMessage, ProducerConfig, RetryPolicy, RoleConfig, Tier,
 };
 use crate::record::{RunRecord, SnapshotResult};
 use crate::snapshot;

@@ -4,21 +4,9 @@ use super::*;
 
 impl Ctx<'_> {
     pub(super) fn spawn_role(&mut self, config: RoleConfig) -> Result<RoleProc> {
-        let role = match &config {
-            RoleConfig::Producer(_) => "producer",
-            RoleConfig::Consumer(_) => "consumer",
-        };
         self.role_seq += 1;
-        let log = self.logs.join(format!("{}-{role}.log", self.role_seq));
-        let file = self.logs.join(format!("{}-{role}.json", self.role_seq));
-        process::write_private(&file, &Envelope::new(config).to_json())?;
-        let mut cmd = Command::new(self.exe);
-        cmd.arg("role")
-            .arg("--config-file")
-            .arg(&file)
-            .env("RUST_LOG", "warn");
-        let mut child = process::spawn(&mut cmd, &log, true)?;
-        let stdout = child.stdout.take().context("role stdout")?;
+        let (child, stdout, log) =
+            crate::protocol::spawn_role(self.exe, &self.logs, self.role_seq, config)?;
         Ok(RoleProc {
             child,
             lines: Some(BufReader::new(stdout).lines()),
