@@ -319,6 +319,15 @@ pub fn markdown(r: &Record) -> String {
 /// A Mermaid sequence diagram of what the transcript says happened: who
 /// published, which process got which delivery, what reached PostgreSQL,
 /// where a process was killed.
+/// The registry's diagram note for the placement a `[fault]` line names
+/// (its target, action and window), with its message filled in.
+fn registry_note(target: Target, e: &Entry, mid: &str) -> Option<String> {
+    let action = e.get("action")?.parse().ok()?;
+    let window = e.get("window")?.parse().ok()?;
+    let p = crate::vocab::placement_at(target, action, window)?;
+    Some(p.note.replace("{mid}", mid)).filter(|n| !n.is_empty())
+}
+
 pub fn mermaid(lines: &[String]) -> String {
     let entries: Vec<Entry> = lines.iter().filter_map(|l| Entry::parse(l)).collect();
     let mut queues: Vec<String> = Vec::new();
@@ -372,11 +381,19 @@ pub fn mermaid(lines: &[String]) -> String {
                 match (e.get("target"), status) {
                     (Some("broker"), Status::Injected) => {
                         has_broker = true;
-                        body.push(format!("    Note over B: broker {action}: SIGKILL, then started on the same data"));
+                        let what = match registry_note(Target::Broker, e, mid) {
+                            Some(note) => note,
+                            None => format!("broker {action}: SIGKILL, then started on the same data"),
+                        };
+                        body.push(format!("    Note over B: {what}"));
                     }
                     (Some("broker"), Status::Healed) => {
                         has_broker = true;
-                        body.push("    Note over B: ready again".to_string());
+                        let what = match action {
+                            "pause" => "resumed: it answers again",
+                            _ => "ready again",
+                        };
+                        body.push(format!("    Note over B: {what}"));
                     }
                     (Some("node"), status) => {
                         let n = e.get("node").unwrap_or("?").to_string();
@@ -399,15 +416,8 @@ pub fn mermaid(lines: &[String]) -> String {
                     }
                     (Some("network"), Status::Injected) => {
                         has_network = true;
-                        // The registry's note for the placement the line names.
-                        let note = match (action.parse(), e.get("window").map(str::parse)) {
-                            (Ok(a), Some(Ok(w))) => {
-                                crate::vocab::placement_at(Target::Network, a, w).map(|p| p.note)
-                            }
-                            _ => None,
-                        };
-                        let what = match note {
-                            Some(n) => n.replace("{mid}", mid),
+                        let what = match registry_note(Target::Network, e, mid) {
+                            Some(note) => note,
                             None => format!("network {action} of {mid}"),
                         };
                         body.push(format!("    Note over N: {what}"));
@@ -636,6 +646,26 @@ mod tests {
         );
         assert!(m.contains("Note over C1: connection lost"), "{m}");
         assert!(!m.contains(';'), "{m}");
+    }
+
+    /// A broker pause is drawn from the registry's note, not as a restart.
+    #[test]
+    fn mermaid_draws_a_broker_pause_as_a_pause() {
+        let lines: Vec<String> = [
+            "[fault] target=broker action=pause window=after-publish-before-confirm messageId=mid-2 status=injected",
+            "[producer] messageId=mid-2 destination=q routingKey=q status=confirm_timeout",
+            "[fault] target=broker action=pause window=after-publish-before-confirm messageId=mid-2 status=healed",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let m = mermaid(&lines);
+        assert!(
+            m.contains("Note over B: the broker paused, the confirm of mid-2 outstanding"),
+            "{m}"
+        );
+        assert!(m.contains("Note over B: resumed: it answers again"), "{m}");
+        assert!(!m.contains("SIGKILL"), "{m}");
     }
 
     #[test]

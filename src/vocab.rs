@@ -288,6 +288,13 @@ pub const PLACEMENTS: &[Placement] = &[
         ..placement(Target::Network, FaultAction::Hold, Site::Publish, Windows::These(&[Window::AfterPublishBeforeConfirm]), Then::None)
     },
     Placement {
+        needs_confirm_timeout: true,
+        explore: Explore::Row("broker/pause"),
+        doc: "the broker stops answering (SIGSTOP) with the message's confirm outstanding (the proxy holds it: the broker has the message); once the producer times out and sends the message again, the broker resumes",
+        note: "the broker paused, the confirm of {mid} outstanding",
+        ..placement(Target::Broker, FaultAction::Pause, Site::Publish, Windows::These(&[Window::AfterPublishBeforeConfirm]), Then::None)
+    },
+    Placement {
         explore: Explore::Row("broker/restart"),
         doc: "SIGKILL the broker and start it again on the same data",
         ..placement(Target::Broker, FaultAction::Restart, Site::Between, Windows::None, Then::None)
@@ -941,7 +948,7 @@ names! {
     pub enum Target ("fault target") {
         Producer = "producer": "the producer role process (at a window of its path)",
         Consumer = "consumer": "the consumer role process (at a window of its pattern's path)",
-        Broker = "broker": "the RabbitMQ node, between two steps",
+        Broker = "broker": "the RabbitMQ node, between two steps (restart) or at a producer's window (pause)",
         Network = "network": "a role's connection, through the harness's AMQP proxy",
         Node = "node": "one node of a three-node cluster (`nodes = 3`), between two steps or, killed, at a producer's window",
     }
@@ -956,6 +963,15 @@ names! {
         Hold = "hold": "hold the broker's confirm of the message; the producer times out (network, publish step)",
         Partition = "partition": "cut the node off from the other two (iptables, root); it pauses itself (pause_minority) and the harness and roles go to the other nodes (node)",
         Heal = "heal": "end the partition (node)",
+        Pause = "pause": "stop the broker (SIGSTOP; `docker pause` in containers) while a publish waits for its confirm, and resume it once the producer timed out (broker, publish step)",
+    }
+}
+
+impl Target {
+    /// Its faults act on the environment (the broker, a node): a lab with
+    /// one has the environment to itself, and `--env external` skips it.
+    pub fn acts_on_environment(self) -> bool {
+        matches!(self, Target::Broker | Target::Node)
     }
 }
 

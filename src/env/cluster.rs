@@ -237,25 +237,6 @@ impl ClusterEnv {
         self.base.node_ready(port, deadline).await
     }
 
-    pub fn signal_node(&self, n: usize, sig: Signal) -> Result<()> {
-        if n == 1 {
-            return match sig {
-                Signal::SIGSTOP => self.base.pause_broker(),
-                _ => self.base.resume_broker(),
-            };
-        }
-        if n < 2 || n > self.nodes() {
-            bail!("no node {n} in a {}-node cluster", self.nodes());
-        }
-        let pid = self.peers[n - 2]
-            .child
-            .as_ref()
-            .and_then(|c| c.id())
-            .context("the node is not running")?;
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig)?;
-        Ok(())
-    }
-
     /// Cuts node n off from every other node (both directions); AMQP on
     /// 127.0.0.1 stays reachable.
     pub fn partition(&mut self, n: usize) -> Result<()> {

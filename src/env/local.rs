@@ -622,15 +622,18 @@ impl LocalEnv {
         kept.write()
     }
 
-    pub fn pause_broker(&self) -> Result<()> {
-        self.signal_broker(Signal::SIGSTOP)
+    /// SIGSTOP, and the node seen stopped: it answers nothing until resumed.
+    pub async fn pause_broker(&self) -> Result<()> {
+        let pid = self.signal_broker(Signal::SIGSTOP)?;
+        process::await_stopped(pid, Duration::from_secs(5)).await
     }
 
     pub fn resume_broker(&self) -> Result<()> {
-        self.signal_broker(Signal::SIGCONT)
+        self.signal_broker(Signal::SIGCONT).map(drop)
     }
 
-    fn signal_broker(&self, sig: Signal) -> Result<()> {
+    /// Signals the node; its pid.
+    fn signal_broker(&self, sig: Signal) -> Result<u32> {
         let pid = self
             .rabbit
             .as_ref()
@@ -638,7 +641,7 @@ impl LocalEnv {
             .or(self.rabbit_pid)
             .context("the broker is not running")?;
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig)?;
-        Ok(())
+        Ok(pid)
     }
 
     /// `--keep`: let go of the servers without stopping them.

@@ -335,10 +335,10 @@ impl Environment {
 
     pub async fn pause_broker(&self) -> anyhow::Result<()> {
         match self {
-            Environment::Local(e) => e.pause_broker(),
+            Environment::Local(e) => e.pause_broker().await,
             Environment::Containers(e) => e.pause_broker().await,
             Environment::External(_) => not_ours(),
-            Environment::Cluster(e) => e.signal_node(1, nix::sys::signal::Signal::SIGSTOP),
+            Environment::Cluster(e) => e.base.pause_broker().await,
         }
     }
 
@@ -347,7 +347,7 @@ impl Environment {
             Environment::Local(e) => e.resume_broker(),
             Environment::Containers(e) => e.resume_broker().await,
             Environment::External(_) => not_ours(),
-            Environment::Cluster(e) => e.signal_node(1, nix::sys::signal::Signal::SIGCONT),
+            Environment::Cluster(e) => e.base.resume_broker(),
         }
     }
 }
@@ -392,22 +392,6 @@ impl Environment {
             Environment::Cluster(e) => e.restart_node(n).await,
             Environment::Containers(e) => e.restart_node(n).await,
             _ if n == 1 => self.restart_broker().await,
-            _ => self.cluster("node 2 or 3").map(drop),
-        }
-    }
-
-    pub async fn pause_node(&mut self, n: usize) -> anyhow::Result<()> {
-        match self {
-            Environment::Cluster(e) => e.signal_node(n, nix::sys::signal::Signal::SIGSTOP),
-            _ if n == 1 => self.pause_broker().await,
-            _ => self.cluster("node 2 or 3").map(drop),
-        }
-    }
-
-    pub async fn resume_node(&mut self, n: usize) -> anyhow::Result<()> {
-        match self {
-            Environment::Cluster(e) => e.signal_node(n, nix::sys::signal::Signal::SIGCONT),
-            _ if n == 1 => self.resume_broker().await,
             _ => self.cluster("node 2 or 3").map(drop),
         }
     }

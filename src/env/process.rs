@@ -95,3 +95,27 @@ pub fn tail(path: &Path, n: usize) -> String {
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
+
+/// Waits until process `pid` is stopped (`T` in `/proc/<pid>/stat`): a
+/// SIGSTOP is delivered when the process is next scheduled, and a pause
+/// that has not taken yet would let the broker answer.
+pub async fn await_stopped(pid: u32, within: Duration) -> Result<()> {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .with_context(|| format!("process {pid} is gone"))?;
+        // The state follows the command name's closing parenthesis.
+        let state = stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.chars().next());
+        if state == Some('T') {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            anyhow::bail!(
+                "process {pid} is not stopped {within:?} after SIGSTOP (state {state:?})"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}

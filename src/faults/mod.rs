@@ -1,12 +1,46 @@
-//! Faults as a family (Jepsen's nemesis). The role side ([`point`]): a role
+//! Faults as families (Jepsen's nemesis). The role side ([`point`]): a role
 //! that reaches the window the lab selected for a message prints a marker and
 //! blocks, so the harness's SIGKILL lands exactly there. The network side
 //! ([`proxy`]): the harness's AMQP proxy between each role and the broker
 //! acts on one message's frames (drops an ack and cuts the connection, holds
-//! a confirm). The broker side is the environment's own kill/restart; the
-//! runner sequences all three.
+//! a confirm). A family that sequences its own fault on a step
+//! ([`pause`]) does it through a [`Stage`], which the runner implements:
+//! where a family goes is a [`crate::vocab::PLACEMENTS`] entry, what it does
+//! is its module.
 
 pub mod blackbox;
+pub mod pause;
 pub mod pgproxy;
 pub mod point;
 pub mod proxy;
+
+use anyhow::Result;
+
+use crate::env::Environment;
+use crate::vocab::{Role, Status};
+use proxy::{Proxy, ProxyEvent};
+
+/// What a fault family's hooks may ask of the publish step in progress.
+/// The runner implements it (its step's producer, its deadline, its
+/// transcript), so a family sequences its fault without knowing the runner,
+/// and every wait ends at the step's deadline with the step's message.
+#[allow(async_fn_in_trait)] // used generically, never as `dyn`
+pub trait Stage {
+    /// The lab's name, for the family's `[fault]` lines.
+    fn lab(&self) -> &str;
+    /// A line in the transcript (and on the terminal), as `role`.
+    fn say(&mut self, role: Role, line: &str);
+    /// The harness's AMQP proxy between the roles and the broker.
+    fn proxy(&self) -> &Proxy;
+    /// The environment; an error when the run shares it (it has no broker
+    /// fault, by [`crate::lab::Lab::has_broker_fault`], so this is a bug).
+    fn env(&mut self) -> Result<&mut Environment>;
+    /// The proxy's next event, by the step's deadline.
+    async fn proxy_event(&mut self) -> Result<ProxyEvent>;
+    /// Starts the step's producer (with the step's settings).
+    fn start_producer(&mut self) -> Result<()>;
+    /// Follows the producer's lines up to and including `status` for `message`.
+    async fn producer_until(&mut self, message: &str, status: Status) -> Result<()>;
+    /// Follows the producer to its exit, which must be 0.
+    async fn finish_producer(&mut self) -> Result<()>;
+}

@@ -108,8 +108,8 @@ pub enum ErrorKind {
     NodeKillNotProducers { node: usize, producer: usize },
     #[error("`{action}` of the {target} acts on the built-in consumer's own frames, not on a program's (a program is faulted with `target = \"consumer\"`, `action = \"kill\"`)")]
     BuiltInConsumerOnly { target: Target, action: FaultAction },
-    #[error("a held confirm needs the producer to give up on it: the publish step needs `confirm = true` and a `confirm_timeout_ms`")]
-    HoldNeedsConfirmTimeout,
+    #[error("`{action}` of the {target} holds the confirm until the producer gives up on it: the publish step needs `confirm = true` and a `confirm_timeout_ms`")]
+    HoldNeedsConfirmTimeout { target: Target, action: FaultAction },
     #[error("a node killed at the producer's window needs its confirm (`confirm = true`, no `confirm_timeout_ms`): the harness holds it until the kill")]
     NodeKillNeedsConfirm,
     #[error("`nodes = {0}`: a lab runs on 1 node, or on a cluster of 3")]
@@ -874,7 +874,10 @@ impl<'a> Checker<'a> {
                 self.err(
                     fkey.clone(),
                     span(spanned),
-                    ErrorKind::HoldNeedsConfirmTimeout,
+                    ErrorKind::HoldNeedsConfirmTimeout {
+                        target,
+                        action: act,
+                    },
                 );
             }
             _ => {}
@@ -1489,7 +1492,7 @@ violations = { rows = 3 }
                 r#"fault = { target = "consumer", action = "kill""#,
                 r#"fault = { target = "network", action = "hold""#,
                 None,
-                "(producer: kill on a publish step; consumer: kill on a consume step; broker: restart in a step of its own; network: cut (built-in consumer) on a consume step, cut or hold on a publish step; node: kill on a publish step, kill, restart, partition or heal in a step of its own)",
+                "(producer: kill on a publish step; consumer: kill on a consume step; broker: pause on a publish step, restart in a step of its own; network: cut (built-in consumer) on a consume step, cut or hold on a publish step; node: kill on a publish step, kill, restart, partition or heal in a step of its own)",
             ),
             (
                 "consume = { queue = \"q\", settle = 2 }\nfault = { target = \"consumer\", action = \"kill\"",
@@ -1502,14 +1505,33 @@ violations = { rows = 3 }
                 r#"publish = { routing_key = "q", confirm = false, confirm_timeout_ms = 500, messages = ["order-1001", "order-1002"] }
 fault = { target = "network", action = "hold", window = "after-publish-before-confirm", message = "mid-1" }"#,
                 None,
-                "step[0].fault: a held confirm needs the producer to give up on it",
+                "step[0].fault: `hold` of the network holds the confirm until the producer gives up on it",
             ),
             (
                 r#"messages = ["order-1001", "order-1002"] }"#,
                 r#"messages = ["order-1001", "order-1002"] }
 fault = { target = "network", action = "hold", window = "after-publish-before-confirm", message = "mid-1" }"#,
                 None,
-                "t.toml:10:9: step[0].fault: a held confirm needs the producer to give up on it: the publish step needs `confirm = true` and a `confirm_timeout_ms`",
+                "t.toml:10:9: step[0].fault: `hold` of the network holds the confirm until the producer gives up on it: the publish step needs `confirm = true` and a `confirm_timeout_ms`",
+            ),
+            (
+                r#"messages = ["order-1001", "order-1002"] }"#,
+                r#"messages = ["order-1001", "order-1002"] }
+fault = { target = "broker", action = "pause", window = "after-publish-before-confirm", message = "mid-1" }"#,
+                None,
+                "t.toml:10:9: step[0].fault: `pause` of the broker holds the confirm until the producer gives up on it: the publish step needs `confirm = true` and a `confirm_timeout_ms`",
+            ),
+            (
+                r#"fault = { target = "consumer", action = "kill""#,
+                r#"fault = { target = "broker", action = "pause""#,
+                None,
+                "step[1].fault.action: `pause` of the broker does not belong on this step",
+            ),
+            (
+                "[[step]]\nconsume",
+                "[[step]]\nfault = { target = \"broker\", action = \"pause\" }\n\n[[step]]\nconsume",
+                None,
+                "step[1].fault.target: `pause` of the broker does not belong on this step",
             ),
             (
                 r#"fault = { target = "consumer", action = "kill", window = "after-commit-before-ack""#,

@@ -57,7 +57,9 @@ impl Lab {
     pub fn has_broker_fault(&self) -> bool {
         self.steps.iter().any(|s| {
             matches!(s.action, Action::Broker(_) | Action::Node { .. })
-                || s.fault.as_ref().is_some_and(|f| f.node.is_some())
+                || s.fault
+                    .as_ref()
+                    .is_some_and(|f| f.target.acts_on_environment())
         })
     }
 
@@ -155,6 +157,15 @@ pub struct Publish {
 }
 
 impl Publish {
+    /// The message the producer sends just before `message`, if any.
+    pub fn message_before(&self, message: &str) -> Option<String> {
+        self.messages
+            .iter()
+            .take_while(|m| m.meta.message_id != message)
+            .last()
+            .map(|m| m.meta.message_id.clone())
+    }
+
     /// What the producer's lines call `destination`: the exchange, or the
     /// queue when publishing through the default exchange.
     pub fn destination(&self) -> &str {

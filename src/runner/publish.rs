@@ -17,6 +17,18 @@ impl Ctx<'_> {
             Some((f, Target::Node, FaultAction::Kill)) => {
                 return self.publish_node_kill(p, f, phase, deadline, secs).await;
             }
+            Some((f, Target::Broker, FaultAction::Pause)) => {
+                let mut stage = PublishStage {
+                    ctx: self,
+                    p,
+                    phase,
+                    deadline,
+                    secs,
+                    proc: None,
+                };
+                crate::faults::pause::on_publish(&mut stage, p, f).await?;
+                return self.assert(&f.asserts).await;
+            }
             Some((f, Target::Producer, FaultAction::Kill)) => {
                 let killed = self.producer_config(p, Some(point_of(f)));
                 let mut proc = self.spawn_role(RoleConfig::Producer(killed))?;
@@ -215,5 +227,78 @@ impl Ctx<'_> {
         }
         self.proxy().release();
         Ok(())
+    }
+}
+
+/// A publish step as a fault family's hooks see it: its producer, its
+/// deadline, the run's transcript, proxy and environment.
+struct PublishStage<'c, 'a> {
+    ctx: &'c mut Ctx<'a>,
+    p: &'c Publish,
+    phase: &'c str,
+    deadline: Instant,
+    secs: u64,
+    proc: Option<RoleProc>,
+}
+
+impl crate::faults::Stage for PublishStage<'_, '_> {
+    fn lab(&self) -> &str {
+        &self.ctx.lab.name
+    }
+
+    fn say(&mut self, role: Role, line: &str) {
+        self.ctx.emit(role, line);
+    }
+
+    fn proxy(&self) -> &Proxy {
+        self.ctx.proxy()
+    }
+
+    fn env(&mut self) -> Result<&mut Environment> {
+        self.ctx
+            .env
+            .as_deref_mut()
+            .context("a broker fault needs the environment to itself: this run shares it")
+    }
+
+    async fn proxy_event(&mut self) -> Result<ProxyEvent> {
+        let rx = &mut self.ctx.proxy.as_mut().expect("prepared before any step").1;
+        match tokio::time::timeout_at(self.deadline.into(), rx.recv()).await {
+            Ok(Some(event)) => Ok(event),
+            Ok(None) => bail!("phase {}: the proxy stopped", self.phase),
+            Err(_) => bail!(
+                "phase {} exceeded {} s waiting for the proxy",
+                self.phase,
+                self.secs
+            ),
+        }
+    }
+
+    fn start_producer(&mut self) -> Result<()> {
+        let cfg = self.ctx.producer_config(self.p, None);
+        self.proc = Some(self.ctx.spawn_role(RoleConfig::Producer(cfg))?);
+        Ok(())
+    }
+
+    async fn producer_until(&mut self, message: &str, status: Status) -> Result<()> {
+        let (phase, deadline, secs) = (self.phase, self.deadline, self.secs);
+        let mut proc = self.proc.take().context("no producer to follow")?;
+        let r = self
+            .ctx
+            .follow_until(&mut proc, phase, deadline, secs, message, status)
+            .await;
+        self.proc = Some(proc);
+        r
+    }
+
+    async fn finish_producer(&mut self) -> Result<()> {
+        let (phase, deadline, secs) = (self.phase, self.deadline, self.secs);
+        let mut proc = self.proc.take().context("no producer to follow")?;
+        self.ctx
+            .follow(&mut proc, Role::Producer, phase, deadline, secs, None)
+            .await?;
+        self.ctx
+            .expect_success(&mut proc, phase, deadline, secs)
+            .await
     }
 }
