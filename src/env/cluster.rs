@@ -16,20 +16,9 @@ use nix::sys::signal::Signal;
 use tokio::process::{Child, ChildStdin};
 
 use super::local::{LocalEnv, RabbitLaunch};
+use super::nodes::{self, Nodes};
 use super::process;
 use super::{free_ports, EnvOptions};
-
-/// An Erlang expression for `rabbitmqctl eval` on a running node: `true`
-/// once the quorum queue's leader, as that node's ra server finds it, is a
-/// node other than `gone` (a node name, unquoted).
-pub(super) fn leader_elsewhere(vhost: &str, queue: &str, gone: &str) -> String {
-    format!(
-        "case rabbit_amqqueue:lookup(rabbit_misc:r(<<\"{vhost}\">>, queue, <<\"{queue}\">>)) of \
-         {{ok, Q}} -> case amqqueue:get_pid(Q) of \
-         {{Name, _}} -> case ra:members({{Name, node()}}, 2000) of {{ok, _, {{_, L}}}} -> L =/= '{gone}'; _ -> false end; \
-         _ -> false end; _ -> false end."
-    )
-}
 
 /// Whether this machine can cut a node off: iptables answers, as root
 /// (`iptables -S` needs CAP_NET_ADMIN). Checked before any server starts.
@@ -258,61 +247,6 @@ impl ClusterEnv {
         Ok(())
     }
 
-    /// Waits until node n, cut off, has paused itself (pause_minority stops
-    /// its AMQP listener once it sees itself in a minority: about
-    /// net_ticktime, 10 s, after the cut) and every other running node has
-    /// seen it go. Measured: a publish on node 2 sent after node 1 paused
-    /// but before node 2 noticed (1 s later, under load) was nacked, and so
-    /// was every resend on that channel for 35 s.
-    pub async fn await_paused(&self, n: usize) -> Result<()> {
-        let port = self.amqp_ports()[n - 1];
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let gone = format!("lists:member('{}', nodes()).", self.net.node_name(n));
-        for m in 1..=self.nodes() {
-            let Some(launch) = self.running_launch(m).filter(|_| m != n) else {
-                continue;
-            };
-            if let Err(seen) = super::poll_eval(deadline, "false", || launch.eval(&gone)).await {
-                bail!("node {m} still sees node {n} 60 s after it was cut off ({seen})");
-            }
-        }
-        while tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-        {
-            if Instant::now() > deadline {
-                bail!("node {n} still answers AMQP 60 s after it was cut off: it did not pause (pause_minority)");
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        Ok(())
-    }
-
-    /// Waits until a running node other than `gone` names a leader of the
-    /// quorum queue other than `gone` (ra:members goes through the leader
-    /// that node knows, or waits while there is none). Measured: a publish
-    /// sent to node 2 before the election ended was nacked, again and again.
-    pub async fn await_leader(
-        &self,
-        gone: usize,
-        vhost: &str,
-        queue: &str,
-        deadline: Instant,
-    ) -> Result<()> {
-        let (m, launch) = (1..=self.nodes())
-            .filter(|m| *m != gone)
-            .find_map(|m| self.running_launch(m).map(|l| (m, l)))
-            .context("no other node is running")?;
-        let expr = leader_elsewhere(vhost, queue, &self.net.node_name(gone));
-        super::poll_eval(deadline, "true", || launch.eval(&expr))
-            .await
-            .map_err(|seen| {
-                anyhow::anyhow!(
-                    "node {m} names no leader of `{queue}` but the killed node by the step's deadline ({seen})"
-                )
-            })
-    }
-
     /// Node m's launch, if it runs (not killed by the lab).
     fn running_launch(&self, m: usize) -> Option<&RabbitLaunch> {
         match m {
@@ -325,18 +259,6 @@ impl ClusterEnv {
         }
     }
 
-    /// Node n writes its metadata log now (see `LocalEnv::sync_metadata`).
-    pub async fn sync_metadata(&self, n: usize) -> Result<()> {
-        let launch = self
-            .running_launch(n)
-            .with_context(|| format!("node {n} is not running"))?;
-        let out = launch.eval("mnesia:sync_log().").await?;
-        if out != "ok" {
-            bail!("`rabbitmqctl eval mnesia:sync_log()` on node {n} answered: {out}");
-        }
-        Ok(())
-    }
-
     /// Removes every cut.
     pub fn heal(&mut self) -> Result<()> {
         if let Some(chain) = &self.chain {
@@ -345,19 +267,11 @@ impl ClusterEnv {
         Ok(())
     }
 
-    /// Waits until the nodes that were cut off answer AMQP again (a paused
-    /// node restarts its broker once it sees the majority).
+    /// Waits until the nodes that were cut off answer AMQP again.
     pub async fn await_healed(&mut self) -> Result<()> {
         let deadline = Instant::now() + self.base.ready_timeout();
-        for n in std::mem::take(&mut self.cut) {
-            // A node killed while cut off has nothing to come back.
-            if self.running_launch(n).is_none() {
-                continue;
-            }
-            let port = self.amqp_ports()[n - 1];
-            self.base.node_ready(port, deadline).await?;
-        }
-        Ok(())
+        let cut = std::mem::take(&mut self.cut);
+        nodes::await_healed(self, &cut, deadline).await
     }
 
     /// The chain, created on first use and hooked into INPUT; its name is
@@ -407,6 +321,41 @@ impl Drop for ClusterEnv {
                 process::kill_now(c);
             }
         }
+    }
+}
+
+impl Nodes for ClusterEnv {
+    fn count(&self) -> usize {
+        self.nodes()
+    }
+
+    fn name(&self, n: usize) -> String {
+        self.net.node_name(n)
+    }
+
+    async fn running(&self, n: usize) -> bool {
+        self.running_launch(n).is_some()
+    }
+
+    async fn eval(&self, n: usize, expr: &str) -> Result<String> {
+        self.running_launch(n)
+            .with_context(|| format!("node {n} is not running"))?
+            .eval(expr)
+            .await
+    }
+
+    async fn ready(&self, n: usize, deadline: Instant) -> Result<()> {
+        self.base
+            .node_ready(self.amqp_ports()[n - 1], deadline)
+            .await
+    }
+
+    /// Its AMQP listener on 127.0.0.1 refuses: the broker stopped serving.
+    async fn stopped(&self, n: usize) -> Result<bool> {
+        let port = self.amqp_ports()[n - 1];
+        Ok(tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err())
     }
 }
 

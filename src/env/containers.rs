@@ -16,6 +16,7 @@ use testcontainers::CopyTargetOptions;
 use testcontainers::{ContainerAsync, GenericImage, ImageExt};
 
 use super::guard::RUN_VAR;
+use super::nodes::{self, Nodes};
 use super::{definitions_json, free_ports, Endpoints, EnvInfo, EnvOptions};
 use crate::{amqp, store};
 
@@ -487,7 +488,7 @@ impl ContainersEnv {
         }
     }
 
-    async fn running(&self, n: usize) -> bool {
+    async fn is_up(&self, n: usize) -> bool {
         match self.node(n) {
             Ok(c) => c.is_running().await.unwrap_or(false),
             Err(_) => false,
@@ -500,7 +501,7 @@ impl ContainersEnv {
     }
 
     pub async fn restart_node(&mut self, n: usize) -> Result<()> {
-        if self.running(n).await {
+        if self.is_up(n).await {
             self.kill_node(n).await?;
         }
         self.node(n)?.start().await?;
@@ -508,7 +509,7 @@ impl ContainersEnv {
     }
 
     /// `rabbitmqctl eval` in node n's container.
-    async fn eval(&self, n: usize, expr: &str) -> Result<String> {
+    async fn exec_eval(&self, n: usize, expr: &str) -> Result<String> {
         let mut r = self
             .node(n)?
             .exec(testcontainers::core::ExecCommand::new([
@@ -537,15 +538,6 @@ impl ContainersEnv {
             );
         }
         Ok(out)
-    }
-
-    /// See `LocalEnv::sync_metadata`: node n writes its metadata log now.
-    pub async fn sync_metadata(&self, n: usize) -> Result<()> {
-        let out = self.eval(n, "mnesia:sync_log().").await?;
-        if out != "ok" {
-            bail!("`rabbitmqctl eval mnesia:sync_log()` on node {n} answered: {out}");
-        }
-        Ok(())
     }
 
     /// The node's process id and its address on the cluster's network.
@@ -591,27 +583,6 @@ impl ContainersEnv {
         Ok(())
     }
 
-    /// Waits until node n has paused itself (pause_minority: its broker
-    /// stopped) and every other running node has seen it go.
-    pub async fn await_paused(&self, n: usize) -> Result<()> {
-        let c = self.cluster.as_ref().context("a cluster")?;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let gone = format!("lists:member('rabbit@{}', nodes()).", c.names[n - 1]);
-        let checks = (1..=self.nodes())
-            .filter(|m| *m != n)
-            .map(|m| (m, gone.as_str()))
-            .chain(std::iter::once((n, "rabbit:is_running().")));
-        for (m, expr) in checks {
-            if !self.running(m).await {
-                continue;
-            }
-            if let Err(seen) = super::poll_eval(deadline, "false", || self.eval(m, expr)).await {
-                bail!("node {n} cut off: `{expr}` on node {m} is not false 60 s on ({seen})");
-            }
-        }
-        Ok(())
-    }
-
     /// Ends every cut and waits until the nodes cut off answer again.
     pub async fn heal(&mut self) -> Result<()> {
         let cut = match &self.cluster {
@@ -621,7 +592,7 @@ impl ContainersEnv {
         for (n, others) in &cut {
             // A node that was killed (or restarted: a new namespace) since
             // has no rules left.
-            if !self.running(*n).await {
+            if !self.is_up(*n).await {
                 continue;
             }
             let (pid, _) = self.pid_and_ip(*n).await?;
@@ -638,43 +609,39 @@ impl ContainersEnv {
             c.cut.clear();
         }
         let deadline = Instant::now() + self.ready.1;
-        for (n, _) in cut {
-            if self.running(n).await {
-                self.node_ready(n, deadline).await?;
-            }
-        }
-        Ok(())
+        let cut: Vec<usize> = cut.iter().map(|(n, _)| *n).collect();
+        nodes::await_healed(self, &cut, deadline).await
+    }
+}
+
+impl Nodes for ContainersEnv {
+    fn count(&self) -> usize {
+        self.nodes()
     }
 
-    /// See `ClusterEnv::await_leader`.
-    pub async fn await_leader(
-        &self,
-        gone: usize,
-        vhost: &str,
-        queue: &str,
-        deadline: Instant,
-    ) -> Result<()> {
-        let c = self.cluster.as_ref().context("a cluster")?;
-        let mut m = None;
-        for n in (1..=self.nodes()).filter(|n| *n != gone) {
-            if self.running(n).await {
-                m = Some(n);
-                break;
-            }
+    fn name(&self, n: usize) -> String {
+        match &self.cluster {
+            Some(c) => format!("rabbit@{}", c.names[n - 1]),
+            None => "rabbit@localhost".into(),
         }
-        let m = m.context("no other node is running")?;
-        let expr = super::cluster::leader_elsewhere(
-            vhost,
-            queue,
-            &format!("rabbit@{}", c.names[gone - 1]),
-        );
-        super::poll_eval(deadline, "true", || self.eval(m, &expr))
-            .await
-            .map_err(|seen| {
-                anyhow::anyhow!(
-                    "node {m} names no leader of `{queue}` but the killed node by the step's deadline ({seen})"
-                )
-            })
+    }
+
+    async fn running(&self, n: usize) -> bool {
+        self.is_up(n).await
+    }
+
+    async fn eval(&self, n: usize, expr: &str) -> Result<String> {
+        self.exec_eval(n, expr).await
+    }
+
+    async fn ready(&self, n: usize, deadline: Instant) -> Result<()> {
+        self.node_ready(n, deadline).await
+    }
+
+    /// The node says its broker is not running (a container's published
+    /// port accepts whatever the broker does); no answer yet: not stopped.
+    async fn stopped(&self, n: usize) -> Result<bool> {
+        Ok(matches!(self.exec_eval(n, "rabbit:is_running().").await, Ok(a) if a == "false"))
     }
 }
 

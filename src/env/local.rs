@@ -12,6 +12,7 @@ use nix::sys::signal::Signal;
 use tokio::process::{Child, ChildStdin, Command};
 
 use super::guard::RUN_VAR;
+use super::nodes::Nodes;
 use super::process;
 use super::{definitions_json, free_ports, Endpoints, EnvInfo, EnvOptions};
 use crate::{amqp, store};
@@ -585,24 +586,6 @@ impl LocalEnv {
         Ok(())
     }
 
-    /// Has the node write its metadata log (mnesia's, where a queue's
-    /// declaration lives) to disk now. mnesia logs a commit asynchronously:
-    /// measured, a durable queue declared a few ms before a SIGKILL was gone
-    /// after the restart, with its confirmed persistent messages (2 of 42
-    /// warm broker-restart runs). A lab that kills the broker declares its
-    /// queues, then syncs, so the crash tests the messages, not the declare.
-    pub async fn sync_metadata(&self) -> Result<()> {
-        let launch = self
-            .rabbit_launch
-            .as_ref()
-            .context("RabbitMQ was never configured")?;
-        let out = launch.eval("mnesia:sync_log().").await?;
-        if out != "ok" {
-            bail!("`rabbitmqctl eval mnesia:sync_log()` answered: {out}");
-        }
-        Ok(())
-    }
-
     /// The mark the node and its holder carry: the kept directory.
     fn mark(&self) -> &std::ffi::OsStr {
         self.rabbit_launch
@@ -790,6 +773,48 @@ impl LocalEnv {
         {
             std::mem::forget(c);
         }
+    }
+}
+
+/// One node: node 1.
+impl Nodes for LocalEnv {
+    fn count(&self) -> usize {
+        1
+    }
+
+    fn name(&self, _n: usize) -> String {
+        self.rabbit_launch
+            .as_ref()
+            .and_then(|l| l.envs.iter().find(|(k, _)| k == "RABBITMQ_NODENAME"))
+            .map(|(_, v)| v.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+
+    async fn running(&self, n: usize) -> bool {
+        n == 1 && self.is_running()
+    }
+
+    async fn eval(&self, n: usize, expr: &str) -> Result<String> {
+        if n != 1 {
+            bail!("no node {n}: one node runs");
+        }
+        self.rabbit_launch
+            .as_ref()
+            .context("RabbitMQ was never configured")?
+            .eval(expr)
+            .await
+    }
+
+    async fn ready(&self, _n: usize, deadline: Instant) -> Result<()> {
+        self.node_ready(self.endpoints.amqp_port, deadline).await
+    }
+
+    async fn stopped(&self, _n: usize) -> Result<bool> {
+        Ok(
+            tokio::net::TcpStream::connect(("127.0.0.1", self.endpoints.amqp_port))
+                .await
+                .is_err(),
+        )
     }
 }
 

@@ -6,6 +6,7 @@ pub mod containers;
 pub mod external;
 pub mod guard;
 pub mod local;
+pub mod nodes;
 pub mod process;
 
 use std::time::Duration;
@@ -299,10 +300,10 @@ impl Environment {
     /// kills it (see `LocalEnv::sync_metadata`); in a cluster, node n's.
     pub async fn sync_metadata(&self, n: usize) -> anyhow::Result<()> {
         match self {
-            Environment::Local(e) => e.sync_metadata().await,
-            Environment::Containers(e) => e.sync_metadata(n).await,
+            Environment::Local(e) => nodes::sync_metadata(&**e, n).await,
+            Environment::Containers(e) => nodes::sync_metadata(&**e, n).await,
             Environment::External(_) => Ok(()),
-            Environment::Cluster(e) => e.sync_metadata(n).await,
+            Environment::Cluster(e) => nodes::sync_metadata(&**e, n).await,
         }
     }
 
@@ -316,9 +317,11 @@ impl Environment {
         deadline: std::time::Instant,
     ) -> anyhow::Result<()> {
         match self {
-            Environment::Cluster(e) => e.await_leader(gone, vhost, queue, deadline).await,
-            Environment::Containers(e) if e.nodes() > 1 => {
-                e.await_leader(gone, vhost, queue, deadline).await
+            Environment::Cluster(e) => {
+                nodes::await_leader(&**e, gone, vhost, queue, deadline).await
+            }
+            Environment::Containers(e) => {
+                nodes::await_leader(&**e, gone, vhost, queue, deadline).await
             }
             _ => Ok(()),
         }
@@ -353,15 +356,6 @@ impl Environment {
 }
 
 impl Environment {
-    /// The nodes a lab can address (`node = N`): 1 but in a cluster.
-    pub fn nodes(&self) -> usize {
-        match self {
-            Environment::Cluster(e) => e.nodes(),
-            Environment::Containers(e) => e.nodes(),
-            _ => 1,
-        }
-    }
-
     /// Each node's AMQP port on 127.0.0.1, node 1 first.
     pub fn amqp_ports(&self) -> Vec<u16> {
         match self {
@@ -401,11 +395,11 @@ impl Environment {
     pub async fn partition(&mut self, n: usize) -> anyhow::Result<()> {
         if let Environment::Containers(e) = self {
             e.partition(n).await?;
-            return e.await_paused(n).await;
+            return nodes::await_paused(&**e, n).await;
         }
         let c = self.cluster("a partition")?;
         c.partition(n)?;
-        c.await_paused(n).await
+        nodes::await_paused(&*c, n).await
     }
 
     /// Ends every cut and waits until the nodes that were cut off answer again.

@@ -1,0 +1,130 @@
+//! A broker's nodes, as the waits see them: one node (local, containers)
+//! or a cluster's three (local processes, containers). What a node is
+//! (a child process, a container) is each environment's own; what the
+//! harness waits for on nodes (metadata on disk, a quorum leader elsewhere,
+//! a node paused by its minority, nodes answering again) is written here,
+//! once, over [`Nodes`].
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+/// The nodes of one environment, node 1 first.
+#[allow(async_fn_in_trait)] // used generically, never as `dyn`
+pub trait Nodes {
+    /// How many: 1, or a cluster's.
+    fn count(&self) -> usize;
+    /// Node n's Erlang name, as the other nodes know it.
+    fn name(&self, n: usize) -> String;
+    /// Whether node n runs (not killed by the lab).
+    async fn running(&self, n: usize) -> bool;
+    /// `rabbitmqctl eval EXPR` on node n: its printed answer, trimmed.
+    async fn eval(&self, n: usize, expr: &str) -> Result<String>;
+    /// Waits until node n answers AMQP, by `deadline`.
+    async fn ready(&self, n: usize, deadline: Instant) -> Result<()>;
+    /// Whether node n's broker has stopped serving (pause_minority), as this
+    /// environment can see it: its AMQP port refuses (local), or the node
+    /// says `rabbit:is_running()` is false (a container's port mapping
+    /// accepts connections whatever the broker does).
+    async fn stopped(&self, n: usize) -> Result<bool>;
+}
+
+/// Node n writes its metadata log (mnesia's, where a queue's declaration
+/// lives) to disk now. mnesia logs a commit asynchronously: measured, a
+/// durable queue declared a few ms before a SIGKILL was gone after the
+/// restart, with its confirmed persistent messages (2 of 42 warm
+/// broker-restart runs). A lab that kills the broker declares its queues,
+/// then syncs, so the crash tests the messages, not the declaration.
+pub async fn sync_metadata(nodes: &impl Nodes, n: usize) -> Result<()> {
+    if !nodes.running(n).await {
+        bail!("node {n} is not running");
+    }
+    let out = nodes.eval(n, "mnesia:sync_log().").await?;
+    if out != "ok" {
+        bail!("`rabbitmqctl eval mnesia:sync_log()` on node {n} answered: {out}");
+    }
+    Ok(())
+}
+
+/// Waits until a running node other than `gone` names a leader of the
+/// quorum queue other than `gone` (ra:members goes through the leader that
+/// node knows, or waits while there is none). Measured: a publish sent to
+/// node 2 before the election ended was nacked, again and again. One node:
+/// nothing to wait for.
+pub async fn await_leader(
+    nodes: &impl Nodes,
+    gone: usize,
+    vhost: &str,
+    queue: &str,
+    deadline: Instant,
+) -> Result<()> {
+    if nodes.count() < 2 {
+        return Ok(());
+    }
+    let mut asked = None;
+    for m in (1..=nodes.count()).filter(|m| *m != gone) {
+        if nodes.running(m).await {
+            asked = Some(m);
+            break;
+        }
+    }
+    let m = asked.context("no other node is running")?;
+    let expr = leader_elsewhere(vhost, queue, &nodes.name(gone));
+    super::poll_eval(deadline, "true", || nodes.eval(m, &expr))
+        .await
+        .map_err(|seen| {
+            anyhow::anyhow!(
+                "node {m} names no leader of `{queue}` but the killed node by the step's deadline ({seen})"
+            )
+        })
+}
+
+/// Waits until node n, cut off, has paused itself (pause_minority stops its
+/// broker once it sees itself in a minority: about net_ticktime, 10 s,
+/// after the cut) and every other running node has seen it go. Measured: a
+/// publish on node 2 sent after node 1 paused but before node 2 noticed
+/// (1 s later, under load) was nacked, and so was every resend on that
+/// channel for 35 s.
+pub async fn await_paused(nodes: &impl Nodes, n: usize) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let gone = format!("lists:member('{}', nodes()).", nodes.name(n));
+    for m in (1..=nodes.count()).filter(|m| *m != n) {
+        if !nodes.running(m).await {
+            continue;
+        }
+        if let Err(seen) = super::poll_eval(deadline, "false", || nodes.eval(m, &gone)).await {
+            bail!("node {m} still sees node {n} 60 s after it was cut off ({seen})");
+        }
+    }
+    while !nodes.stopped(n).await? {
+        if Instant::now() > deadline {
+            bail!("node {n} still serves 60 s after it was cut off: it did not pause (pause_minority)");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(())
+}
+
+/// Waits until the nodes that were cut off and still run answer AMQP again
+/// (a paused node restarts its broker once it sees the majority).
+pub async fn await_healed(nodes: &impl Nodes, cut: &[usize], deadline: Instant) -> Result<()> {
+    for &n in cut {
+        // A node killed while cut off has nothing to come back.
+        if nodes.running(n).await {
+            nodes.ready(n, deadline).await?;
+        }
+    }
+    Ok(())
+}
+
+/// An Erlang expression for `rabbitmqctl eval` on a running node: `true`
+/// once the quorum queue's leader, as that node's ra server finds it, is a
+/// node other than `gone` (a node name, unquoted).
+pub(super) fn leader_elsewhere(vhost: &str, queue: &str, gone: &str) -> String {
+    format!(
+        "case rabbit_amqqueue:lookup(rabbit_misc:r(<<\"{vhost}\">>, queue, <<\"{queue}\">>)) of \
+         {{ok, Q}} -> case amqqueue:get_pid(Q) of \
+         {{Name, _}} -> case ra:members({{Name, node()}}, 2000) of {{ok, _, {{_, L}}}} -> L =/= '{gone}'; _ -> false end; \
+         _ -> false end; _ -> false end."
+    )
+}
