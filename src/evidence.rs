@@ -316,9 +316,6 @@ pub fn markdown(r: &Record) -> String {
     md
 }
 
-/// A Mermaid sequence diagram of what the transcript says happened: who
-/// published, which process got which delivery, what reached PostgreSQL,
-/// where a process was killed.
 /// The registry's diagram note for the placement a `[fault]` line names
 /// (its target, action and window), with its message filled in.
 fn registry_note(target: Target, e: &Entry, mid: &str) -> Option<String> {
@@ -328,6 +325,9 @@ fn registry_note(target: Target, e: &Entry, mid: &str) -> Option<String> {
     Some(p.note.replace("{mid}", mid)).filter(|n| !n.is_empty())
 }
 
+/// A Mermaid sequence diagram of what the transcript says happened: who
+/// published, which process got which delivery, what reached PostgreSQL,
+/// where a process was killed.
 pub fn mermaid(lines: &[String]) -> String {
     let entries: Vec<Entry> = lines.iter().filter_map(|l| Entry::parse(l)).collect();
     let mut queues: Vec<String> = Vec::new();
@@ -661,7 +661,7 @@ mod tests {
         .collect();
         let m = mermaid(&lines);
         assert!(
-            m.contains("Note over B: the broker paused, the confirm of mid-2 outstanding"),
+            m.contains("Note over B: the broker paused, the confirm of mid-2 held back"),
             "{m}"
         );
         assert!(m.contains("Note over B: resumed: it answers again"), "{m}");

@@ -290,8 +290,8 @@ pub const PLACEMENTS: &[Placement] = &[
     Placement {
         needs_confirm_timeout: true,
         explore: Explore::Row("broker/pause"),
-        doc: "the broker stops answering (SIGSTOP) with the message's confirm outstanding (the proxy holds it: the broker has the message); once the producer times out and sends the message again, the broker resumes",
-        note: "the broker paused, the confirm of {mid} outstanding",
+        doc: "the proxy holds the message's confirm (the broker has the message) and the broker is stopped (SIGSTOP); once the producer times out, the broker resumes and the producer's resend is confirmed",
+        note: "the broker paused, the confirm of {mid} held back",
         ..placement(Target::Broker, FaultAction::Pause, Site::Publish, Windows::These(&[Window::AfterPublishBeforeConfirm]), Then::None)
     },
     Placement {

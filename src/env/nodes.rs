@@ -96,13 +96,20 @@ pub async fn await_paused(nodes: &impl Nodes, n: usize) -> Result<()> {
             bail!("node {m} still sees node {n} 60 s after it was cut off ({seen})");
         }
     }
-    while !nodes.stopped(n).await? {
+    loop {
+        if !nodes.running(n).await {
+            bail!("node {n} is not running: it was cut off, not killed");
+        }
+        // Each answer by the deadline: a slow `docker exec` is "not yet".
+        let stopped = tokio::time::timeout_at(deadline.into(), nodes.stopped(n)).await;
+        if matches!(stopped, Ok(Ok(true))) {
+            return Ok(());
+        }
         if Instant::now() > deadline {
-            bail!("node {n} still serves 60 s after it was cut off: it did not pause (pause_minority)");
+            bail!("node {n} still serves 60 s after it was cut off: it did not pause (pause_minority) ({stopped:?})");
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    Ok(())
 }
 
 /// Waits until the nodes that were cut off and still run answer AMQP again

@@ -9,6 +9,7 @@
 //! is its module.
 
 pub mod blackbox;
+pub mod node;
 pub mod pause;
 pub mod pgproxy;
 pub mod point;
@@ -37,8 +38,23 @@ pub trait Stage {
     fn env(&mut self) -> Result<&mut Environment>;
     /// The proxy's next event, by the step's deadline.
     async fn proxy_event(&mut self) -> Result<ProxyEvent>;
-    /// Starts the step's producer (with the step's settings).
-    fn start_producer(&mut self) -> Result<()>;
+    /// The step's deadline, for a wait of the family's own.
+    fn deadline(&self) -> std::time::Instant;
+    /// The run's vhost.
+    fn vhost(&self) -> &str;
+    /// The names of the lab's quorum queues.
+    fn quorum_queues(&self) -> Vec<String>;
+    /// Node n is down from now on: restarted after the lab, however it ends,
+    /// and not the harness's to talk to.
+    fn node_down(&mut self, n: usize);
+    /// The broker is paused (`true`) or resumed: one left paused is resumed
+    /// after the lab, however it ends.
+    fn broker_paused(&mut self, paused: bool);
+    /// The harness's own connection moves to a node that is up.
+    async fn reconnect_harness(&mut self) -> Result<()>;
+    /// Starts the step's producer (with the step's settings; `reconnect`:
+    /// it connects again when its connection breaks, instead of failing).
+    fn start_producer(&mut self, reconnect: bool) -> Result<()>;
     /// Follows the producer's lines up to and including `status` for `message`.
     async fn producer_until(&mut self, message: &str, status: Status) -> Result<()>;
     /// Follows the producer to its exit, which must be 0.

@@ -27,7 +27,7 @@ pub async fn on_publish(s: &mut impl Stage, p: &Publish, f: &Fault) -> Result<()
     s.proxy().arm(Rule::HoldConfirm {
         message: f.message.clone(),
     });
-    s.start_producer()?;
+    s.start_producer(false)?;
     // The producer sends one message at a time: once the confirm before
     // the held one is logged, everything it logs before the pause is in.
     if let Some(before) = p.message_before(&f.message) {
@@ -49,10 +49,19 @@ pub async fn on_publish(s: &mut impl Stage, p: &Publish, f: &Fault) -> Result<()
             .status(status)
     };
     s.say(Role::Fault, &line(s.lab(), Status::Injected));
-    s.env()?.pause_broker().await?;
-    let timed_out = s.producer_until(&f.message, Status::ConfirmTimeout).await;
+    // Marked before the signal: the runner resumes a broker left paused
+    // after the lab, however it ended (an error, a dropped run).
+    s.broker_paused(true);
+    let paused = s.env()?.pause_broker().await;
+    let timed_out = match paused {
+        Ok(()) => s.producer_until(&f.message, Status::ConfirmTimeout).await,
+        Err(e) => Err(e),
+    };
     // Resumed whatever happened: the next step (and the next lab) needs it.
     let resumed = s.env()?.resume_broker().await;
+    if resumed.is_ok() {
+        s.broker_paused(false);
+    }
     timed_out?;
     resumed?;
     s.say(Role::Fault, &line(s.lab(), Status::Healed));

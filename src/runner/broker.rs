@@ -66,14 +66,21 @@ impl Ctx<'_> {
             }
             other => bail!("a node fault cannot `{other}`"),
         }
+        self.move_harness().await?;
+        if matches!(action, FaultAction::Restart | FaultAction::Heal) {
+            self.emit(Role::Fault, &line(&self.lab.name, Status::Healed));
+        }
+        Ok(())
+    }
+
+    /// The harness's own connection moves to the first node that is up and
+    /// in the majority; the old one is closed (its node may be gone).
+    pub(super) async fn move_harness(&mut self) -> Result<()> {
         let (amqp, channel) = self.connect_broker().await?;
         let c = self.conns();
         let _ = c.amqp.close(200, "moving to a live node".into()).await;
         c.amqp = amqp;
         c.channel = channel;
-        if matches!(action, FaultAction::Restart | FaultAction::Heal) {
-            self.emit(Role::Fault, &line(&self.lab.name, Status::Healed));
-        }
         Ok(())
     }
 }

@@ -245,6 +245,7 @@ async fn execute(
         node_ports: p.node_ports.clone(),
         nodes_down: BTreeSet::new(),
         nodes_cut: BTreeSet::new(),
+        broker_paused: false,
         shared_vhost: p.vhost.is_some() || p.reused,
         unreachable: None,
         run: run.clone(),
@@ -337,6 +338,8 @@ struct Ctx<'a> {
     nodes_down: BTreeSet<usize>,
     /// Cluster nodes cut off by the lab, and not healed yet.
     nodes_cut: BTreeSet<usize>,
+    /// The broker paused by the lab and not resumed yet.
+    broker_paused: bool,
     /// Other runs used this vhost before: delete the lab's queues first.
     shared_vhost: bool,
     /// Why the fault's window was never reached, when it was not.
@@ -448,13 +451,22 @@ impl Ctx<'_> {
             .unwrap_or(1)
     }
 
-    /// Heals what the lab left cut off and restarts what it left down.
+    /// Resumes what the lab left paused, heals what it left cut off and
+    /// restarts what it left down.
     /// Every step is tried; the first error is reported.
     async fn restore_cluster(&mut self) -> Result<()> {
         let Some(env) = self.env.as_mut() else {
             return Ok(());
         };
         let mut first: Option<anyhow::Error> = None;
+        if self.broker_paused {
+            match env.resume_broker().await {
+                Ok(()) => self.broker_paused = false,
+                Err(e) => {
+                    first.get_or_insert(e);
+                }
+            }
+        }
         if !self.nodes_cut.is_empty() {
             if let Err(e) = env.heal().await {
                 first.get_or_insert(e);

@@ -14,18 +14,15 @@ impl Ctx<'_> {
         // Every publish-step placement of the registry, by name: a pair
         // the lab checker lets through and nothing here runs is an error.
         match fault.map(|f| (f, f.target, f.action)) {
+            // A family that sequences its own fault: its hook, then the
+            // fault's assertions.
             Some((f, Target::Node, FaultAction::Kill)) => {
-                return self.publish_node_kill(p, f, phase, deadline, secs).await;
+                let mut stage = PublishStage::new(self, p, phase, deadline, secs);
+                crate::faults::node::kill_on_publish(&mut stage, p, f).await?;
+                return self.assert(&f.asserts).await;
             }
             Some((f, Target::Broker, FaultAction::Pause)) => {
-                let mut stage = PublishStage {
-                    ctx: self,
-                    p,
-                    phase,
-                    deadline,
-                    secs,
-                    proc: None,
-                };
+                let mut stage = PublishStage::new(self, p, phase, deadline, secs);
                 crate::faults::pause::on_publish(&mut stage, p, f).await?;
                 return self.assert(&f.asserts).await;
             }
@@ -76,100 +73,6 @@ impl Ctx<'_> {
             self.assert(&f.asserts).await?;
         }
         Ok(())
-    }
-
-    /// A node killed at the producer's window: the proxy holds the message's
-    /// confirm (the broker has it, replicated), and once the producer's lines
-    /// for the messages before it are in, the node dies. New connections wait
-    /// at the proxy's gate until every quorum queue has a leader elsewhere;
-    /// the producer, its connection broken, connects again (to a live node)
-    /// and sends the message again, then the rest. The node stays down.
-    pub(super) async fn publish_node_kill(
-        &mut self,
-        p: &Publish,
-        f: &Fault,
-        phase: &str,
-        deadline: Instant,
-        secs: u64,
-    ) -> Result<()> {
-        let node = f.node.context("a node fault names its node")?;
-        if self.env.is_none() {
-            bail!("a node fault needs the environment to itself: this run shares it");
-        }
-        self.proxy().arm(Rule::HoldConfirm {
-            message: f.message.clone(),
-        });
-        let mut cfg = self.producer_config(p, None);
-        cfg.reconnect = true;
-        let mut proc = self.spawn_role(RoleConfig::Producer(cfg))?;
-        // The producer sends one message at a time: when the confirm before
-        // the held one is logged, everything it logs until the kill is in.
-        let before = p
-            .messages
-            .iter()
-            .take_while(|m| m.meta.message_id != f.message)
-            .last()
-            .map(|m| m.meta.message_id.clone());
-        if let Some(before) = before {
-            self.follow_until(&mut proc, phase, deadline, secs, &before, Status::Confirmed)
-                .await?;
-        }
-        let rx = &mut self.proxy.as_mut().expect("prepared before any step").1;
-        match tokio::time::timeout_at(deadline.into(), rx.recv()).await {
-            Ok(Some(ProxyEvent::Held { message })) if message == f.message => {}
-            other => bail!(
-                "phase {phase}: the proxy never held the confirm of {} ({other:?})",
-                f.message
-            ),
-        }
-        let line = Record::new(&self.lab.name)
-            .with("target", Target::Node)
-            .with("node", node)
-            .with("action", f.action)
-            .with("window", f.window)
-            .with("messageId", &f.message)
-            .status(Status::Injected);
-        self.emit(Role::Fault, &line);
-        self.proxy().hold_new();
-        self.nodes_down.insert(node);
-        self.env
-            .as_mut()
-            .context("checked above")?
-            .kill_node(node)
-            .await?;
-        // Its connection broke: the producer says so about the held message.
-        self.follow_until(
-            &mut proc,
-            phase,
-            deadline,
-            secs,
-            &f.message,
-            Status::ConnectionLost,
-        )
-        .await?;
-        let quorum: Vec<String> = self
-            .lab
-            .topology
-            .queues
-            .iter()
-            .filter(|q| q.is_quorum())
-            .map(|q| q.name.clone())
-            .collect();
-        for q in &quorum {
-            let env = self.env.as_ref().context("checked above")?;
-            env.await_leader(node, &self.vhost, q, deadline).await?;
-        }
-        let (amqp, channel) = self.connect_broker().await?;
-        let c = self.conns();
-        let _ = c.amqp.close(200, "moving to a live node".into()).await;
-        c.amqp = amqp;
-        c.channel = channel;
-        self.proxy().release();
-        self.follow(&mut proc, Role::Producer, phase, deadline, secs, None)
-            .await?;
-        self.expect_success(&mut proc, phase, deadline, secs)
-            .await?;
-        self.assert(&f.asserts).await
     }
 
     /// The proxy acted: its `[fault]` line, from its event.
@@ -241,7 +144,57 @@ struct PublishStage<'c, 'a> {
     proc: Option<RoleProc>,
 }
 
+impl<'c, 'a> PublishStage<'c, 'a> {
+    fn new(
+        ctx: &'c mut Ctx<'a>,
+        p: &'c Publish,
+        phase: &'c str,
+        deadline: Instant,
+        secs: u64,
+    ) -> Self {
+        PublishStage {
+            ctx,
+            p,
+            phase,
+            deadline,
+            secs,
+            proc: None,
+        }
+    }
+}
+
 impl crate::faults::Stage for PublishStage<'_, '_> {
+    fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    fn vhost(&self) -> &str {
+        &self.ctx.vhost
+    }
+
+    fn quorum_queues(&self) -> Vec<String> {
+        self.ctx
+            .lab
+            .topology
+            .queues
+            .iter()
+            .filter(|q| q.is_quorum())
+            .map(|q| q.name.clone())
+            .collect()
+    }
+
+    fn node_down(&mut self, n: usize) {
+        self.ctx.nodes_down.insert(n);
+    }
+
+    fn broker_paused(&mut self, paused: bool) {
+        self.ctx.broker_paused = paused;
+    }
+
+    async fn reconnect_harness(&mut self) -> Result<()> {
+        self.ctx.move_harness().await
+    }
+
     fn lab(&self) -> &str {
         &self.ctx.lab.name
     }
@@ -274,8 +227,9 @@ impl crate::faults::Stage for PublishStage<'_, '_> {
         }
     }
 
-    fn start_producer(&mut self) -> Result<()> {
-        let cfg = self.ctx.producer_config(self.p, None);
+    fn start_producer(&mut self, reconnect: bool) -> Result<()> {
+        let mut cfg = self.ctx.producer_config(self.p, None);
+        cfg.reconnect = reconnect;
         self.proc = Some(self.ctx.spawn_role(RoleConfig::Producer(cfg))?);
         Ok(())
     }
