@@ -127,16 +127,27 @@ impl Run {
         }
     }
 
+    /// Waits for a stdout line containing `needle`; fails at once when
+    /// mqlab closes its stdout (it exited) and, either way, shows the last
+    /// lines it printed, so a failed wait says where the run was.
     pub fn wait_for_line(&self, needle: &str) {
         let deadline = Instant::now() + Duration::from_secs(90);
-        while Instant::now() < deadline {
-            if let Ok(l) = self.lines.recv_timeout(Duration::from_secs(1)) {
-                if l.contains(needle) {
-                    return;
+        let mut seen: Vec<String> = Vec::new();
+        let why = loop {
+            match self.lines.recv_timeout(Duration::from_secs(1)) {
+                Ok(l) if l.contains(needle) => return,
+                Ok(l) => seen.push(l),
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    break "mqlab closed its stdout (it exited)"
                 }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
             }
-        }
-        panic!("no line containing `{needle}`");
+            if Instant::now() > deadline {
+                break "90 s passed";
+            }
+        };
+        let last = seen[seen.len().saturating_sub(15)..].join("\n");
+        panic!("no line containing `{needle}`: {why}; its last lines:\n{last}");
     }
 
     pub fn signal(&self, sig: Signal) {
