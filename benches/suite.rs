@@ -97,8 +97,8 @@ fn main() {
                 management: false,
                 cluster: None,
             };
-            let mut env =
-                Environment::Local(Box::new(LocalEnv::start(&opts).await.expect("environment")));
+            let mut env: Box<dyn Environment> =
+                Box::new(LocalEnv::start(&opts).await.expect("environment"));
             let boot = env.info().ready.as_secs_f64();
             push("environment ready (s)", boot);
             for n in &sizes {
@@ -114,7 +114,7 @@ fn main() {
                 };
                 let quiet = |_: &str| {};
                 let mut soak = Soak {
-                    env: &mut env,
+                    env: &mut *env,
                     exe: exe.to_path_buf(),
                     logs: run_dir.path().join(format!("soak-{n}")),
                     vhost: "soak".into(),

@@ -141,7 +141,7 @@ impl Session {
         &mut self,
         sink: &mut dyn Sink,
         runs: &[Lab],
-        work: impl AsyncFnOnce(&mut Environment, &mut dyn Sink) -> T,
+        work: impl AsyncFnOnce(&mut (dyn Environment + 'static), &mut dyn Sink) -> T,
     ) -> Result<Ended<T>, Error> {
         let (attach, external) = (self.attach.take(), self.external.take());
         let (kind, keep, images, opts) = (self.kind, self.keep, &self.images, &self.opts);
@@ -155,7 +155,7 @@ impl Session {
             // up`'s empty work: the environment is kept, as it always was).
             let (value, interrupted) = tokio::select! {
                 biased;
-                v = work(&mut env, sink) => (Some(v), None),
+                v = work(&mut *env, sink) => (Some(v), None),
                 sig = interrupted() => (None, Some(sig)),
             };
             let kept = keep && interrupted.is_none();
@@ -196,7 +196,7 @@ async fn start_environment(
     images: &(String, String),
     opts: &EnvOptions,
     sink: &mut dyn Sink,
-) -> Result<Environment, Error> {
+) -> Result<Box<dyn Environment>, Error> {
     if let Some(kept) = attach {
         let why = format!("--env-dir {}", kept.dir.display());
         sink.tell(&Event::EnvChosen {
@@ -206,7 +206,7 @@ async fn start_environment(
         let env = LocalEnv::attach(kept, opts.ready_timeout)
             .await
             .map_err(|e| Error::Environment(e.context("the kept environment does not answer")))?;
-        let env = Environment::Local(Box::new(env));
+        let env: Box<dyn Environment> = Box::new(env);
         sink.tell(&Event::EnvReady(env.info()));
         return Ok(env);
     }
@@ -218,7 +218,7 @@ async fn start_environment(
         });
         let start = ClusterEnv::start(opts);
         let env = tokio::select! {
-            env = start => Environment::Cluster(Box::new(env.map_err(Error::Environment)?)),
+            env = start => Box::new(env.map_err(Error::Environment)?) as Box<dyn Environment>,
             sig = interrupted() => return Err(Error::Interrupted(sig)),
         };
         sink.tell(&Event::EnvReady(env.info()));
@@ -233,11 +233,9 @@ async fn start_environment(
         why: &why,
     });
     let start = async {
-        Ok::<_, anyhow::Error>(match containers {
-            true => Environment::Containers(Box::new(
-                ContainersEnv::start(opts, &images.0, &images.1).await?,
-            )),
-            false => Environment::Local(Box::new(LocalEnv::start(opts).await?)),
+        Ok::<Box<dyn Environment>, anyhow::Error>(match containers {
+            true => Box::new(ContainersEnv::start(opts, &images.0, &images.1).await?),
+            false => Box::new(LocalEnv::start(opts).await?),
         })
     };
     let env = tokio::select! {
@@ -254,7 +252,7 @@ async fn start_external(
     config: crate::env::external::ExternalConfig,
     vhosts: &[String],
     sink: &mut dyn Sink,
-) -> Result<Environment, Error> {
+) -> Result<Box<dyn Environment>, Error> {
     sink.tell(&Event::EnvChosen {
         kind: "external",
         why: "--env external",
@@ -268,7 +266,7 @@ async fn start_external(
         env.stop().await;
         return Err(e);
     }
-    let env = Environment::External(Box::new(env));
+    let env: Box<dyn Environment> = Box::new(env);
     sink.tell(&Event::EnvReady(env.info()));
     Ok(env)
 }
@@ -304,8 +302,8 @@ async fn choose(kind: EnvKind, keep: bool, images: &(String, String)) -> Result<
     })
 }
 
-fn keep_running(env: Environment, dir: &Path, labs: &[Lab]) -> Result<()> {
-    let Environment::Local(env) = env else {
+fn keep_running(env: Box<dyn Environment>, dir: &Path, labs: &[Lab]) -> Result<()> {
+    let Some(env) = env.into_local() else {
         bail!("--keep works with the local environment only");
     };
     let mut kept = env.kept()?;

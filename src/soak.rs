@@ -164,7 +164,7 @@ struct Proc {
 }
 
 pub struct Soak<'a> {
-    pub env: &'a mut Environment,
+    pub env: &'a mut (dyn Environment + 'static),
     pub exe: PathBuf,
     pub logs: PathBuf,
     pub vhost: String,

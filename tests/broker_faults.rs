@@ -61,11 +61,9 @@ fn with_env(containers: bool) {
             management: false,
             cluster: None,
         };
-        let mut env = match &images {
-            None => Environment::Local(Box::new(LocalEnv::start(&opts).await.unwrap())),
-            Some((r, p)) => {
-                Environment::Containers(Box::new(ContainersEnv::start(&opts, r, p).await.unwrap()))
-            }
+        let mut env: Box<dyn Environment> = match &images {
+            None => Box::new(LocalEnv::start(&opts).await.unwrap()),
+            Some((r, p)) => Box::new(ContainersEnv::start(&opts, r, p).await.unwrap()),
         };
         let port = env.endpoints().amqp_port;
         let url = env.endpoints().amqp_url("faults");

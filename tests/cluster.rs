@@ -70,7 +70,7 @@ fn three_nodes_one_cluster_node_kill_and_partition() {
             cluster: Some(net),
         };
         let started = Instant::now();
-        let mut env = Environment::Cluster(Box::new(ClusterEnv::start(&opts).await.unwrap()));
+        let mut env: Box<dyn Environment> = Box::new(ClusterEnv::start(&opts).await.unwrap());
         eprintln!("cluster ready in {:.1} s", started.elapsed().as_secs_f64());
         let ports = env.amqp_ports();
         assert_eq!(ports.len(), 3);

@@ -375,3 +375,74 @@ fn iptables(args: &[&str]) -> Result<()> {
     }
     Ok(())
 }
+
+/// Node 1 is the base's; the waits are [`nodes`]'s over this cluster.
+impl super::Environment for ClusterEnv {
+    fn endpoints(&self) -> &super::Endpoints {
+        &self.base.endpoints
+    }
+
+    fn info(&self) -> &super::EnvInfo {
+        &self.base.info
+    }
+
+    fn amqp_ports(&self) -> Vec<u16> {
+        ClusterEnv::amqp_ports(self)
+    }
+
+    fn stop(self: Box<Self>) -> futures_util::future::LocalBoxFuture<'static, ()> {
+        Box::pin(ClusterEnv::stop(*self))
+    }
+
+    fn kill_broker(&mut self) -> super::EnvFuture<'_, ()> {
+        Box::pin(ClusterEnv::kill_node(self, 1))
+    }
+
+    fn restart_broker(&mut self) -> super::EnvFuture<'_, ()> {
+        Box::pin(ClusterEnv::restart_node(self, 1))
+    }
+
+    fn pause_broker(&self) -> super::EnvFuture<'_, ()> {
+        Box::pin(self.base.pause_broker())
+    }
+
+    fn resume_broker(&self) -> super::EnvFuture<'_, ()> {
+        Box::pin(std::future::ready(self.base.resume_broker()))
+    }
+
+    fn sync_metadata(&self, n: usize) -> super::EnvFuture<'_, ()> {
+        Box::pin(nodes::sync_metadata(self, n))
+    }
+
+    fn await_leader<'a>(
+        &'a self,
+        gone: usize,
+        vhost: &'a str,
+        queue: &'a str,
+        deadline: Instant,
+    ) -> super::EnvFuture<'a, ()> {
+        Box::pin(nodes::await_leader(self, gone, vhost, queue, deadline))
+    }
+
+    fn kill_node(&mut self, n: usize) -> super::EnvFuture<'_, ()> {
+        Box::pin(ClusterEnv::kill_node(self, n))
+    }
+
+    fn restart_node(&mut self, n: usize) -> super::EnvFuture<'_, ()> {
+        Box::pin(ClusterEnv::restart_node(self, n))
+    }
+
+    fn partition(&mut self, n: usize) -> super::EnvFuture<'_, ()> {
+        Box::pin(async move {
+            ClusterEnv::partition(self, n)?;
+            nodes::await_paused(&*self, n).await
+        })
+    }
+
+    fn heal(&mut self) -> super::EnvFuture<'_, ()> {
+        Box::pin(async move {
+            ClusterEnv::heal(self)?;
+            self.await_healed().await
+        })
+    }
+}

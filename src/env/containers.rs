@@ -759,6 +759,74 @@ pub async fn remove_labelled(run: &str) {
     }
 }
 
+/// One node or a cluster of containers; the waits are [`nodes`]'s.
+impl super::Environment for ContainersEnv {
+    fn endpoints(&self) -> &Endpoints {
+        &self.endpoints
+    }
+
+    fn info(&self) -> &EnvInfo {
+        &self.info
+    }
+
+    fn amqp_ports(&self) -> Vec<u16> {
+        ContainersEnv::amqp_ports(self)
+    }
+
+    fn stop(mut self: Box<Self>) -> futures_util::future::LocalBoxFuture<'static, ()> {
+        Box::pin(async move { ContainersEnv::stop(&mut self).await })
+    }
+
+    fn kill_broker(&mut self) -> super::EnvFuture<'_, ()> {
+        Box::pin(ContainersEnv::kill_broker(self))
+    }
+
+    fn restart_broker(&mut self) -> super::EnvFuture<'_, ()> {
+        Box::pin(ContainersEnv::restart_broker(self))
+    }
+
+    fn pause_broker(&self) -> super::EnvFuture<'_, ()> {
+        Box::pin(ContainersEnv::pause_broker(self))
+    }
+
+    fn resume_broker(&self) -> super::EnvFuture<'_, ()> {
+        Box::pin(ContainersEnv::resume_broker(self))
+    }
+
+    fn sync_metadata(&self, n: usize) -> super::EnvFuture<'_, ()> {
+        Box::pin(nodes::sync_metadata(self, n))
+    }
+
+    fn await_leader<'a>(
+        &'a self,
+        gone: usize,
+        vhost: &'a str,
+        queue: &'a str,
+        deadline: Instant,
+    ) -> super::EnvFuture<'a, ()> {
+        Box::pin(nodes::await_leader(self, gone, vhost, queue, deadline))
+    }
+
+    fn kill_node(&mut self, n: usize) -> super::EnvFuture<'_, ()> {
+        Box::pin(ContainersEnv::kill_node(self, n))
+    }
+
+    fn restart_node(&mut self, n: usize) -> super::EnvFuture<'_, ()> {
+        Box::pin(ContainersEnv::restart_node(self, n))
+    }
+
+    fn partition(&mut self, n: usize) -> super::EnvFuture<'_, ()> {
+        Box::pin(async move {
+            ContainersEnv::partition(self, n).await?;
+            nodes::await_paused(&*self, n).await
+        })
+    }
+
+    fn heal(&mut self) -> super::EnvFuture<'_, ()> {
+        Box::pin(ContainersEnv::heal(self))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

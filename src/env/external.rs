@@ -352,3 +352,50 @@ fn base64_encode(bytes: &[u8]) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
+
+/// The user's servers: no broker fault, nothing to sync or wait for.
+impl super::Environment for ExternalEnv {
+    fn endpoints(&self) -> &super::Endpoints {
+        &self.endpoints
+    }
+
+    fn info(&self) -> &super::EnvInfo {
+        &self.info
+    }
+
+    fn prefix(&self) -> String {
+        ExternalEnv::prefix(self).to_string()
+    }
+
+    fn stop(self: Box<Self>) -> futures_util::future::LocalBoxFuture<'static, ()> {
+        Box::pin(ExternalEnv::stop(*self))
+    }
+
+    fn kill_broker(&mut self) -> super::EnvFuture<'_, ()> {
+        Box::pin(std::future::ready(super::not_ours()))
+    }
+
+    fn restart_broker(&mut self) -> super::EnvFuture<'_, ()> {
+        Box::pin(std::future::ready(super::not_ours()))
+    }
+
+    fn pause_broker(&self) -> super::EnvFuture<'_, ()> {
+        Box::pin(std::future::ready(super::not_ours()))
+    }
+
+    fn resume_broker(&self) -> super::EnvFuture<'_, ()> {
+        Box::pin(std::future::ready(super::not_ours()))
+    }
+
+    fn sync_metadata(&self, _n: usize) -> super::EnvFuture<'_, ()> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn kill_node(&mut self, _n: usize) -> super::EnvFuture<'_, ()> {
+        Box::pin(std::future::ready(super::not_ours()))
+    }
+
+    fn restart_node(&mut self, _n: usize) -> super::EnvFuture<'_, ()> {
+        Box::pin(std::future::ready(super::not_ours()))
+    }
+}

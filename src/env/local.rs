@@ -904,3 +904,45 @@ fn requested(port: Option<u16>, flag: &str) -> Result<Option<u16>> {
     }
     Ok(port)
 }
+
+impl super::Environment for LocalEnv {
+    fn endpoints(&self) -> &Endpoints {
+        &self.endpoints
+    }
+
+    fn info(&self) -> &EnvInfo {
+        &self.info
+    }
+
+    fn reused(&self) -> bool {
+        self.attached()
+    }
+
+    fn stop(self: Box<Self>) -> futures_util::future::LocalBoxFuture<'static, ()> {
+        Box::pin(LocalEnv::stop(*self))
+    }
+
+    fn into_local(self: Box<Self>) -> Option<Box<LocalEnv>> {
+        Some(self)
+    }
+
+    fn kill_broker(&mut self) -> super::EnvFuture<'_, ()> {
+        Box::pin(LocalEnv::kill_broker(self))
+    }
+
+    fn restart_broker(&mut self) -> super::EnvFuture<'_, ()> {
+        Box::pin(LocalEnv::restart_broker(self))
+    }
+
+    fn pause_broker(&self) -> super::EnvFuture<'_, ()> {
+        Box::pin(LocalEnv::pause_broker(self))
+    }
+
+    fn resume_broker(&self) -> super::EnvFuture<'_, ()> {
+        Box::pin(std::future::ready(LocalEnv::resume_broker(self)))
+    }
+
+    fn sync_metadata(&self, n: usize) -> super::EnvFuture<'_, ()> {
+        Box::pin(super::nodes::sync_metadata(self, n))
+    }
+}

@@ -228,189 +228,88 @@ pub fn definitions_json(vhosts: &[String]) -> serde_json::Value {
     })
 }
 
-fn not_ours() -> anyhow::Result<()> {
+pub(super) fn not_ours() -> anyhow::Result<()> {
     anyhow::bail!(
         "the broker is the user's (--env external): mqlab cannot kill, restart or pause it"
     )
 }
 
-/// The environment a run uses: one enum, so that the runner and the CLI do
-/// not care where the servers come from.
-pub enum Environment {
-    Local(Box<local::LocalEnv>),
-    Containers(Box<containers::ContainersEnv>),
-    /// The user's servers (`--env external`): no broker fault.
-    External(Box<external::ExternalEnv>),
-    /// Three local nodes (`nodes = 3` labs) and PostgreSQL.
-    Cluster(Box<cluster::ClusterEnv>),
-}
+/// A boxed future of an environment's method: the trait is used as
+/// `dyn Environment`, which native `async fn` in traits is not.
+pub type EnvFuture<'a, T> = futures_util::future::LocalBoxFuture<'a, anyhow::Result<T>>;
 
-impl Environment {
-    pub fn endpoints(&self) -> &Endpoints {
-        match self {
-            Environment::Local(e) => &e.endpoints,
-            Environment::Containers(e) => &e.endpoints,
-            Environment::External(e) => &e.endpoints,
-            Environment::Cluster(e) => &e.base.endpoints,
-        }
-    }
-
-    pub fn info(&self) -> &EnvInfo {
-        match self {
-            Environment::Local(e) => &e.info,
-            Environment::Containers(e) => &e.info,
-            Environment::External(e) => &e.info,
-            Environment::Cluster(e) => &e.base.info,
-        }
-    }
-
+/// Where the servers come from: one implementation per kind (local
+/// processes, containers, a cluster of local nodes, the user's own). The
+/// runner and the session see only this trait; the waits on nodes are
+/// written once over [`nodes::Nodes`], which the implementations share.
+/// A fault an environment cannot do fails with a sentence (a lab that needs
+/// one is refused or skipped before anything starts).
+pub trait Environment {
+    fn endpoints(&self) -> &Endpoints;
+    fn info(&self) -> &EnvInfo;
     /// Prepended to every vhost and database name of a run: the external
     /// environment shares its servers with the user's own objects.
-    pub fn prefix(&self) -> String {
-        match self {
-            Environment::External(e) => e.prefix().to_string(),
-            _ => String::new(),
-        }
+    fn prefix(&self) -> String {
+        String::new()
     }
-
     /// Its vhosts may hold what earlier runs left (`--env-dir`).
-    pub fn reused(&self) -> bool {
-        matches!(self, Environment::Local(e) if e.attached())
+    fn reused(&self) -> bool {
+        false
     }
-
-    pub async fn stop(self) {
-        match self {
-            Environment::Local(e) => e.stop().await,
-            Environment::Containers(mut e) => e.stop().await,
-            Environment::External(e) => e.stop().await,
-            Environment::Cluster(e) => e.stop().await,
-        }
+    /// Each node's AMQP port on 127.0.0.1, node 1 first.
+    fn amqp_ports(&self) -> Vec<u16> {
+        vec![self.endpoints().amqp_port]
     }
-
-    pub async fn kill_broker(&mut self) -> anyhow::Result<()> {
-        match self {
-            Environment::Local(e) => e.kill_broker().await,
-            Environment::Containers(e) => e.kill_broker().await,
-            Environment::External(_) => not_ours(),
-            Environment::Cluster(e) => e.kill_node(1).await,
-        }
+    /// Stops the servers and removes what they left.
+    fn stop(self: Box<Self>) -> futures_util::future::LocalBoxFuture<'static, ()>;
+    /// `--keep`: the local environment, to be left running; others cannot.
+    fn into_local(self: Box<Self>) -> Option<Box<local::LocalEnv>> {
+        None
     }
-
+    fn kill_broker(&mut self) -> EnvFuture<'_, ()>;
+    fn restart_broker(&mut self) -> EnvFuture<'_, ()>;
+    /// Stops the broker (it answers nothing) until [`Environment::resume_broker`].
+    fn pause_broker(&self) -> EnvFuture<'_, ()>;
+    fn resume_broker(&self) -> EnvFuture<'_, ()>;
     /// The broker's metadata (declared queues) on disk now, before a lab
-    /// kills it (see `LocalEnv::sync_metadata`); in a cluster, node n's.
-    pub async fn sync_metadata(&self, n: usize) -> anyhow::Result<()> {
-        match self {
-            Environment::Local(e) => nodes::sync_metadata(&**e, n).await,
-            Environment::Containers(e) => nodes::sync_metadata(&**e, n).await,
-            Environment::External(_) => Ok(()),
-            Environment::Cluster(e) => nodes::sync_metadata(&**e, n).await,
-        }
-    }
-
+    /// kills it (see [`nodes::sync_metadata`]); in a cluster, node n's.
+    fn sync_metadata(&self, n: usize) -> EnvFuture<'_, ()>;
     /// A quorum queue has a leader on a node other than `gone` (a cluster's
     /// node killed mid-stream); one node: nothing to wait for.
-    pub async fn await_leader(
-        &self,
-        gone: usize,
-        vhost: &str,
-        queue: &str,
-        deadline: std::time::Instant,
-    ) -> anyhow::Result<()> {
-        match self {
-            Environment::Cluster(e) => {
-                nodes::await_leader(&**e, gone, vhost, queue, deadline).await
-            }
-            Environment::Containers(e) => {
-                nodes::await_leader(&**e, gone, vhost, queue, deadline).await
-            }
-            _ => Ok(()),
+    fn await_leader<'a>(
+        &'a self,
+        _gone: usize,
+        _vhost: &'a str,
+        _queue: &'a str,
+        _deadline: std::time::Instant,
+    ) -> EnvFuture<'a, ()> {
+        Box::pin(async { Ok(()) })
+    }
+    fn kill_node(&mut self, n: usize) -> EnvFuture<'_, ()> {
+        match n {
+            1 => self.kill_broker(),
+            _ => needs_cluster("node 2 or 3"),
         }
     }
-
-    pub async fn restart_broker(&mut self) -> anyhow::Result<()> {
-        match self {
-            Environment::Local(e) => e.restart_broker().await,
-            Environment::Containers(e) => e.restart_broker().await,
-            Environment::External(_) => not_ours(),
-            Environment::Cluster(e) => e.restart_node(1).await,
+    fn restart_node(&mut self, n: usize) -> EnvFuture<'_, ()> {
+        match n {
+            1 => self.restart_broker(),
+            _ => needs_cluster("node 2 or 3"),
         }
     }
-
-    pub async fn pause_broker(&self) -> anyhow::Result<()> {
-        match self {
-            Environment::Local(e) => e.pause_broker().await,
-            Environment::Containers(e) => e.pause_broker().await,
-            Environment::External(_) => not_ours(),
-            Environment::Cluster(e) => e.base.pause_broker().await,
-        }
+    /// Cuts node n off and waits until it has paused (pause_minority).
+    fn partition(&mut self, _n: usize) -> EnvFuture<'_, ()> {
+        needs_cluster("a partition")
     }
-
-    pub async fn resume_broker(&self) -> anyhow::Result<()> {
-        match self {
-            Environment::Local(e) => e.resume_broker(),
-            Environment::Containers(e) => e.resume_broker().await,
-            Environment::External(_) => not_ours(),
-            Environment::Cluster(e) => e.base.resume_broker(),
-        }
+    /// Ends every cut and waits until the nodes that were cut off answer again.
+    fn heal(&mut self) -> EnvFuture<'_, ()> {
+        needs_cluster("healing a partition")
     }
 }
 
-impl Environment {
-    /// Each node's AMQP port on 127.0.0.1, node 1 first.
-    pub fn amqp_ports(&self) -> Vec<u16> {
-        match self {
-            Environment::Cluster(e) => e.amqp_ports(),
-            Environment::Containers(e) => e.amqp_ports(),
-            _ => vec![self.endpoints().amqp_port],
-        }
-    }
-
-    fn cluster(&mut self, what: &str) -> anyhow::Result<&mut cluster::ClusterEnv> {
-        match self {
-            Environment::Cluster(e) => Ok(e),
-            _ => anyhow::bail!("{what} needs a cluster (a lab with `nodes = 3`)"),
-        }
-    }
-
-    pub async fn kill_node(&mut self, n: usize) -> anyhow::Result<()> {
-        match self {
-            Environment::Cluster(e) => e.kill_node(n).await,
-            Environment::Containers(e) => e.kill_node(n).await,
-            _ if n == 1 => self.kill_broker().await,
-            _ => self.cluster("node 2 or 3").map(drop),
-        }
-    }
-
-    pub async fn restart_node(&mut self, n: usize) -> anyhow::Result<()> {
-        match self {
-            Environment::Cluster(e) => e.restart_node(n).await,
-            Environment::Containers(e) => e.restart_node(n).await,
-            _ if n == 1 => self.restart_broker().await,
-            _ => self.cluster("node 2 or 3").map(drop),
-        }
-    }
-
-    /// Cuts node n off from the other nodes.
-    /// Cuts node n off and waits until it has paused (pause_minority).
-    pub async fn partition(&mut self, n: usize) -> anyhow::Result<()> {
-        if let Environment::Containers(e) = self {
-            e.partition(n).await?;
-            return nodes::await_paused(&**e, n).await;
-        }
-        let c = self.cluster("a partition")?;
-        c.partition(n)?;
-        nodes::await_paused(&*c, n).await
-    }
-
-    /// Ends every cut and waits until the nodes that were cut off answer again.
-    pub async fn heal(&mut self) -> anyhow::Result<()> {
-        if let Environment::Containers(e) = self {
-            return e.heal().await;
-        }
-        let c = self.cluster("healing a partition")?;
-        c.heal()?;
-        c.await_healed().await
-    }
+fn needs_cluster<'a>(what: &str) -> EnvFuture<'a, ()> {
+    let e = anyhow::anyhow!("{what} needs a cluster (a lab with `nodes = 3`)");
+    Box::pin(async move { Err(e) })
 }
 
 #[cfg(test)]

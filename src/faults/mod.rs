@@ -35,7 +35,7 @@ pub trait Stage {
     fn proxy(&self) -> &Proxy;
     /// The environment; an error when the run shares it (it has no broker
     /// fault, by [`crate::lab::Lab::has_broker_fault`], so this is a bug).
-    fn env(&mut self) -> Result<&mut Environment>;
+    fn env(&mut self) -> Result<&mut (dyn Environment + 'static)>;
     /// The proxy's next event, by the step's deadline.
     async fn proxy_event(&mut self) -> Result<ProxyEvent>;
     /// The step's deadline, for a wait of the family's own.

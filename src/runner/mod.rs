@@ -52,7 +52,7 @@ mod roles;
 /// environment itself, not only its endpoints: a broker fault is a lab step.
 pub struct Suite<'a> {
     pub project: &'a Project,
-    pub env: &'a mut Environment,
+    pub env: &'a mut (dyn Environment + 'static),
     pub exe: &'a Path,
     /// Role logs go under `run_dir/roles/<run>/`.
     pub run_dir: &'a Path,
@@ -227,7 +227,7 @@ impl Held {
 /// One lab run, from its preparation to its snapshot comparison.
 async fn execute(
     p: &Params<'_>,
-    env: Option<&mut Environment>,
+    env: Option<&mut (dyn Environment + 'static)>,
     lab: &Lab,
     sink: &mut dyn Sink,
 ) -> RunRecord {
@@ -350,7 +350,7 @@ struct Ctx<'a> {
     role_endpoints: Endpoints,
     /// The environment, for a broker fault; None for a run that shares it
     /// with concurrent runs (it has no broker step).
-    env: Option<&'a mut Environment>,
+    env: Option<&'a mut (dyn Environment + 'static)>,
     exe: &'a Path,
     /// The project's directory: a program's working directory.
     root: &'a Path,

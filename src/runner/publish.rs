@@ -207,7 +207,7 @@ impl crate::faults::Stage for PublishStage<'_, '_> {
         self.ctx.proxy()
     }
 
-    fn env(&mut self) -> Result<&mut Environment> {
+    fn env(&mut self) -> Result<&mut (dyn Environment + 'static)> {
         self.ctx
             .env
             .as_deref_mut()
