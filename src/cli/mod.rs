@@ -1,0 +1,492 @@
+//! The command line: a thin front end. Parses, validates everything that can
+//! be checked without servers (labs, fixtures, snapshots, output paths),
+//! then hands over to the environment and the runner, whose events the
+//! sinks turn into output.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use clap::Parser;
+
+use crate::env::Progress;
+use crate::error::{Error, UsageContext};
+use crate::events::{Event, Fanout, Sink};
+use crate::evidence;
+use crate::exit;
+use crate::lab::{Lab, Project};
+use crate::naming;
+use crate::record::RunRecord;
+use crate::runner::Suite;
+use crate::session::{EnvKind, Session, Setup};
+use crate::sinks::{self, out};
+
+/// Prints a line to stdout, ignoring a closed pipe.
+macro_rules! out {
+    () => {
+        out("")
+    };
+    ($($arg:tt)*) => {
+        out(&format!($($arg)*))
+    };
+}
+
+mod args;
+mod env;
+mod list;
+mod offline;
+mod plan;
+
+use args::{Cli, Cmd, EnvCmd, ExploreArgs, LabArgs, ReportCmd, SoakArgs};
+use env::{cmd_env_down, cmd_env_up};
+use list::cmd_list;
+use offline::{cmd_check, cmd_report_merge};
+use plan::{images, plan};
+
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                exit::SETUP
+            } else {
+                exit::OK
+            };
+        }
+    };
+    let project = Project {
+        root: cli.root.clone().unwrap_or_else(default_root),
+    };
+    // A bug in the harness is one line and a clean teardown (the unwinding
+    // drops the environment), not a trace.
+    std::panic::set_hook(Box::new(|info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        eprintln!("mqlab: internal error: {msg}{at} (a bug in mqlab; everything it started is being stopped)");
+    }));
+    let result = match cli.cmd {
+        // The commands that start servers: a panic unwinds through the
+        // session (which stops them) and ends here, one line and exit 70.
+        Cmd::Lab(args) => match guarded(|| cmd_lab(&project, args)) {
+            Some(r) => r,
+            None => return exit::INTERNAL,
+        },
+        Cmd::Explore(args) => match guarded(|| cmd_explore(&project, args)) {
+            Some(r) => r,
+            None => return exit::INTERNAL,
+        },
+        Cmd::Soak(args) => match guarded(|| cmd_soak(&project, args)) {
+            Some(r) => r,
+            None => return exit::INTERNAL,
+        },
+        Cmd::List => cmd_list(&project).usage(),
+        Cmd::Check { files } => cmd_check(&files),
+        Cmd::Env(EnvCmd::Down { dir }) => cmd_env_down(&dir).usage(),
+        Cmd::Report(ReportCmd::Merge { dirs, out, junit }) => {
+            cmd_report_merge(&dirs, &out, junit.as_deref())
+        }
+        Cmd::Env(EnvCmd::Up {
+            ready_timeout,
+            amqp_port,
+            pg_port,
+            management,
+        }) => cmd_env_up(&project, ready_timeout, amqp_port, pg_port, management),
+        Cmd::Role {
+            config,
+            config_file,
+        } => {
+            let config = match (config, config_file) {
+                (Some(c), _) => c,
+                (None, Some(f)) => match std::fs::read_to_string(&f) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        eprintln!("error: cannot read `{}`: {e}", f.display());
+                        return exit::LAB_FAILED;
+                    }
+                },
+                (None, None) => return exit::SETUP,
+            };
+            return run_role(&config);
+        }
+        Cmd::Guard { dir } => return crate::env::guard::guard_main(&dir),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            match &e {
+                Error::Interrupted(why) => eprintln!("mqlab: {why}; environment stopped"),
+                _ => {
+                    for line in e.lines() {
+                        eprintln!("error: {line}");
+                    }
+                }
+            }
+            e.exit_code()
+        }
+    }
+}
+
+/// Runs a command; None if it panicked (the hook has said so).
+fn guarded(f: impl FnOnce() -> Result<i32, Error>) -> Option<Result<i32, Error>> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).ok()
+}
+
+fn default_root() -> PathBuf {
+    let cwd = std::env::current_dir().unwrap_or_default();
+    if cwd.join("labs").is_dir() {
+        cwd
+    } else {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    }
+}
+
+fn run_role(config: &str) -> i32 {
+    // The role's log is a file: no colour codes in it (they reach JUnit).
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .try_init();
+    let result = crate::session::runtime().and_then(|rt| {
+        rt.block_on(async {
+            match crate::protocol::Envelope::from_json(config)?.config {
+                crate::protocol::RoleConfig::Producer(c) => crate::roles::producer::run(c).await,
+                crate::protocol::RoleConfig::Consumer(c) => crate::roles::consumer::run(c).await,
+            }
+        })
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            exit::LAB_FAILED
+        }
+    }
+}
+
+fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32, Error> {
+    let mut labs = plan(project, &args).usage()?;
+    let external = args.env.external().usage()?;
+    let mut skipped = Vec::new();
+    if external.is_some() {
+        let (cannot, can): (Vec<Lab>, Vec<Lab>) = labs.into_iter().partition(Lab::has_broker_fault);
+        skipped = cannot.iter().map(Lab::run_name).collect::<Vec<_>>();
+        if !skipped.is_empty() && !args.skip_unsupported {
+            return Err(Error::Usage(anyhow::anyhow!(
+                "not runnable on --env external (a broker fault; the broker is not mqlab's): {} (--skip-unsupported runs the others)",
+                skipped.join(", ")
+            )));
+        }
+        labs = can;
+        if !skipped.is_empty() {
+            eprintln!(
+                "mqlab: skipped, not runnable on --env external (a broker fault): {}",
+                skipped.join(", ")
+            );
+        }
+    }
+    if let (Some(p), true) = (&args.partition, labs.is_empty()) {
+        eprintln!("mqlab: partition {p} holds none of these runs; nothing to run");
+        return Ok(exit::OK);
+    }
+    let vhosts: Vec<String> = labs
+        .iter()
+        .map(|l| naming::vhost_for(&l.run_name()))
+        .collect();
+    let setup = Setup {
+        keep: args.keep,
+        external,
+        cluster: labs.iter().any(Lab::is_cluster),
+        ..setup(project, &args.env, vhosts)?
+    };
+    let terminal = sinks::Terminal::new(project.snapshots_dir());
+    let mut session = Session::open(setup, progress(&terminal))?;
+    let mut sink = Fanout::default();
+    sink.push(terminal);
+    sink.push(sinks::Summary);
+    if let Some(dir) = &args.transcript_dir {
+        sink.push(sinks::TranscriptDir(dir.clone()));
+    }
+    if let Some(dir) = &args.evidence {
+        sink.push(sinks::Evidence {
+            dir: dir.clone(),
+            info: None,
+        });
+    }
+    if let Some(file) = &args.junit {
+        sink.push(sinks::Junit::new(file));
+    }
+    eprintln!("mqlab: run directory {}", session.run_dir().display());
+    let started = Instant::now();
+    let mut records: Vec<RunRecord> = Vec::new();
+    let (exe, run_dir) = (session.exe().to_path_buf(), session.run_dir().to_path_buf());
+    let ended = session.run(&mut sink, &labs, async |env, sink| {
+        let mut suite = Suite {
+            project,
+            env,
+            exe: &exe,
+            run_dir: &run_dir,
+            update: args.update,
+            vhost: None,
+            checks_only: false,
+            jobs: args.jobs,
+        };
+        suite.run(&labs, &mut records, sink).await
+    });
+    let ended = match ended {
+        Ok(e) => e,
+        Err(e) => {
+            session.close(false);
+            return Err(e);
+        }
+    };
+    // What ended is reported, even when the suite was interrupted.
+    sink.tell(&Event::SuiteFinished {
+        records: &records,
+        wall: started.elapsed(),
+    });
+    if !skipped.is_empty() {
+        eprintln!(
+            "mqlab: {} skipped (not runnable on --env external): {}",
+            skipped.len(),
+            skipped.join(", ")
+        );
+    }
+    session.close(ended.kept);
+    ended.into_result()?;
+    if !sink.errors.is_empty() {
+        for e in &sink.errors {
+            eprintln!("error: {e:#}");
+        }
+        return Ok(exit::SETUP);
+    }
+    Ok(if sinks::all_passed(&records) {
+        exit::OK
+    } else {
+        exit::LAB_FAILED
+    })
+}
+
+fn cmd_soak(project: &Project, args: SoakArgs) -> Result<i32, Error> {
+    let pattern: crate::vocab::Pattern = args
+        .pattern
+        .parse()
+        .map_err(|e: String| Error::Usage(anyhow::anyhow!("--pattern: {e}")))?;
+    if args.messages == 0 || args.consumers == 0 {
+        return Err(Error::Usage(anyhow::anyhow!(
+            "--messages and --consumers must be at least 1"
+        )));
+    }
+    if !(0.0..=1.0).contains(&args.resend_share) {
+        return Err(Error::Usage(anyhow::anyhow!(
+            "--resend-share is a share between 0 and 1, not {}",
+            args.resend_share
+        )));
+    }
+    let plan = crate::soak::Plan {
+        messages: args.messages,
+        consumers: args.consumers,
+        kills: args.kills,
+        resend_share: args.resend_share,
+        broker_restarts: args.broker_restarts,
+        seed: args.seed,
+        pattern,
+        baseline: !args.no_baseline,
+    };
+    if matches!(args.env.env, EnvKind::External) {
+        return Err(Error::Usage(anyhow::anyhow!(
+            "soak runs on --env local or containers"
+        )));
+    }
+    let setup = setup(project, &args.env, vec![SOAK_VHOST.into()])?;
+    let terminal = sinks::Terminal::new(project.snapshots_dir());
+    let say = terminal.progress();
+    let mut session = Session::open(setup, progress(&terminal))?;
+    let mut sink = sinks::Terminal::quiet(terminal);
+    let (exe, logs) = (
+        session.exe().to_path_buf(),
+        session.run_dir().join("roles/soak"),
+    );
+    let ended = session.run(&mut sink, &[], async |env, _| {
+        let progress = move |what: &str| say.set_message(format!("soak: {what}"));
+        let mut soak = crate::soak::Soak {
+            env,
+            exe,
+            logs,
+            vhost: SOAK_VHOST.into(),
+            database: "soak".into(),
+            progress: &progress,
+        };
+        soak.run(&plan).await
+    });
+    if ended.is_ok() {
+        sink.tell(&Event::SuiteFinished {
+            records: &[],
+            wall: Duration::ZERO,
+        });
+    }
+    session.close(false);
+    let report = ended?
+        .into_result()?
+        .map_err(|e| Error::Environment(e.context("the soak stopped")));
+    let r = report?;
+    for line in r.lines(&plan) {
+        out(&line);
+    }
+    Ok(if r.holds() {
+        exit::OK
+    } else {
+        exit::LAB_FAILED
+    })
+}
+
+/// The vhost every explore point runs in, one after the other.
+const EXPLORE_VHOST: &str = "explore";
+/// The vhost and database of `mqlab soak`.
+const SOAK_VHOST: &str = "soak";
+
+fn cmd_explore(project: &Project, args: ExploreArgs) -> Result<i32, Error> {
+    if matches!(args.env.env, EnvKind::External) {
+        return Err(Error::Usage(anyhow::anyhow!(
+            "explore runs on --env local or containers: its points restart the broker"
+        )));
+    }
+    let run = match &args.variant {
+        Some(v) => format!("{}@{v}", args.lab),
+        None => args.lab.clone(),
+    };
+    let mut lab = project.load(&run).usage()?;
+    if lab.is_cluster() {
+        return Err(Error::Usage(anyhow::anyhow!(
+            "`{run}` runs on a three-node cluster: explore runs one-node labs (`mqlab lab --group cluster` runs the cluster labs)"
+        )));
+    }
+    if let Some(cmd) = &args.consumer_cmd {
+        if !lab.set_command(cmd) {
+            return Err(Error::Usage(anyhow::anyhow!(
+                "lab `{run}` runs no program: --consumer-cmd replaces the `command` of a consume step"
+            )));
+        }
+    }
+    let all = crate::explore::points(&lab);
+    let total = all.len();
+    let mut points = match args.points {
+        Some(n) => crate::explore::sample(all, n, args.seed),
+        None => all,
+    };
+    if let Some(p) = &args.partition {
+        points = p.share(points, |p| format!("{} {}", p.row, p.column));
+        if points.is_empty() {
+            eprintln!("mqlab: partition {p} of {run}'s points holds none; nothing to run");
+            return Ok(exit::OK);
+        }
+    }
+    if let Some(dir) = &args.evidence {
+        evidence::prepare_dir(dir).usage()?;
+    }
+    let setup = setup(project, &args.env, vec![EXPLORE_VHOST.into()])?;
+    let terminal = sinks::Terminal::new(project.snapshots_dir());
+    let mut session = Session::open(setup, progress(&terminal))?;
+    // The points' transcripts are not printed: the matrix is the output.
+    let mut sink = sinks::Terminal::quiet(terminal);
+    eprintln!(
+        "mqlab: exploring {run}: {} of {total} fault points (judged by {})",
+        points.len(),
+        crate::explore::judged_by()
+    );
+    let started = Instant::now();
+    let mut results = Vec::new();
+    let (exe, run_dir) = (session.exe().to_path_buf(), session.run_dir().to_path_buf());
+    let ended = session.run(&mut sink, &[], async |env, sink| {
+        let mut suite = Suite {
+            project,
+            env,
+            exe: &exe,
+            run_dir: &run_dir,
+            update: false,
+            vhost: Some(EXPLORE_VHOST.into()),
+            checks_only: true,
+            jobs: 1,
+        };
+        let total = points.len();
+        for (i, p) in points.into_iter().enumerate() {
+            let name = format!("{} {}", p.row, p.column);
+            sink.tell(&Event::LabStarted {
+                run: &name,
+                index: i,
+                total,
+            });
+            let record = suite.run_one(&p.lab, sink).await;
+            results.push((p, crate::explore::Verdict::of(&record)));
+        }
+    });
+    if ended.is_ok() {
+        sink.tell(&Event::SuiteFinished {
+            records: &[],
+            wall: started.elapsed(),
+        });
+    }
+    session.close(false);
+    ended?.into_result()?;
+    let tally = crate::explore::Tally::of(&results);
+    let summary = tally.summary(started.elapsed().as_secs_f64());
+    out(&crate::explore::render_text(&results));
+    for line in crate::explore::findings(&results) {
+        out(&line);
+    }
+    out(&summary);
+    if let Some(dir) = &args.evidence {
+        // Each share its own page: shares upload side by side.
+        let file = match &args.partition {
+            Some(p) => dir.join(format!("explore-{run}-{}of{}.md", p.k, p.n)),
+            None => dir.join(format!("explore-{run}.md")),
+        };
+        std::fs::write(
+            &file,
+            crate::explore::render_markdown(&run, &lab.claim, &results, &summary),
+        )
+        .with_context(|| format!("cannot write `{}`", file.display()))
+        .usage()?;
+        eprintln!("mqlab: matrix written to {}", file.display());
+    }
+    lab.violations.clear();
+    let counterexample = args.variant.is_some() || run.contains('@');
+    let (code, note) = tally.exit_code(counterexample, args.partition.is_some());
+    if let Some(note) = note {
+        eprintln!("mqlab: {note}");
+    }
+    Ok(code)
+}
+
+/// The session's setup from the environment flags, for runs in `vhosts`:
+/// not kept, no external servers, one node (the callers say otherwise).
+fn setup(project: &Project, env: &args::EnvArgs, vhosts: Vec<String>) -> Result<Setup, Error> {
+    Ok(Setup {
+        kind: env.env,
+        keep: false,
+        attach: env.attach(&vhosts).usage()?,
+        images: images(project, env).usage()?,
+        external: None,
+        ready_timeout: Duration::from_secs(env.ready_timeout),
+        amqp_port: env.amqp_port,
+        pg_port: env.pg_port,
+        vhosts,
+        management: false,
+        cluster: false,
+    })
+}
+
+/// Where the environment's boot steps go: the terminal's progress line.
+fn progress(terminal: &sinks::Terminal) -> Progress {
+    let bar = terminal.progress();
+    Progress::new(move |what| bar.set_message(format!("environment: {what}")))
+}
