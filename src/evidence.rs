@@ -607,6 +607,76 @@ pub fn junit(records: &[Record]) -> Result<String> {
     Ok(report.to_string()?)
 }
 
+/// One lab's page of the book (`docs/labs/<lab>.md`), written from its lab
+/// file and its stored snapshots only: the claim, the steps with their
+/// faults, what the safe run shows (its diagram and its assertions), and
+/// each counterexample with its declared violations and its diagram. A
+/// test fails when a page differs from what this writes
+/// (`MQLAB_UPDATE_DOCS=1` rewrites them).
+pub fn lab_page(project: &crate::lab::Project, name: &str) -> Result<String> {
+    let lab = project.load(name)?;
+    let mut out = format!("# `{name}`\n\n> {}\n\n", lab.claim);
+    let run = match lab.is_cluster() {
+        true => "with the other cluster labs, `cargo run -- lab --group cluster`".to_string(),
+        false => format!("`cargo run -- lab {name}`"),
+    };
+    out.push_str(&format!(
+        "Run it: {run}. Its file: `labs/{name}.toml`; this page is written from it and from its snapshots.\n\n## Steps\n\n"
+    ));
+    for (i, step) in lab.steps.iter().enumerate() {
+        let mut line = format!("{}. `{}`", i + 1, step.action.phase());
+        if let Some(f) = &step.fault {
+            let node = f.node.map(|n| format!(" (node {n})")).unwrap_or_default();
+            line.push_str(&format!(
+                ", fault: `{}` `{}`{node} at `{}` of `{}`, then `{}`",
+                f.target, f.action, f.window, f.message, f.then
+            ));
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    let snapshot = |run: &str| -> Result<Vec<String>> {
+        let path = crate::snapshot::path_for(&project.snapshots_dir(), run);
+        Ok(crate::snapshot::read(&path)?
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect())
+    };
+    let judged = |lines: &[String]| -> String {
+        lines
+            .iter()
+            .filter(|l| l.starts_with("[assert]") || l.starts_with("[check]"))
+            .map(|l| format!("- `{l}`\n"))
+            .collect()
+    };
+    let lines = snapshot(name)?;
+    out.push_str("\n## What the safe run shows\n\n```mermaid\n");
+    out.push_str(&mermaid(&lines));
+    out.push_str("```\n\nIts assertions and checks, from `snapshots/");
+    out.push_str(&format!("{name}.snap`:\n\n{}", judged(&lines)));
+    let variants = project.variants(name)?;
+    if !variants.is_empty() {
+        out.push_str("\n## Counterexamples\n");
+    }
+    for (v, claim) in variants {
+        let run = format!("{name}@{v}");
+        let variant = project.load(&run)?;
+        let declared: Vec<String> = variant
+            .violations
+            .iter()
+            .map(|(k, val)| format!("`{k}={val}`"))
+            .collect();
+        let lines = snapshot(&run)?;
+        out.push_str(&format!(
+            "\n### `{run}`\n\n> {claim}\n\nDeclared violations (the run must fail with exactly these): {}.\n\n```mermaid\n{}```\n",
+            declared.join(", "),
+            mermaid(&lines)
+        ));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,7 +21,7 @@ fn links(text: &str) -> Vec<String> {
 
 fn pages() -> Vec<PathBuf> {
     let mut pages = vec![root().join("README.md")];
-    for dir in ["docs", "docs/evidence"] {
+    for dir in ["docs", "docs/evidence", "docs/labs"] {
         for e in std::fs::read_dir(root().join(dir)).unwrap() {
             let p = e.unwrap().path();
             if p.extension().is_some_and(|x| x == "md") {
@@ -30,6 +30,37 @@ fn pages() -> Vec<PathBuf> {
         }
     }
     pages
+}
+
+/// One page per lab under docs/labs/, written from its lab file and its
+/// stored snapshots (`evidence::lab_page`): a page that differs fails, and
+/// `MQLAB_UPDATE_DOCS=1` rewrites them; no page without its lab.
+#[test]
+fn every_lab_has_its_page_written_from_its_files() {
+    let project = mqlab::lab::Project { root: root() };
+    let dir = root().join("docs/labs");
+    let update = std::env::var("MQLAB_UPDATE_DOCS").is_ok_and(|v| v == "1");
+    let names = project.lab_names().unwrap();
+    let mut stale = Vec::new();
+    for name in &names {
+        let page = mqlab::evidence::lab_page(&project, name).unwrap();
+        let path = dir.join(format!("{name}.md"));
+        if update {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(&path, &page).unwrap();
+        } else if std::fs::read_to_string(&path).ok().as_deref() != Some(page.as_str()) {
+            stale.push(name.clone());
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "docs/labs/ differs from the lab files for {stale:?}: MQLAB_UPDATE_DOCS=1 cargo test --test docs every_lab rewrites them"
+    );
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        let stem = p.file_stem().unwrap().to_string_lossy().into_owned();
+        assert!(names.contains(&stem), "{} has no lab", p.display());
+    }
 }
 
 #[test]
@@ -212,18 +243,29 @@ fn the_book_builds_and_renders() {
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    // The diagram: Mermaid replaced the code block by an SVG.
-    let dom = chrome(&["--dump-dom"], "evidence/consumer-crash.html");
-    assert!(dom.contains("class=\"mermaid\""), "no mermaid block");
-    // (mdBook's own icons are SVGs too: the sequence diagram's mark is Mermaid's.)
-    assert!(
-        dom.contains("aria-roledescription=\"sequence\""),
-        "Mermaid drew no diagram"
-    );
-    assert!(
-        !dom.contains("Syntax error"),
-        "Mermaid could not parse the diagram"
-    );
+    // The diagrams: Mermaid replaced each code block by an SVG, on a seed
+    // lab's evidence page and on a lab page written from its files (the
+    // safe run and its counterexample: two diagrams).
+    for (page, diagrams) in [
+        ("evidence/consumer-crash.html", 1),
+        ("labs/broker-pause.html", 2),
+    ] {
+        let dom = chrome(&["--dump-dom"], page);
+        assert!(
+            dom.contains("class=\"mermaid\""),
+            "{page}: no mermaid block"
+        );
+        // (mdBook's own icons are SVGs too: the sequence diagram's mark is Mermaid's.)
+        assert_eq!(
+            dom.matches("aria-roledescription=\"sequence\"").count(),
+            diagrams,
+            "{page}: Mermaid drew the wrong number of diagrams"
+        );
+        assert!(
+            !dom.contains("Syntax error"),
+            "{page}: Mermaid could not parse a diagram"
+        );
+    }
     // The faults table, from the registry.
     let dom = chrome(&["--dump-dom"], "faults.html");
     assert!(
@@ -232,6 +274,7 @@ fn the_book_builds_and_renders() {
     );
     for (page, png) in [
         ("evidence/consumer-crash.html", "lab.png"),
+        ("labs/broker-pause.html", "lab-page.png"),
         ("faults.html", "faults.png"),
     ] {
         let shot = tmp.path().join(png);
