@@ -144,6 +144,49 @@ fn the_environments_know_nothing_of_runner_events_or_labs() {
     }
 }
 
+/// The import graph as a Mermaid flowchart, with the edges another path
+/// already implies left out (the transitive reduction of a graph without
+/// cycles: unique), so the layers show.
+fn mermaid(g: &Graph) -> String {
+    let mut out = String::from("```mermaid\nflowchart BT\n");
+    for (m, targets) in g {
+        for t in targets {
+            let implied = targets
+                .iter()
+                .any(|other| other != t && reach(g, other).contains(t));
+            if !implied {
+                out.push_str(&format!("    {m} --> {t}\n"));
+            }
+        }
+    }
+    out.push_str("```\n");
+    out
+}
+
+/// docs/architecture.md shows the module graph as it is: the block between
+/// its `modules` markers is [`mermaid`]'s (`MQLAB_UPDATE_DOCS=1` rewrites it).
+#[test]
+fn the_architecture_page_draws_the_import_graph_as_it_is() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/architecture.md");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let (start, end) = (
+        "<!-- modules: from tests/modules.rs -->\n",
+        "<!-- end modules -->",
+    );
+    let a = text.find(start).expect("the start marker") + start.len();
+    let b = text.find(end).expect("the end marker");
+    let want = mermaid(&graph());
+    if std::env::var("MQLAB_UPDATE_DOCS").is_ok_and(|v| v == "1") {
+        std::fs::write(&path, format!("{}{want}{}", &text[..a], &text[b..])).unwrap();
+        return;
+    }
+    assert_eq!(
+        &text[a..b],
+        want,
+        "docs/architecture.md's module graph differs from the imports: MQLAB_UPDATE_DOCS=1 cargo test --test modules rewrites it"
+    );
+}
+
 /// The reader itself, on literal text: a commented import and a test module
 /// do not count, a grouped import does.
 #[test]
