@@ -607,6 +607,46 @@ pub fn junit(records: &[Record]) -> Result<String> {
     Ok(report.to_string()?)
 }
 
+/// A lab's steps as the page lists them: each step's kind and target, the
+/// consumer it runs (a pattern or a program), its cluster node, its fault.
+fn steps(lab: &crate::lab::Lab) -> String {
+    use crate::lab::Action;
+    let mut out = String::new();
+    for (i, step) in lab.steps.iter().enumerate() {
+        let mut line = match &step.action {
+            Action::Broker(a) => format!("fault: `broker` `{a}`, between steps"),
+            Action::Node { node, action } => {
+                format!("fault: `node` `{action}` (node {node}), between steps")
+            }
+            other => format!("`{}`", other.phase()),
+        };
+        match &step.action {
+            Action::Consume(c) => {
+                match &c.command {
+                    Some(cmd) => line.push_str(&format!(", program `{cmd}`")),
+                    None => line.push_str(&format!(", pattern `{}`", c.pattern)),
+                }
+                if lab.is_cluster() {
+                    line.push_str(&format!(", on node {}", c.node));
+                }
+            }
+            Action::Publish(p) if lab.is_cluster() => {
+                line.push_str(&format!(", on node {}", p.node));
+            }
+            _ => {}
+        }
+        if let Some(f) = &step.fault {
+            let node = f.node.map(|n| format!(" (node {n})")).unwrap_or_default();
+            line.push_str(&format!(
+                ", fault: `{}` `{}`{node} at `{}` of `{}`, then `{}`",
+                f.target, f.action, f.window, f.message, f.then
+            ));
+        }
+        out.push_str(&format!("{}. {line}\n", i + 1));
+    }
+    out
+}
+
 /// One lab's page of the book (`docs/labs/<lab>.md`), written from its lab
 /// file and its stored snapshots only: the claim, the steps with their
 /// faults, what the safe run shows (its diagram and its assertions), and
@@ -616,32 +656,22 @@ pub fn junit(records: &[Record]) -> Result<String> {
 pub fn lab_page(project: &crate::lab::Project, name: &str) -> Result<String> {
     let lab = project.load(name)?;
     let mut out = format!("# `{name}`\n\n> {}\n\n", lab.claim);
-    let run = match lab.is_cluster() {
-        true => "with the other cluster labs, `cargo run -- lab --group cluster`".to_string(),
-        false => format!("`cargo run -- lab {name}`"),
-    };
-    out.push_str(&format!(
-        "Run it: {run}. Its file: `labs/{name}.toml`; this page is written from it and from its snapshots.\n\n## Steps\n\n"
-    ));
-    for (i, step) in lab.steps.iter().enumerate() {
-        let mut line = format!("{}. `{}`", i + 1, step.action.phase());
-        if let Some(f) = &step.fault {
-            let node = f.node.map(|n| format!(" (node {n})")).unwrap_or_default();
-            line.push_str(&format!(
-                ", fault: `{}` `{}`{node} at `{}` of `{}`, then `{}`",
-                f.target, f.action, f.window, f.message, f.then
-            ));
-        }
-        out.push_str(&line);
-        out.push('\n');
+    let mut how = format!("Run it: `cargo run -- lab {name}`");
+    if lab.is_cluster() {
+        how.push_str(" (a cluster lab, on three nodes; not in one command with one-node labs)");
     }
+    if lab.has_partition() {
+        how.push_str("; it cuts a node off, which needs iptables and root (and nsenter with `--env containers`)");
+    }
+    out.push_str(&format!(
+        "{how}. Its file: `labs/{name}.toml`; this page is written from it and from its snapshots.\n\n## Steps\n\n{}",
+        steps(&lab)
+    ));
     let snapshot = |run: &str| -> Result<Vec<String>> {
         let path = crate::snapshot::path_for(&project.snapshots_dir(), run);
-        Ok(crate::snapshot::read(&path)?
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_string)
-            .collect())
+        let body = crate::snapshot::read(&path)?
+            .with_context(|| format!("`{run}` has no snapshot ({})", path.display()))?;
+        Ok(body.lines().map(str::to_string).collect())
     };
     let judged = |lines: &[String]| -> String {
         lines
@@ -668,8 +698,14 @@ pub fn lab_page(project: &crate::lab::Project, name: &str) -> Result<String> {
             .map(|(k, val)| format!("`{k}={val}`"))
             .collect();
         let lines = snapshot(&run)?;
+        // What the variant changes shows in its steps (a pattern, a
+        // window) or else in its topology (a queue's type, durability).
+        let changed = match steps(&variant) == steps(&lab) {
+            true => "its steps are the lab's; it changes the topology or the producer (see the lab file)".to_string(),
+            false => format!("its steps:\n\n{}", steps(&variant)),
+        };
         out.push_str(&format!(
-            "\n### `{run}`\n\n> {claim}\n\nDeclared violations (the run must fail with exactly these): {}.\n\n```mermaid\n{}```\n",
+            "\n### `{run}`\n\n> {claim}\n\nRun it: `cargo run -- lab {run}`; {changed}\n\nDeclared violations (the run must fail with exactly these): {}.\n\n```mermaid\n{}```\n",
             declared.join(", "),
             mermaid(&lines)
         ));

@@ -75,7 +75,7 @@ pub fn main() -> i32 {
     }));
     let result = match cli.cmd {
         // The commands that start servers: a panic unwinds through the
-        // session (which stops them) and ends here, one line and exit 70.
+        // session (which stops them) and ends here: one line, exit 101.
         Cmd::Lab(args) => match guarded(|| cmd_lab(&project, args)) {
             Some(r) => r,
             None => return exit::INTERNAL,

@@ -390,12 +390,4 @@ impl super::Environment for ExternalEnv {
     fn sync_metadata(&self, _n: usize) -> super::EnvFuture<'_, ()> {
         Box::pin(async { Ok(()) })
     }
-
-    fn kill_node(&mut self, _n: usize) -> super::EnvFuture<'_, ()> {
-        Box::pin(std::future::ready(super::not_ours()))
-    }
-
-    fn restart_node(&mut self, _n: usize) -> super::EnvFuture<'_, ()> {
-        Box::pin(std::future::ready(super::not_ours()))
-    }
 }

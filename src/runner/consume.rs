@@ -5,8 +5,8 @@ use super::*;
 impl Ctx<'_> {
     pub(super) async fn consume(&mut self, c: &Consume, fault: Option<&Fault>) -> Result<()> {
         let phase = format!("consume({})", c.queue);
-        let secs = c.deadline_secs;
-        let deadline = Instant::now() + Duration::from_secs(secs);
+        let d = Deadline::new(&phase, c.deadline_secs);
+        let deadline = d.at;
         let settle = match c.settle {
             Settle::Count(n) => n,
             // What the queue holds now, each message once.
@@ -17,22 +17,18 @@ impl Ctx<'_> {
             }
         };
         if let Some(command) = &c.command {
-            return self
-                .consume_program(c, command, settle, fault, &phase, deadline)
-                .await;
+            return self.consume_program(c, command, settle, fault, d).await;
         }
         let mut cfg = self.consumer_config(c, settle, None);
         match fault.map(|f| (f, f.target, f.action)) {
             Some((f, Target::Consumer, FaultAction::Kill)) => {
                 let killed = self.consumer_config(c, settle, Some(point_of(f)));
                 let mut proc = self.spawn_role(RoleConfig::Consumer(killed))?;
-                self.reach_marker(&mut proc, Role::Consumer, f, &phase, deadline, secs)
-                    .await?;
+                self.reach_marker(&mut proc, Role::Consumer, f, d).await?;
                 if let Some(depth) = f.kill_at_depth {
                     self.await_depth(&c.queue, depth, &phase, deadline).await?;
                 }
-                self.kill_marked(&mut proc, Role::Consumer, f, &phase, deadline, secs)
-                    .await?;
+                self.kill_marked(&mut proc, Role::Consumer, f, d).await?;
                 self.assert(&f.asserts).await?;
                 self.await_consumers_gone(&c.queue, &phase, deadline)
                     .await?;
@@ -58,9 +54,8 @@ impl Ctx<'_> {
             None => {}
         }
         let mut proc = self.spawn_role(RoleConfig::Consumer(cfg))?;
-        self.follow(&mut proc, Role::Consumer, &phase, deadline, secs, None)
-            .await?;
-        let code = self.wait_exit(&mut proc, &phase, deadline, secs).await?;
+        self.follow(&mut proc, Role::Consumer, d, None).await?;
+        let code = self.wait_exit(&mut proc, d).await?;
         // A delivery in flight when the consumer closed goes back to the
         // queue when the broker removes the consumer, a moment after the
         // process is gone: the queue's state is read after that.
@@ -133,10 +128,13 @@ impl Ctx<'_> {
         command: &str,
         mut settle: usize,
         fault: Option<&Fault>,
-        phase: &str,
-        deadline: Instant,
+        d: Deadline<'_>,
     ) -> Result<()> {
-        let secs = c.deadline_secs;
+        let Deadline {
+            phase,
+            at: deadline,
+            secs,
+        } = d;
         if settle == 0 {
             return Ok(());
         }

@@ -367,6 +367,26 @@ struct Ctx<'a> {
     role_seq: usize,
 }
 
+/// A step's deadline: when it ends, and what a run that passes it says
+/// (`phase P exceeded N s`). One value instead of three through every wait
+/// of the step.
+#[derive(Clone, Copy)]
+struct Deadline<'p> {
+    phase: &'p str,
+    at: Instant,
+    secs: u64,
+}
+
+impl<'p> Deadline<'p> {
+    fn new(phase: &'p str, secs: u64) -> Deadline<'p> {
+        Deadline {
+            phase,
+            at: Instant::now() + Duration::from_secs(secs),
+            secs,
+        }
+    }
+}
+
 /// A role process with its stdout lines (a program's output goes to its log only).
 struct RoleProc {
     child: Child,

@@ -9,28 +9,26 @@ impl Ctx<'_> {
         fault: Option<&Fault>,
         phase: &str,
     ) -> Result<()> {
-        let secs = p.deadline_secs;
-        let deadline = Instant::now() + Duration::from_secs(secs);
+        let d = Deadline::new(phase, p.deadline_secs);
         // Every publish-step placement of the registry, by name: a pair
         // the lab checker lets through and nothing here runs is an error.
         match fault.map(|f| (f, f.target, f.action)) {
             // A family that sequences its own fault: its hook, then the
             // fault's assertions.
             Some((f, Target::Node, FaultAction::Kill)) => {
-                let mut stage = PublishStage::new(self, p, phase, deadline, secs);
+                let mut stage = PublishStage::new(self, p, d);
                 crate::faults::node::kill_on_publish(&mut stage, p, f).await?;
                 return self.assert(&f.asserts).await;
             }
             Some((f, Target::Broker, FaultAction::Pause)) => {
-                let mut stage = PublishStage::new(self, p, phase, deadline, secs);
+                let mut stage = PublishStage::new(self, p, d);
                 crate::faults::pause::on_publish(&mut stage, p, f).await?;
                 return self.assert(&f.asserts).await;
             }
             Some((f, Target::Producer, FaultAction::Kill)) => {
                 let killed = self.producer_config(p, Some(point_of(f)));
                 let mut proc = self.spawn_role(RoleConfig::Producer(killed))?;
-                self.kill_at_marker(&mut proc, Role::Producer, f, phase, deadline, secs)
-                    .await?;
+                self.kill_at_marker(&mut proc, Role::Producer, f, d).await?;
                 self.assert(&f.asserts).await?;
             }
             Some((f, Target::Network, FaultAction::Cut)) => {
@@ -41,16 +39,15 @@ impl Ctx<'_> {
                 });
                 let cfg = self.producer_config(p, None);
                 let mut proc = self.spawn_role(RoleConfig::Producer(cfg))?;
-                self.follow(&mut proc, Role::Producer, phase, deadline, secs, None)
-                    .await?;
-                let code = self.wait_exit(&mut proc, phase, deadline, secs).await?;
+                self.follow(&mut proc, Role::Producer, d, None).await?;
+                let code = self.wait_exit(&mut proc, d).await?;
                 if code == 0 {
                     bail!(
                         "phase {phase}: the producer finished; its publish of {} was never cut",
                         f.message
                     );
                 }
-                self.proxy_effect(phase, deadline).await?;
+                self.proxy_effect(phase, d.at).await?;
                 self.proxy().release();
             }
             // The proxy holds the confirm; the producer times out and sends again.
@@ -65,10 +62,8 @@ impl Ctx<'_> {
         // After a kill, the restarted producer reads the same journal.
         let cfg = self.producer_config(p, None);
         let mut proc = self.spawn_role(RoleConfig::Producer(cfg))?;
-        self.follow(&mut proc, Role::Producer, phase, deadline, secs, None)
-            .await?;
-        self.expect_success(&mut proc, phase, deadline, secs)
-            .await?;
+        self.follow(&mut proc, Role::Producer, d, None).await?;
+        self.expect_success(&mut proc, d).await?;
         if let Some(f) = fault.filter(|f| f.target == Target::Network) {
             self.assert(&f.asserts).await?;
         }
@@ -138,26 +133,16 @@ impl Ctx<'_> {
 struct PublishStage<'c, 'a> {
     ctx: &'c mut Ctx<'a>,
     p: &'c Publish,
-    phase: &'c str,
-    deadline: Instant,
-    secs: u64,
+    d: Deadline<'c>,
     proc: Option<RoleProc>,
 }
 
 impl<'c, 'a> PublishStage<'c, 'a> {
-    fn new(
-        ctx: &'c mut Ctx<'a>,
-        p: &'c Publish,
-        phase: &'c str,
-        deadline: Instant,
-        secs: u64,
-    ) -> Self {
+    fn new(ctx: &'c mut Ctx<'a>, p: &'c Publish, d: Deadline<'c>) -> Self {
         PublishStage {
             ctx,
             p,
-            phase,
-            deadline,
-            secs,
+            d,
             proc: None,
         }
     }
@@ -165,7 +150,7 @@ impl<'c, 'a> PublishStage<'c, 'a> {
 
 impl crate::faults::Stage for PublishStage<'_, '_> {
     fn deadline(&self) -> Instant {
-        self.deadline
+        self.d.at
     }
 
     fn vhost(&self) -> &str {
@@ -216,13 +201,13 @@ impl crate::faults::Stage for PublishStage<'_, '_> {
 
     async fn proxy_event(&mut self) -> Result<ProxyEvent> {
         let rx = &mut self.ctx.proxy.as_mut().expect("prepared before any step").1;
-        match tokio::time::timeout_at(self.deadline.into(), rx.recv()).await {
+        match tokio::time::timeout_at(self.d.at.into(), rx.recv()).await {
             Ok(Some(event)) => Ok(event),
-            Ok(None) => bail!("phase {}: the proxy stopped", self.phase),
+            Ok(None) => bail!("phase {}: the proxy stopped", self.d.phase),
             Err(_) => bail!(
                 "phase {} exceeded {} s waiting for the proxy",
-                self.phase,
-                self.secs
+                self.d.phase,
+                self.d.secs
             ),
         }
     }
@@ -235,24 +220,17 @@ impl crate::faults::Stage for PublishStage<'_, '_> {
     }
 
     async fn producer_until(&mut self, message: &str, status: Status) -> Result<()> {
-        let (phase, deadline, secs) = (self.phase, self.deadline, self.secs);
+        let d = self.d;
         let mut proc = self.proc.take().context("no producer to follow")?;
-        let r = self
-            .ctx
-            .follow_until(&mut proc, phase, deadline, secs, message, status)
-            .await;
+        let r = self.ctx.follow_until(&mut proc, d, message, status).await;
         self.proc = Some(proc);
         r
     }
 
     async fn finish_producer(&mut self) -> Result<()> {
-        let (phase, deadline, secs) = (self.phase, self.deadline, self.secs);
+        let d = self.d;
         let mut proc = self.proc.take().context("no producer to follow")?;
-        self.ctx
-            .follow(&mut proc, Role::Producer, phase, deadline, secs, None)
-            .await?;
-        self.ctx
-            .expect_success(&mut proc, phase, deadline, secs)
-            .await
+        self.ctx.follow(&mut proc, Role::Producer, d, None).await?;
+        self.ctx.expect_success(&mut proc, d).await
     }
 }

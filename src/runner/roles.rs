@@ -19,10 +19,13 @@ impl Ctx<'_> {
     pub(super) async fn next_line(
         &self,
         p: &mut RoleProc,
-        phase: &str,
-        deadline: Instant,
-        secs: u64,
+        d: Deadline<'_>,
     ) -> Result<Option<String>> {
+        let Deadline {
+            phase,
+            at: deadline,
+            secs,
+        } = d;
         let Some(lines) = p.lines.as_mut() else {
             return Ok(None);
         };
@@ -38,13 +41,12 @@ impl Ctx<'_> {
         }
     }
 
-    pub(super) async fn wait_exit(
-        &self,
-        p: &mut RoleProc,
-        phase: &str,
-        deadline: Instant,
-        secs: u64,
-    ) -> Result<i32> {
+    pub(super) async fn wait_exit(&self, p: &mut RoleProc, d: Deadline<'_>) -> Result<i32> {
+        let Deadline {
+            phase,
+            at: deadline,
+            secs,
+        } = d;
         match tokio::time::timeout_at(deadline.into(), p.child.wait()).await {
             Ok(status) => Ok(exit_code(status?)),
             Err(_) => {
@@ -58,11 +60,9 @@ impl Ctx<'_> {
     pub(super) async fn expect_success(
         &mut self,
         proc: &mut RoleProc,
-        phase: &str,
-        deadline: Instant,
-        secs: u64,
+        d: Deadline<'_>,
     ) -> Result<()> {
-        let code = self.wait_exit(proc, phase, deadline, secs).await?;
+        let code = self.wait_exit(proc, d).await?;
         if code != 0 {
             bail!(
                 "the producer exited with {code}; last lines of its log:\n{}",
@@ -76,14 +76,12 @@ impl Ctx<'_> {
     pub(super) async fn follow_until(
         &mut self,
         proc: &mut RoleProc,
-        phase: &str,
-        deadline: Instant,
-        secs: u64,
+        d: Deadline<'_>,
         message: &str,
         status: Status,
     ) -> Result<()> {
         loop {
-            let Some(line) = self.next_line(proc, phase, deadline, secs).await? else {
+            let Some(line) = self.next_line(proc, d).await? else {
                 bail!(
                     "the producer exited before it logged {message} {status}; last lines of its log:\n{}",
                     process::tail(&proc.log, 10)
@@ -106,12 +104,15 @@ impl Ctx<'_> {
         &mut self,
         proc: &mut RoleProc,
         role: Role,
-        phase: &str,
-        deadline: Instant,
-        secs: u64,
+        d: Deadline<'_>,
         until_marker: Option<&str>,
     ) -> Result<bool> {
-        while let Some(line) = self.next_line(proc, phase, deadline, secs).await? {
+        let Deadline {
+            phase,
+            at: deadline,
+            ..
+        } = d;
+        while let Some(line) = self.next_line(proc, d).await? {
             let entry = Entry::parse(&format!("[{role}] {line}"));
             let status = entry
                 .as_ref()
@@ -142,13 +143,10 @@ impl Ctx<'_> {
         proc: &mut RoleProc,
         role: Role,
         f: &Fault,
-        phase: &str,
-        deadline: Instant,
-        secs: u64,
+        d: Deadline<'_>,
     ) -> Result<()> {
-        self.reach_marker(proc, role, f, phase, deadline, secs)
-            .await?;
-        self.kill_marked(proc, role, f, phase, deadline, secs).await
+        self.reach_marker(proc, role, f, d).await?;
+        self.kill_marked(proc, role, f, d).await
     }
 
     /// Follows a role to its window marker for the fault's message; a role
@@ -159,15 +157,10 @@ impl Ctx<'_> {
         proc: &mut RoleProc,
         role: Role,
         f: &Fault,
-        phase: &str,
-        deadline: Instant,
-        secs: u64,
+        d: Deadline<'_>,
     ) -> Result<()> {
-        if !self
-            .follow(proc, role, phase, deadline, secs, Some(&f.message))
-            .await?
-        {
-            let code = self.wait_exit(proc, phase, deadline, secs).await?;
+        if !self.follow(proc, role, d, Some(&f.message)).await? {
+            let code = self.wait_exit(proc, d).await?;
             self.unreachable = Some(format!(
                 "the {role} never reached `{}` for {}",
                 f.window, f.message
@@ -189,17 +182,15 @@ impl Ctx<'_> {
         proc: &mut RoleProc,
         role: Role,
         f: &Fault,
-        phase: &str,
-        deadline: Instant,
-        secs: u64,
+        d: Deadline<'_>,
     ) -> Result<()> {
         // Ground truth at the moment of the kill, before anything can change it.
         self.observed.crash_business_rows =
             Some(store::business_rows_for(&mut self.conns().db, &f.message).await?);
         let pid = proc.child.id().context("role already reaped")?;
         signal::kill(Pid::from_raw(pid as i32), Signal::SIGKILL)?;
-        let code = self.wait_exit(proc, phase, deadline, secs).await?;
-        while let Some(line) = self.next_line(proc, phase, deadline, secs).await? {
+        let code = self.wait_exit(proc, d).await?;
+        while let Some(line) = self.next_line(proc, d).await? {
             self.emit(role, &line);
         }
         self.observed.crash_exit_code = Some(code);
