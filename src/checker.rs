@@ -101,6 +101,8 @@ fn duplicates_applied(ground: &Ground) -> usize {
 
 /// A value, or why it cannot be known (which fails the assertion). An
 /// exhaustive match: a counter without an evaluator does not compile.
+/// Long because it is that one match, an arm per counter, kept whole so
+/// the compiler checks every counter has one.
 pub fn evaluate(c: &CounterRef, entries: &[Entry], obs: &Observed) -> Result<String, String> {
     let q = c.arg.as_deref();
     let consumer = |status: Status| {

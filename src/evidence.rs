@@ -327,7 +327,8 @@ fn registry_note(target: Target, e: &Entry, mid: &str) -> Option<String> {
 
 /// A Mermaid sequence diagram of what the transcript says happened: who
 /// published, which process got which delivery, what reached PostgreSQL,
-/// where a process was killed.
+/// where a process was killed. Long because it is one pass over the lines
+/// with a match per role and status, an arm per kind of line it draws.
 pub fn mermaid(lines: &[String]) -> String {
     let entries: Vec<Entry> = lines.iter().filter_map(|l| Entry::parse(l)).collect();
     let mut queues: Vec<String> = Vec::new();

@@ -58,21 +58,7 @@ pub fn main() -> i32 {
     let project = Project {
         root: cli.root.clone().unwrap_or_else(default_root),
     };
-    // A bug in the harness is one line and a clean teardown (the unwinding
-    // drops the environment), not a trace.
-    std::panic::set_hook(Box::new(|info| {
-        let msg = info
-            .payload()
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| info.payload().downcast_ref::<String>().cloned())
-            .unwrap_or_default();
-        let at = info
-            .location()
-            .map(|l| format!(" at {}:{}", l.file(), l.line()))
-            .unwrap_or_default();
-        eprintln!("mqlab: internal error: {msg}{at} (a bug in mqlab; everything it started is being stopped)");
-    }));
+    panic_hook();
     let result = match cli.cmd {
         // The commands that start servers: a panic unwinds through the
         // session (which stops them) and ends here: one line, exit 101.
@@ -103,20 +89,7 @@ pub fn main() -> i32 {
         Cmd::Role {
             config,
             config_file,
-        } => {
-            let config = match (config, config_file) {
-                (Some(c), _) => c,
-                (None, Some(f)) => match std::fs::read_to_string(&f) {
-                    Ok(c) => c,
-                    Err(e) => {
-                        eprintln!("error: cannot read `{}`: {e}", f.display());
-                        return exit::LAB_FAILED;
-                    }
-                },
-                (None, None) => return exit::SETUP,
-            };
-            return run_role(&config);
-        }
+        } => return role_main(config, config_file),
         Cmd::Guard { dir } => return crate::env::guard::guard_main(&dir),
     };
     match result {
@@ -135,6 +108,24 @@ pub fn main() -> i32 {
     }
 }
 
+/// A bug in the harness is one line and a clean teardown (the unwinding
+/// drops the environment), not a trace.
+fn panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        eprintln!("mqlab: internal error: {msg}{at} (a bug in mqlab; everything it started is being stopped)");
+    }));
+}
+
 /// Runs a command; None if it panicked (the hook has said so).
 fn guarded(f: impl FnOnce() -> Result<i32, Error>) -> Option<Result<i32, Error>> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).ok()
@@ -147,6 +138,23 @@ fn default_root() -> PathBuf {
     } else {
         PathBuf::from(env!("CARGO_MANIFEST_DIR"))
     }
+}
+
+/// `mqlab role`: the config inline or in a file (the runner writes a
+/// private file beside the role's log).
+fn role_main(config: Option<String>, file: Option<PathBuf>) -> i32 {
+    let config = match (config, file) {
+        (Some(c), _) => c,
+        (None, Some(f)) => match std::fs::read_to_string(&f) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("error: cannot read `{}`: {e}", f.display());
+                return exit::LAB_FAILED;
+            }
+        },
+        (None, None) => return exit::SETUP,
+    };
+    run_role(&config)
 }
 
 fn run_role(config: &str) -> i32 {
@@ -173,27 +181,54 @@ fn run_role(config: &str) -> i32 {
     }
 }
 
-fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32, Error> {
-    let mut labs = plan(project, &args).usage()?;
-    let external = args.env.external().usage()?;
-    let mut skipped = Vec::new();
-    if external.is_some() {
-        let (cannot, can): (Vec<Lab>, Vec<Lab>) = labs.into_iter().partition(Lab::has_broker_fault);
-        skipped = cannot.iter().map(Lab::run_name).collect::<Vec<_>>();
-        if !skipped.is_empty() && !args.skip_unsupported {
-            return Err(Error::Usage(anyhow::anyhow!(
-                "not runnable on --env external (a broker fault; the broker is not mqlab's): {} (--skip-unsupported runs the others)",
-                skipped.join(", ")
-            )));
-        }
-        labs = can;
-        if !skipped.is_empty() {
-            eprintln!(
-                "mqlab: skipped, not runnable on --env external (a broker fault): {}",
-                skipped.join(", ")
-            );
-        }
+/// `--env external` runs no lab with a broker fault (the broker is not
+/// mqlab's): refused, or with `--skip-unsupported` left out and named.
+fn runnable_on_external(labs: Vec<Lab>, skip: bool) -> Result<(Vec<Lab>, Vec<String>), Error> {
+    let (cannot, can): (Vec<Lab>, Vec<Lab>) = labs.into_iter().partition(Lab::has_broker_fault);
+    let skipped = cannot.iter().map(Lab::run_name).collect::<Vec<_>>();
+    if !skipped.is_empty() && !skip {
+        return Err(Error::Usage(anyhow::anyhow!(
+            "not runnable on --env external (a broker fault; the broker is not mqlab's): {} (--skip-unsupported runs the others)",
+            skipped.join(", ")
+        )));
     }
+    if !skipped.is_empty() {
+        eprintln!(
+            "mqlab: skipped, not runnable on --env external (a broker fault): {}",
+            skipped.join(", ")
+        );
+    }
+    Ok((can, skipped))
+}
+
+/// Where `mqlab lab`'s events go: the terminal and the summary table, and
+/// the outputs its flags ask for.
+fn lab_sinks(terminal: sinks::Terminal, args: &LabArgs) -> Fanout {
+    let mut sink = Fanout::default();
+    sink.push(terminal);
+    sink.push(sinks::Summary);
+    if let Some(dir) = &args.transcript_dir {
+        sink.push(sinks::TranscriptDir(dir.clone()));
+    }
+    if let Some(dir) = &args.evidence {
+        sink.push(sinks::Evidence {
+            dir: dir.clone(),
+            info: None,
+        });
+    }
+    if let Some(file) = &args.junit {
+        sink.push(sinks::Junit::new(file));
+    }
+    sink
+}
+
+fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32, Error> {
+    let labs = plan(project, &args).usage()?;
+    let external = args.env.external().usage()?;
+    let (labs, skipped) = match external.is_some() {
+        true => runnable_on_external(labs, args.skip_unsupported)?,
+        false => (labs, Vec::new()),
+    };
     if let (Some(p), true) = (&args.partition, labs.is_empty()) {
         eprintln!("mqlab: partition {p} holds none of these runs; nothing to run");
         return Ok(exit::OK);
@@ -210,21 +245,7 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32, Error> {
     };
     let terminal = sinks::Terminal::new(project.snapshots_dir());
     let mut session = Session::open(setup, progress(&terminal))?;
-    let mut sink = Fanout::default();
-    sink.push(terminal);
-    sink.push(sinks::Summary);
-    if let Some(dir) = &args.transcript_dir {
-        sink.push(sinks::TranscriptDir(dir.clone()));
-    }
-    if let Some(dir) = &args.evidence {
-        sink.push(sinks::Evidence {
-            dir: dir.clone(),
-            info: None,
-        });
-    }
-    if let Some(file) = &args.junit {
-        sink.push(sinks::Junit::new(file));
-    }
+    let mut sink = lab_sinks(terminal, &args);
     eprintln!("mqlab: run directory {}", session.run_dir().display());
     let started = Instant::now();
     let mut records: Vec<RunRecord> = Vec::new();
@@ -437,34 +458,7 @@ fn cmd_explore(project: &Project, args: ExploreArgs) -> Result<i32, Error> {
     }
     session.close(false);
     ended?.into_result()?;
-    let tally = crate::explore::Tally::of(&results);
-    let summary = tally.summary(started.elapsed().as_secs_f64());
-    out(&crate::explore::render_text(&results));
-    for line in crate::explore::findings(&results) {
-        out(&line);
-    }
-    out(&summary);
-    if let Some(dir) = &args.evidence {
-        // Each share its own page: shares upload side by side.
-        let file = match &args.partition {
-            Some(p) => dir.join(format!("explore-{run}-{}of{}.md", p.k, p.n)),
-            None => dir.join(format!("explore-{run}.md")),
-        };
-        std::fs::write(
-            &file,
-            crate::explore::render_markdown(&run, &lab.claim, &results, &summary),
-        )
-        .with_context(|| format!("cannot write `{}`", file.display()))
-        .usage()?;
-        eprintln!("mqlab: matrix written to {}", file.display());
-    }
-    lab.violations.clear();
-    let counterexample = args.variant.is_some() || run.contains('@');
-    let (code, note) = tally.exit_code(counterexample, args.partition.is_some());
-    if let Some(note) = note {
-        eprintln!("mqlab: {note}");
-    }
-    Ok(code)
+    explore_report(&args, &run, &lab.claim, &results, started)
 }
 
 /// The session's setup from the environment flags, for runs in `vhosts`:
@@ -489,4 +483,42 @@ fn setup(project: &Project, env: &args::EnvArgs, vhosts: Vec<String>) -> Result<
 fn progress(terminal: &sinks::Terminal) -> Progress {
     let bar = terminal.progress();
     Progress::new(move |what| bar.set_message(format!("environment: {what}")))
+}
+
+/// What `mqlab explore` prints and writes once its points ran: the matrix,
+/// the findings, the summary, the matrix page, and the verdict's exit code.
+fn explore_report(
+    args: &ExploreArgs,
+    run: &str,
+    claim: &str,
+    results: &[(crate::explore::Point, crate::explore::Verdict)],
+    started: Instant,
+) -> Result<i32, Error> {
+    let tally = crate::explore::Tally::of(results);
+    let summary = tally.summary(started.elapsed().as_secs_f64());
+    out(&crate::explore::render_text(results));
+    for line in crate::explore::findings(results) {
+        out(&line);
+    }
+    out(&summary);
+    if let Some(dir) = &args.evidence {
+        // Each share its own page: shares upload side by side.
+        let file = match &args.partition {
+            Some(p) => dir.join(format!("explore-{run}-{}of{}.md", p.k, p.n)),
+            None => dir.join(format!("explore-{run}.md")),
+        };
+        std::fs::write(
+            &file,
+            crate::explore::render_markdown(run, claim, results, &summary),
+        )
+        .with_context(|| format!("cannot write `{}`", file.display()))
+        .usage()?;
+        eprintln!("mqlab: matrix written to {}", file.display());
+    }
+    let counterexample = args.variant.is_some() || run.contains('@');
+    let (code, note) = tally.exit_code(counterexample, args.partition.is_some());
+    if let Some(note) = note {
+        eprintln!("mqlab: {note}");
+    }
+    Ok(code)
 }

@@ -346,6 +346,8 @@ fn frame_len(buf: &[u8]) -> Option<usize> {
 }
 
 /// Reads one frame's meaning (bodies are never parsed) and applies the rule.
+/// Long because it is one match, an arm per (direction, frame kind) the
+/// proxy follows; each arm is a few lines.
 fn judge(dir: Dir, frame: &[u8], conn: &Mutex<Conn>, shared: &Shared) -> Verdict {
     let bb = shared.blackbox.lock().expect("proxy black box").clone();
     let frozen = bb

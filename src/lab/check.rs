@@ -403,6 +403,8 @@ impl<'a> Checker<'a> {
         Topology { exchanges, queues }
     }
 
+    /// Long because it checks one section of the file key by key, in the
+    /// file's order, so that errors come out in that order.
     fn steps(&mut self, raw: &RawLab, topology: &Topology, missing_ok: Option<&str>) -> Vec<Step> {
         let mut published: Vec<String> = Vec::new();
         let mut next_id = 1;
@@ -545,6 +547,8 @@ impl<'a> Checker<'a> {
         steps
     }
 
+    /// Long because it checks one section of the file key by key, in the
+    /// file's order, so that errors come out in that order.
     fn publish(&mut self, key: &str, p: &RawPublish, raw: &RawLab, next_id: &mut usize) -> Publish {
         let mut messages = Vec::new();
         for (j, m) in p.messages.iter().enumerate() {
@@ -628,6 +632,8 @@ impl<'a> Checker<'a> {
         }
     }
 
+    /// Long because it checks one section of the file key by key, in the
+    /// file's order, so that errors come out in that order.
     fn consume(
         &mut self,
         key: &str,
@@ -745,6 +751,8 @@ impl<'a> Checker<'a> {
 
     /// A fault on a publish or consume step: which targets and actions fit
     /// which step, which windows each passes, which message it names.
+    /// Long because it checks one section of the file key by key, in the
+    /// file's order, so that errors come out in that order.
     fn fault(
         &mut self,
         key: &str,
