@@ -178,32 +178,6 @@ impl Ctx<'_> {
                     }
                 };
                 match event {
-                    Seen::Delivered { message, redelivered } => {
-                        let line = self
-                            .observe_line(&message, &c.queue)
-                            .with("redelivered", redelivered)
-                            .status(Status::Delivered);
-                        self.emit(Role::Observe, &line);
-                    }
-                    Seen::Committed { message } => {
-                        let line = self.observe_line(&message, &c.queue).status(Status::Committed);
-                        self.emit(Role::Observe, &line);
-                    }
-                    Seen::RolledBack { message } => {
-                        let line = self.observe_line(&message, &c.queue).status(Status::RolledBack);
-                        self.emit(Role::Observe, &line);
-                    }
-                    Seen::Held { message, what } => {
-                        let line = self
-                            .observe_line(&message, &c.queue)
-                            .with("what", what)
-                            .status(Status::Held);
-                        self.emit(Role::Observe, &line);
-                    }
-                    Seen::Acked { message } => {
-                        let line = self.observe_line(&message, &c.queue).status(Status::Acked);
-                        self.emit(Role::Observe, &line);
-                    }
                     Seen::Settled { message } => {
                         acked.insert(message);
                         if acked.len() >= settle {
@@ -224,30 +198,9 @@ impl Ctx<'_> {
                         bail!(why);
                     }
                     Seen::Fire { message } => {
-                        // The window: both connections are frozen. What the
-                        // database holds for the message now, then the kill.
-                        let lab = self.lab;
-                        let event = self.observed.events.of(&message).to_string();
-                        let rows = store::program_rows_for(
-                            &mut self.conns().db,
-                            lab.effects.as_deref().unwrap_or_default(),
-                            &event,
-                        )
-                        .await?;
-                        self.observed.crash_business_rows = Some(rows);
-                        let pid = proc.child.id().context("program already reaped")?;
-                        signal::killpg(Pid::from_raw(pid as i32), Signal::SIGKILL).ok();
-                        let code = exit_code(proc.child.wait().await?);
-                        self.observed.crash_exit_code = Some(code);
-                        let line = self
-                            .observe_line(&message, &c.queue)
-                            .with("exitCode", code)
-                            .with("businessRows", rows)
-                            .status(Status::Killed);
-                        self.emit(Role::Observe, &line);
-                        if let Some(f) = fault {
-                            self.assert(&f.asserts).await?;
-                        }
+                        // The window: both connections are frozen.
+                        self.kill_program_at_window(&mut proc, &message, &c.queue, fault)
+                            .await?;
                         self.await_consumers_gone(&c.queue, phase, deadline).await?;
                         if fault.is_some_and(|f| f.restart_drain) {
                             // What is left to settle: what the queue holds now.
@@ -262,6 +215,7 @@ impl Ctx<'_> {
                         bb.lock().expect("black box").reset();
                         proc = self.spawn_program(c, command, pg.port)?;
                     }
+                    seen => self.observe(&seen, &c.queue),
                 }
             }
         }
@@ -269,6 +223,68 @@ impl Ctx<'_> {
         self.proxy().watch(None);
         result?;
         self.await_consumers_gone(&c.queue, phase, deadline).await
+    }
+
+    /// What the proxies saw a program do, as an `[observe]` line.
+    fn observe(&mut self, seen: &Seen, queue: &str) {
+        let line = match seen {
+            Seen::Delivered {
+                message,
+                redelivered,
+            } => self
+                .observe_line(message, queue)
+                .with("redelivered", redelivered)
+                .status(Status::Delivered),
+            Seen::Committed { message } => {
+                self.observe_line(message, queue).status(Status::Committed)
+            }
+            Seen::RolledBack { message } => {
+                self.observe_line(message, queue).status(Status::RolledBack)
+            }
+            Seen::Held { message, what } => self
+                .observe_line(message, queue)
+                .with("what", what)
+                .status(Status::Held),
+            Seen::Acked { message } => self.observe_line(message, queue).status(Status::Acked),
+            Seen::Settled { .. } | Seen::Unreachable { .. } | Seen::Fire { .. } => return,
+        };
+        self.emit(Role::Observe, &line);
+    }
+
+    /// The program at its window (both connections frozen): what the
+    /// database holds for the message now, then SIGKILL of its process
+    /// group, its `[observe] ... status=killed` line and the fault's
+    /// assertions.
+    async fn kill_program_at_window(
+        &mut self,
+        proc: &mut RoleProc,
+        message: &str,
+        queue: &str,
+        fault: Option<&Fault>,
+    ) -> Result<()> {
+        let lab = self.lab;
+        let event = self.observed.events.of(message).to_string();
+        let rows = store::program_rows_for(
+            &mut self.conns().db,
+            lab.effects.as_deref().unwrap_or_default(),
+            &event,
+        )
+        .await?;
+        self.observed.crash_business_rows = Some(rows);
+        let pid = proc.child.id().context("program already reaped")?;
+        signal::killpg(Pid::from_raw(pid as i32), Signal::SIGKILL).ok();
+        let code = exit_code(proc.child.wait().await?);
+        self.observed.crash_exit_code = Some(code);
+        let line = self
+            .observe_line(message, queue)
+            .with("exitCode", code)
+            .with("businessRows", rows)
+            .status(Status::Killed);
+        self.emit(Role::Observe, &line);
+        if let Some(f) = fault {
+            self.assert(&f.asserts).await?;
+        }
+        Ok(())
     }
 
     pub(super) fn observe_line(&self, message: &str, queue: &str) -> Record {
