@@ -3,12 +3,14 @@
 //! blocks, so the harness's SIGKILL lands exactly there. The network side
 //! ([`proxy`]): the harness's AMQP proxy between each role and the broker
 //! acts on one message's frames (drops an ack and cuts the connection, holds
-//! a confirm). A family that sequences its own fault on a step
-//! ([`pause`]) does it through a [`Stage`], which the runner implements:
+//! a confirm). A family that sequences its own fault does it through a
+//! [`Run`] (between steps: [`broker`], [`node`]) or a [`Stage`] (on a
+//! publish step: [`pause`], [`node`]), which the runner implements:
 //! where a family goes is a [`crate::vocab::PLACEMENTS`] entry, what it does
 //! is its module.
 
 pub mod blackbox;
+pub mod broker;
 pub mod node;
 pub mod pause;
 pub mod pgproxy;
@@ -21,12 +23,11 @@ use crate::env::Environment;
 use crate::vocab::{Role, Status};
 use proxy::{Proxy, ProxyEvent};
 
-/// What a fault family's hooks may ask of the publish step in progress.
-/// The runner implements it (its step's producer, its deadline, its
-/// transcript), so a family sequences its fault without knowing the runner,
-/// and every wait ends at the step's deadline with the step's message.
+/// What any fault family's hooks may ask of the run in progress, between
+/// steps or on one: the runner implements it, so a family sequences its
+/// fault without knowing the runner.
 #[allow(async_fn_in_trait)] // used generically, never as `dyn`
-pub trait Stage {
+pub trait Run {
     /// The lab's name, for the family's `[fault]` lines.
     fn lab(&self) -> &str;
     /// A line in the transcript (and on the terminal), as `role`.
@@ -36,22 +37,33 @@ pub trait Stage {
     /// The environment; an error when the run shares it (it has no broker
     /// fault, by [`crate::lab::Lab::has_broker_fault`], so this is a bug).
     fn env(&mut self) -> Result<&mut (dyn Environment + 'static)>;
-    /// The proxy's next event, by the step's deadline.
-    async fn proxy_event(&mut self) -> Result<ProxyEvent>;
-    /// The step's deadline, for a wait of the family's own.
-    fn deadline(&self) -> std::time::Instant;
     /// The run's vhost.
     fn vhost(&self) -> &str;
     /// The names of the lab's quorum queues.
     fn quorum_queues(&self) -> Vec<String>;
-    /// Node n is down from now on: restarted after the lab, however it ends,
-    /// and not the harness's to talk to.
-    fn node_down(&mut self, n: usize);
+    /// Node n is down (`true`: restarted after the lab, however it ends,
+    /// and not the harness's to talk to) or up again.
+    fn node_down(&mut self, n: usize, down: bool);
+    /// Node n is cut off (healed after the lab), or (`None`) every cut healed.
+    fn node_cut(&mut self, n: Option<usize>);
     /// The broker is paused (`true`) or resumed: one left paused is resumed
     /// after the lab, however it ends.
     fn broker_paused(&mut self, paused: bool);
-    /// The harness's own connection moves to a node that is up.
-    async fn reconnect_harness(&mut self) -> Result<()>;
+    /// The harness's own connection moves to a node that is up, closing the
+    /// old one; after a broker restart (`restarted`) the old one is dead
+    /// and the lab's topology is declared again, as an application does.
+    async fn reconnect_harness(&mut self, restarted: bool) -> Result<()>;
+}
+
+/// What a fault family's hooks may ask of the publish step in progress:
+/// its producer and its deadline, on top of the run's. Every wait ends at
+/// the step's deadline with the step's message.
+#[allow(async_fn_in_trait)] // used generically, never as `dyn`
+pub trait Stage: Run {
+    /// The proxy's next event, by the step's deadline.
+    async fn proxy_event(&mut self) -> Result<ProxyEvent>;
+    /// The step's deadline, for a wait of the family's own.
+    fn deadline(&self) -> std::time::Instant;
     /// Starts the step's producer (with the step's settings; `reconnect`:
     /// it connects again when its connection breaks, instead of failing).
     fn start_producer(&mut self, reconnect: bool) -> Result<()>;

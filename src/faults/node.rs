@@ -4,17 +4,16 @@
 //! are in, the node dies. New connections wait at the proxy's gate until
 //! every quorum queue has a leader elsewhere; the producer, its connection
 //! broken, connects again (to a live node) and sends the message again,
-//! then the rest. The node stays down (restored after the lab). The node
-//! faults between steps (kill, restart, partition, heal) are the runner's
-//! broker steps.
+//! then the rest. The node stays down (restored after the lab). Between
+//! steps ([`between`]): a node killed, restarted, cut off or healed.
 
 use anyhow::{bail, Context, Result};
 
 use super::proxy::{ProxyEvent, Rule};
-use super::Stage;
+use super::{Run, Stage};
 use crate::lab::{Fault, Publish};
 use crate::transcript::Record;
-use crate::vocab::{Role, Status, Target};
+use crate::vocab::{FaultAction, Role, Status, Target};
 
 /// A publish step's node kill at `after-publish-before-confirm`.
 pub async fn kill_on_publish(s: &mut impl Stage, p: &Publish, f: &Fault) -> Result<()> {
@@ -47,7 +46,7 @@ pub async fn kill_on_publish(s: &mut impl Stage, p: &Publish, f: &Fault) -> Resu
     s.proxy().hold_new();
     // Marked before the environment acts: a kill that fails half way
     // still leaves the node to be restored after the lab.
-    s.node_down(node);
+    s.node_down(node, true);
     s.env()?.kill_node(node).await?;
     // Its connection broke: the producer says so about the held message.
     s.producer_until(&f.message, Status::ConnectionLost).await?;
@@ -56,7 +55,49 @@ pub async fn kill_on_publish(s: &mut impl Stage, p: &Publish, f: &Fault) -> Resu
     for q in s.quorum_queues() {
         s.env()?.await_leader(node, &vhost, &q, deadline).await?;
     }
-    s.reconnect_harness().await?;
+    s.reconnect_harness(false).await?;
     s.proxy().release();
     s.finish_producer().await
+}
+
+/// A cluster node's fault between steps. The harness moves its own
+/// connection to a node that is up and in the majority; the queues are
+/// not declared again (a classic queue whose node is down cannot be).
+pub async fn between(r: &mut impl Run, node: usize, action: FaultAction) -> Result<()> {
+    let line = |lab: &str, status| {
+        Record::new(lab)
+            .with("target", Target::Node)
+            .with("node", node)
+            .with("action", action)
+            .status(status)
+    };
+    r.env()?;
+    r.say(Role::Fault, &line(r.lab(), Status::Injected));
+    // Marked before the environment acts: a step that fails half way
+    // still leaves the node to be restored after the lab.
+    match action {
+        FaultAction::Kill => {
+            r.node_down(node, true);
+            r.env()?.kill_node(node).await?;
+        }
+        FaultAction::Restart => {
+            r.env()?.restart_node(node).await?;
+            r.node_down(node, false);
+        }
+        FaultAction::Partition => {
+            r.node_cut(Some(node));
+            r.env()?.partition(node).await?;
+        }
+        FaultAction::Heal => {
+            // Every cut ends, whichever node the step names.
+            r.env()?.heal().await?;
+            r.node_cut(None);
+        }
+        other => bail!("a node fault cannot `{other}`"),
+    }
+    r.reconnect_harness(false).await?;
+    if matches!(action, FaultAction::Restart | FaultAction::Heal) {
+        r.say(Role::Fault, &line(r.lab(), Status::Healed));
+    }
+    Ok(())
 }

@@ -1,78 +1,77 @@
-//! Faults between steps: the broker restarted, a cluster node killed, restarted, cut off or healed.
+//! The run as fault families see it ([`crate::faults::Run`]): its
+//! transcript, proxy, environment and the harness's own connection; the
+//! families' between-step faults (`faults::broker`, `faults::node`) act
+//! through it.
 
 use super::*;
 
-impl Ctx<'_> {
-    /// A broker fault between steps: killed and started again on the same
-    /// data. The harness reconnects and declares the topology again, as an
-    /// application does when it connects.
-    pub(super) async fn broker(&mut self, action: FaultAction) -> Result<()> {
-        let line = |lab: &str, status| {
-            Record::new(lab)
-                .with("target", Target::Broker)
-                .with("action", action)
-                .status(status)
-        };
-        self.emit(Role::Fault, &line(&self.lab.name, Status::Injected));
+impl crate::faults::Run for Ctx<'_> {
+    fn lab(&self) -> &str {
+        &self.lab.name
+    }
+
+    fn say(&mut self, role: Role, line: &str) {
+        self.emit(role, line);
+    }
+
+    fn proxy(&self) -> &Proxy {
+        Ctx::proxy(self)
+    }
+
+    fn env(&mut self) -> Result<&mut (dyn Environment + 'static)> {
         self.env
-            .as_mut()
-            .context("a broker fault needs the environment to itself: this run shares it")?
-            .restart_broker()
-            .await?;
+            .as_deref_mut()
+            .context("a broker or node fault needs the environment to itself: this run shares it")
+    }
+
+    fn vhost(&self) -> &str {
+        &self.vhost
+    }
+
+    fn quorum_queues(&self) -> Vec<String> {
+        self.lab
+            .topology
+            .queues
+            .iter()
+            .filter(|q| q.is_quorum())
+            .map(|q| q.name.clone())
+            .collect()
+    }
+
+    fn node_down(&mut self, n: usize, down: bool) {
+        match down {
+            true => self.nodes_down.insert(n),
+            false => self.nodes_down.remove(&n),
+        };
+    }
+
+    fn node_cut(&mut self, n: Option<usize>) {
+        match n {
+            Some(n) => {
+                self.nodes_cut.insert(n);
+            }
+            None => self.nodes_cut.clear(),
+        }
+    }
+
+    fn broker_paused(&mut self, paused: bool) {
+        self.broker_paused = paused;
+    }
+
+    async fn reconnect_harness(&mut self, restarted: bool) -> Result<()> {
+        if !restarted {
+            return self.move_harness().await;
+        }
         let (amqp, channel) = self.connect_broker().await?;
         crate::amqp::declare(&channel, &self.lab.topology).await?;
         let c = self.conns();
         c.amqp = amqp;
         c.channel = channel;
-        self.emit(Role::Fault, &line(&self.lab.name, Status::Healed));
         Ok(())
     }
+}
 
-    /// A cluster node's fault between steps. The harness moves its own
-    /// connection to a node that is up and in the majority; the queues are
-    /// not declared again (a classic queue whose node is down cannot be).
-    pub(super) async fn node(&mut self, node: usize, action: FaultAction) -> Result<()> {
-        let line = |lab: &str, status| {
-            Record::new(lab)
-                .with("target", Target::Node)
-                .with("node", node)
-                .with("action", action)
-                .status(status)
-        };
-        if self.env.is_none() {
-            bail!("a node fault needs the environment to itself: this run shares it");
-        }
-        self.emit(Role::Fault, &line(&self.lab.name, Status::Injected));
-        let env = self.env.as_mut().context("checked above")?;
-        // Marked before the environment acts: a step that fails half way
-        // still leaves the node to be restored after the lab.
-        match action {
-            FaultAction::Kill => {
-                self.nodes_down.insert(node);
-                env.kill_node(node).await?;
-            }
-            FaultAction::Restart => {
-                env.restart_node(node).await?;
-                self.nodes_down.remove(&node);
-            }
-            FaultAction::Partition => {
-                self.nodes_cut.insert(node);
-                env.partition(node).await?;
-            }
-            FaultAction::Heal => {
-                // Every cut ends, whichever node the step names.
-                env.heal().await?;
-                self.nodes_cut.clear();
-            }
-            other => bail!("a node fault cannot `{other}`"),
-        }
-        self.move_harness().await?;
-        if matches!(action, FaultAction::Restart | FaultAction::Heal) {
-            self.emit(Role::Fault, &line(&self.lab.name, Status::Healed));
-        }
-        Ok(())
-    }
-
+impl Ctx<'_> {
     /// The harness's own connection moves to the first node that is up and
     /// in the majority; the old one is closed (its node may be gone).
     pub(super) async fn move_harness(&mut self) -> Result<()> {

@@ -8,7 +8,8 @@
 //!
 //! Split by concern, each an `impl Ctx` of its own: `roles` (role
 //! processes), `publish` and `consume` (the steps under their placements),
-//! `broker` (faults between steps), `judge` (probes, assertions, checks);
+//! `broker` (the run as fault families see it), `judge` (probes,
+//! assertions, checks);
 //! this file holds the suite, one run's lifecycle and the step loop.
 use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt;
@@ -560,8 +561,10 @@ impl Ctx<'_> {
                     self.unnoticed_cut(&phase).await?;
                 }
                 Action::Inspect(fields) => self.inspect(fields).await?,
-                Action::Broker(action) => self.broker(*action).await?,
-                Action::Node { node, action } => self.node(*node, *action).await?,
+                Action::Broker(action) => crate::faults::broker::between(self, *action).await?,
+                Action::Node { node, action } => {
+                    crate::faults::node::between(self, *node, *action).await?
+                }
                 Action::Declare(names) => {
                     crate::amqp::declare_later(&self.conns().channel, &lab.topology, names).await?;
                     self.sync_metadata().await?;

@@ -148,40 +148,9 @@ impl<'c, 'a> PublishStage<'c, 'a> {
     }
 }
 
-impl crate::faults::Stage for PublishStage<'_, '_> {
-    fn deadline(&self) -> Instant {
-        self.d.at
-    }
-
-    fn vhost(&self) -> &str {
-        &self.ctx.vhost
-    }
-
-    fn quorum_queues(&self) -> Vec<String> {
-        self.ctx
-            .lab
-            .topology
-            .queues
-            .iter()
-            .filter(|q| q.is_quorum())
-            .map(|q| q.name.clone())
-            .collect()
-    }
-
-    fn node_down(&mut self, n: usize) {
-        self.ctx.nodes_down.insert(n);
-    }
-
-    fn broker_paused(&mut self, paused: bool) {
-        self.ctx.broker_paused = paused;
-    }
-
-    async fn reconnect_harness(&mut self) -> Result<()> {
-        self.ctx.move_harness().await
-    }
-
+impl crate::faults::Run for PublishStage<'_, '_> {
     fn lab(&self) -> &str {
-        &self.ctx.lab.name
+        crate::faults::Run::lab(&*self.ctx)
     }
 
     fn say(&mut self, role: Role, line: &str) {
@@ -193,10 +162,37 @@ impl crate::faults::Stage for PublishStage<'_, '_> {
     }
 
     fn env(&mut self) -> Result<&mut (dyn Environment + 'static)> {
-        self.ctx
-            .env
-            .as_deref_mut()
-            .context("a broker fault needs the environment to itself: this run shares it")
+        crate::faults::Run::env(&mut *self.ctx)
+    }
+
+    fn vhost(&self) -> &str {
+        &self.ctx.vhost
+    }
+
+    fn quorum_queues(&self) -> Vec<String> {
+        crate::faults::Run::quorum_queues(&*self.ctx)
+    }
+
+    fn node_down(&mut self, n: usize, down: bool) {
+        crate::faults::Run::node_down(&mut *self.ctx, n, down)
+    }
+
+    fn node_cut(&mut self, n: Option<usize>) {
+        crate::faults::Run::node_cut(&mut *self.ctx, n)
+    }
+
+    fn broker_paused(&mut self, paused: bool) {
+        self.ctx.broker_paused = paused;
+    }
+
+    async fn reconnect_harness(&mut self, restarted: bool) -> Result<()> {
+        crate::faults::Run::reconnect_harness(&mut *self.ctx, restarted).await
+    }
+}
+
+impl crate::faults::Stage for PublishStage<'_, '_> {
+    fn deadline(&self) -> Instant {
+        self.d.at
     }
 
     async fn proxy_event(&mut self) -> Result<ProxyEvent> {
