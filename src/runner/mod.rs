@@ -234,38 +234,7 @@ async fn execute(
 ) -> RunRecord {
     let started = Instant::now();
     let run = lab.run_name();
-    let endpoints = p.endpoints.clone();
-    let mut ctx = Ctx {
-        lab,
-        vhost: format!(
-            "{}{}",
-            p.prefix,
-            p.vhost.clone().unwrap_or_else(|| vhost_for(&run))
-        ),
-        database: database_for(&format!("{}{run}", p.prefix)),
-        node_ports: p.node_ports.clone(),
-        nodes_down: BTreeSet::new(),
-        nodes_cut: BTreeSet::new(),
-        broker_paused: false,
-        shared_vhost: p.vhost.is_some() || p.reused,
-        unreachable: None,
-        run: run.clone(),
-        role_endpoints: endpoints.clone(),
-        endpoints,
-        env,
-        exe: p.exe,
-        root: &p.project.root,
-        logs: p.run_dir.join("roles").join(&run),
-        conns: None,
-        proxy: None,
-        step: 0,
-        transcript: Transcript::default(),
-        observed: Observed::default(),
-        outcomes: Vec::new(),
-        history: History::default(),
-        sink,
-        role_seq: 0,
-    };
+    let mut ctx = Ctx::new(p, env, lab, &run, sink);
     let mut error = match ctx.run_steps().await {
         Ok(()) => None,
         Err(e) => Some(format!("{e:#}")),
@@ -290,16 +259,7 @@ async fn execute(
         LabVerdict::Holds | LabVerdict::CounterexampleConfirmed
     );
     // A failed run is still compared: its diff shows where it went wrong.
-    let path = snapshot::path_for(&p.project.snapshots_dir(), &run);
-    let lab_file = format!("labs/{}.toml", lab.name);
-    let normalized = transcript.normalized();
-    let snapshot = match snapshot::compare(&path, &lab_file, &normalized, p.update && passed) {
-        _ if p.checks_only => SnapshotResult::Skipped,
-        Ok(snapshot::Outcome::Matched) => SnapshotResult::Matched,
-        Ok(snapshot::Outcome::Updated) => SnapshotResult::Updated,
-        Ok(snapshot::Outcome::Mismatch(diff)) => SnapshotResult::Mismatch(diff),
-        Err(e) => SnapshotResult::Error(format!("{e:#}")),
-    };
+    let snapshot = compare_snapshot(p, lab, &run, &transcript, passed);
     ctx.sink.tell(&Event::SnapshotCompared {
         run: &run,
         result: &snapshot,
@@ -318,6 +278,72 @@ async fn execute(
         snapshot,
         duration: started.elapsed(),
         unreachable,
+    }
+}
+
+/// The snapshot comparison of a finished run (none for `explore`'s points);
+/// a passing run's differing snapshot is rewritten with `--update`.
+fn compare_snapshot(
+    p: &Params<'_>,
+    lab: &Lab,
+    run: &str,
+    transcript: &Transcript,
+    passed: bool,
+) -> SnapshotResult {
+    let path = snapshot::path_for(&p.project.snapshots_dir(), run);
+    let lab_file = format!("labs/{}.toml", lab.name);
+    let normalized = transcript.normalized();
+    match snapshot::compare(&path, &lab_file, &normalized, p.update && passed) {
+        _ if p.checks_only => SnapshotResult::Skipped,
+        Ok(snapshot::Outcome::Matched) => SnapshotResult::Matched,
+        Ok(snapshot::Outcome::Updated) => SnapshotResult::Updated,
+        Ok(snapshot::Outcome::Mismatch(diff)) => SnapshotResult::Mismatch(diff),
+        Err(e) => SnapshotResult::Error(format!("{e:#}")),
+    }
+}
+
+impl<'a> Ctx<'a> {
+    /// A run's context before its first step: its vhost and database
+    /// (prefixed on `--env external`), no connection, no proxy yet.
+    fn new(
+        p: &'a Params<'a>,
+        env: Option<&'a mut (dyn Environment + 'static)>,
+        lab: &'a Lab,
+        run: &str,
+        sink: &'a mut dyn Sink,
+    ) -> Ctx<'a> {
+        let endpoints = p.endpoints.clone();
+        Ctx {
+            lab,
+            vhost: format!(
+                "{}{}",
+                p.prefix,
+                p.vhost.clone().unwrap_or_else(|| vhost_for(run))
+            ),
+            database: database_for(&format!("{}{run}", p.prefix)),
+            node_ports: p.node_ports.clone(),
+            nodes_down: BTreeSet::new(),
+            nodes_cut: BTreeSet::new(),
+            broker_paused: false,
+            shared_vhost: p.vhost.is_some() || p.reused,
+            unreachable: None,
+            run: run.to_string(),
+            role_endpoints: endpoints.clone(),
+            endpoints,
+            env,
+            exe: p.exe,
+            root: &p.project.root,
+            logs: p.run_dir.join("roles").join(run),
+            conns: None,
+            proxy: None,
+            step: 0,
+            transcript: Transcript::default(),
+            observed: Observed::default(),
+            outcomes: Vec::new(),
+            history: History::default(),
+            sink,
+            role_seq: 0,
+        }
     }
 }
 
