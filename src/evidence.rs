@@ -80,7 +80,10 @@ pub struct Assertion {
     pub detail: Option<String>,
 }
 
-pub fn record(r: &RunRecord, info: &EnvInfo) -> Record {
+/// The run's lines of evidence: each check and assertion (a declared
+/// violation counts as its support), the snapshot comparison and, for a run
+/// that stopped, the harness's own line.
+fn assertions(r: &RunRecord) -> Vec<Assertion> {
     let pass_fail = |p: bool| if p { "PASS" } else { "FAIL" }.to_string();
     let mut assertions: Vec<Assertion> = r
         .outcomes
@@ -134,6 +137,11 @@ pub fn record(r: &RunRecord, info: &EnvInfo) -> Record {
             detail: Some(e.clone()),
         });
     }
+    assertions
+}
+
+pub fn record(r: &RunRecord, info: &EnvInfo) -> Record {
+    let assertions = assertions(r);
     let passed = r.passed();
     Record {
         schema_version: SCHEMA_VERSION,

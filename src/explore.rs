@@ -132,23 +132,6 @@ pub fn points(lab: &Lab) -> Vec<Point> {
         };
         // The placements of the registry, in its order: a publish step's
         // message by message, a consume step's window by window.
-        let row = |p: &Placement, w: Window| match p.explore {
-            Explore::PerWindow => Some(format!("{}/{w}", p.target)),
-            Explore::Row(r) => Some(r.to_string()),
-            Explore::No => None,
-        };
-        let fault_at = |p: &Placement, w: Window, mid: &str| Fault {
-            node: None,
-            target: p.target,
-            action: p.action,
-            window: w,
-            message: mid.to_string(),
-            then: p.then,
-            kill_at_depth: None,
-            restart_settle: None,
-            restart_drain: true,
-            asserts: Vec::new(),
-        };
         match &step.action {
             Action::Publish(pb) => {
                 for m in &pb.messages {
@@ -161,7 +144,7 @@ pub fn points(lab: &Lab) -> Vec<Point> {
                             continue;
                         };
                         for w in ws {
-                            if let Some(r) = row(p, *w) {
+                            if let Some(r) = row_of(p, *w) {
                                 at(r, mid.clone(), fault_at(p, *w, mid));
                             }
                         }
@@ -176,7 +159,7 @@ pub fn points(lab: &Lab) -> Vec<Point> {
                 {
                     for w in c.windows_of(p) {
                         for mid in &published {
-                            if let Some(r) = row(p, w) {
+                            if let Some(r) = row_of(p, w) {
                                 at(r, mid.clone(), fault_at(p, w, mid));
                             }
                         }
@@ -190,8 +173,40 @@ pub fn points(lab: &Lab) -> Vec<Point> {
             | Action::Await { .. } => {}
         }
     }
-    // A fault between any two of the lab's steps (the broker restart; a
-    // cluster's node faults are not explored).
+    out.extend(between_points(&base, own));
+    out
+}
+
+/// The row a placement's point at window `w` is counted under, if explored.
+fn row_of(p: &Placement, w: Window) -> Option<String> {
+    match p.explore {
+        Explore::PerWindow => Some(format!("{}/{w}", p.target)),
+        Explore::Row(r) => Some(r.to_string()),
+        Explore::No => None,
+    }
+}
+
+/// The placement's fault at window `w` of message `mid`, as explore puts it:
+/// a restarted consumer drains what is left.
+fn fault_at(p: &Placement, w: Window, mid: &str) -> Fault {
+    Fault {
+        node: None,
+        target: p.target,
+        action: p.action,
+        window: w,
+        message: mid.to_string(),
+        then: p.then,
+        kill_at_depth: None,
+        restart_settle: None,
+        restart_drain: true,
+        asserts: Vec::new(),
+    }
+}
+
+/// A fault between any two of the lab's `own` steps (the broker restart; a
+/// cluster's node faults are not explored).
+fn between_points(base: &Lab, own: usize) -> Vec<Point> {
+    let mut out = Vec::new();
     for p in PLACEMENTS.iter().filter(|p| p.site == Site::Between) {
         let (Explore::Row(row), crate::vocab::Target::Broker) = (p.explore, p.target) else {
             continue;

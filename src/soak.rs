@@ -22,7 +22,7 @@ use crate::env::{process, Environment};
 use crate::protocol::{ConsumerConfig, FaultPoint, OutMessage, ProducerConfig, RoleConfig};
 use crate::store;
 use crate::transcript::{Entry, MessageMeta};
-use crate::vocab::{Check, Pattern, QueueDecl, Role, Status, Topology};
+use crate::vocab::{Check, Pattern, QueueDecl, Role, Status, Topology, Window};
 
 /// What a soak is asked to do.
 #[derive(Clone, Debug)]
@@ -257,6 +257,63 @@ impl Soak<'_> {
     /// Runs the soak: a backlog, then competing consumers killed at random
     /// windows until every message is settled, then the checks.
     pub async fn run(&mut self, plan: &Plan) -> Result<Report> {
+        let mut db = self.prepare().await?;
+        let messages = stream(plan);
+        let events = Events(
+            messages
+                .iter()
+                .map(|m| {
+                    (
+                        m.meta.message_id.clone(),
+                        store::event_id(m.body.as_bytes(), &m.meta.message_id),
+                    )
+                })
+                .collect(),
+        );
+        let mut lines: Vec<Entry> = Vec::new();
+        (self.progress)(&format!("publishing {} messages", messages.len()));
+        self.publish(0, &messages, QUEUE, &mut lines).await?;
+
+        let mut stops = Stops {
+            rng: Rng(plan.seed.wrapping_mul(31) | 1),
+            windows: plan.pattern.def().windows(),
+            spacing: (messages.len() / plan.kills.max(1)).max(1) as f64,
+            ids: messages.iter().map(|m| m.meta.message_id.clone()).collect(),
+            kills: plan.kills > 0,
+        };
+        let started = Instant::now();
+        let (mut seq, kills, restarts) = self.consume(plan, &mut stops).await?;
+        let consume_secs = started.elapsed().as_secs_f64();
+
+        // The checks: what the producer sent, what PostgreSQL holds, what
+        // is still queued.
+        let conn = crate::amqp::connect(&self.env.endpoints().amqp_url(&self.vhost)).await?;
+        let ground = store::read_ground(&mut db, None).await?;
+        let queued: BTreeSet<String> = crate::amqp::peek(&conn, QUEUE)
+            .await?
+            .iter()
+            .map(|p| store::event_id(&p.body, &p.message_id))
+            .collect();
+        let checks = total_queue(&lines, &ground, &queued, &events);
+
+        let baseline_secs = if plan.baseline {
+            seq += 1;
+            Some(self.baseline(plan, seq, &messages).await?)
+        } else {
+            None
+        };
+        Ok(Report {
+            published: messages.len(),
+            kills,
+            broker_restarts: restarts,
+            checks,
+            consume_secs,
+            baseline_secs,
+        })
+    }
+
+    /// The soak's own database (migrated) and its two queues, empty.
+    async fn prepare(&self) -> Result<sqlx::PgConnection> {
         let mut db =
             store::connect(&self.env.endpoints().pg_url(&self.env.endpoints().pg_admin)).await?;
         store::create_database(&mut db, &self.database).await?;
@@ -281,59 +338,30 @@ impl Soak<'_> {
         crate::amqp::delete_queues(&channel, &topology).await?;
         crate::amqp::declare(&channel, &topology).await?;
         std::fs::create_dir_all(&self.logs)?;
+        Ok(db)
+    }
 
-        let messages = stream(plan);
-        let events = Events(
-            messages
-                .iter()
-                .map(|m| {
-                    (
-                        m.meta.message_id.clone(),
-                        store::event_id(m.body.as_bytes(), &m.meta.message_id),
-                    )
-                })
-                .collect(),
-        );
-        let mut lines: Vec<Entry> = Vec::new();
-        (self.progress)(&format!("publishing {} messages", messages.len()));
-        self.publish(0, &messages, QUEUE, &mut lines).await?;
+    /// A consumer process numbered `seq`, with the stops drawn for it.
+    fn consumer(&self, seq: usize, plan: &Plan, faults: Vec<FaultPoint>) -> Result<Proc> {
+        self.spawn(
+            seq,
+            RoleConfig::Consumer(self.consumer_config(QUEUE, plan.pattern, faults)),
+        )
+    }
 
-        let mut rng = Rng(plan.seed.wrapping_mul(31) | 1);
-        let windows = plan.pattern.def().windows();
-        let spacing = (messages.len() / plan.kills.max(1)).max(1) as f64;
-        let ids: Vec<String> = messages.iter().map(|m| m.meta.message_id.clone()).collect();
+    /// Competing consumers until every message is settled: one that reaches
+    /// its stop is killed and replaced, one that ends (its broker went away)
+    /// is replaced; the broker is restarted at even shares of the messages.
+    /// Returns the last process number, the kills and the restarts.
+    async fn consume(&mut self, plan: &Plan, stops: &mut Stops) -> Result<(usize, usize, usize)> {
+        let total = stops.ids.len();
         let mut settled: BTreeSet<String> = BTreeSet::new();
         let mut seq = 1;
-        // Each consumer process stops at some of the messages it will get,
-        // each at a window of its own: about one stop per `spacing` messages.
-        let faults_for = |settled: &BTreeSet<String>, rng: &mut Rng| -> Vec<FaultPoint> {
-            let mut points = Vec::new();
-            for m in ids.iter().filter(|m| !settled.contains(*m)) {
-                if rng.chance(1.0 / spacing) {
-                    let window = windows[(rng.next() % windows.len() as u64) as usize];
-                    points.push(FaultPoint {
-                        window,
-                        message: m.clone(),
-                    });
-                }
-            }
-            points
-        };
-        let started = Instant::now();
         let mut procs: Vec<Proc> = Vec::new();
         for _ in 0..plan.consumers {
             seq += 1;
-            let faults = if plan.kills > 0 {
-                faults_for(&settled, &mut rng)
-            } else {
-                Vec::new()
-            };
-            procs.push(self.spawn(
-                seq,
-                RoleConfig::Consumer(self.consumer_config(QUEUE, plan.pattern, faults)),
-            )?);
+            procs.push(self.consumer(seq, plan, stops.next(&settled))?);
         }
-        let total = messages.len();
         let restart_every = total / (plan.broker_restarts + 1);
         let mut next_restart = if plan.broker_restarts > 0 {
             restart_every
@@ -349,36 +377,18 @@ impl Soak<'_> {
                     settled.len()
                 );
             }
-            // The next line of any consumer.
-            let (i, line) = {
-                let futs = procs
-                    .iter_mut()
-                    .enumerate()
-                    .map(|(i, p)| Box::pin(async move { (i, p.lines.next_line().await) }));
-                let ((i, line), _, _) = futures_util::future::select_all(futs).await;
-                (i, line)
-            };
-            let entry = match line {
-                Ok(Some(l)) => Entry::parse(&format!("[consumer] {l}")),
+            let (i, line) = next_line(&mut procs).await;
+            let Ok(Some(line)) = line else {
                 // A consumer that ended (its broker went away): start another.
-                _ => {
-                    let _ = procs[i].child.wait().await;
-                    seq += 1;
-                    let faults = if plan.kills > 0 {
-                        faults_for(&settled, &mut rng)
-                    } else {
-                        Vec::new()
-                    };
-                    procs[i] = self.spawn(
-                        seq,
-                        RoleConfig::Consumer(self.consumer_config(QUEUE, plan.pattern, faults)),
-                    )?;
-                    continue;
-                }
+                let _ = procs[i].child.wait().await;
+                seq += 1;
+                procs[i] = self.consumer(seq, plan, stops.next(&settled))?;
+                continue;
             };
-            let Some(e) = entry else { continue };
-            let status = e.get("status").and_then(|s| s.parse::<Status>().ok());
-            match status {
+            let Some(e) = Entry::parse(&format!("[consumer] {line}")) else {
+                continue;
+            };
+            match e.get("status").and_then(|s| s.parse::<Status>().ok()) {
                 Some(Status::BusinessCommitted | Status::DuplicateSkipped) => {
                     if let Some(m) = e.get("messageId") {
                         settled.insert(m.to_string());
@@ -396,11 +406,7 @@ impl Soak<'_> {
                     signal::kill(Pid::from_raw(pid as i32), Signal::SIGKILL)?;
                     let _ = procs[i].child.wait().await;
                     seq += 1;
-                    let faults = faults_for(&settled, &mut rng);
-                    procs[i] = self.spawn(
-                        seq,
-                        RoleConfig::Consumer(self.consumer_config(QUEUE, plan.pattern, faults)),
-                    )?;
+                    procs[i] = self.consumer(seq, plan, stops.next(&settled))?;
                 }
                 _ => {}
             }
@@ -411,67 +417,84 @@ impl Soak<'_> {
                 self.env.restart_broker().await?;
             }
         }
-        let consume_secs = started.elapsed().as_secs_f64();
         for p in &mut procs {
             process::stop(&mut p.child, Signal::SIGKILL, Duration::from_secs(5)).await;
         }
+        Ok((seq, kills, restarts))
+    }
 
-        // The checks: what the producer sent, what PostgreSQL holds, what
-        // is still queued.
-        let conn = crate::amqp::connect(&self.env.endpoints().amqp_url(&self.vhost)).await?;
-        let ground = store::read_ground(&mut db, None).await?;
-        let queued: BTreeSet<String> = crate::amqp::peek(&conn, QUEUE)
-            .await?
-            .iter()
-            .map(|p| store::event_id(&p.body, &p.message_id))
-            .collect();
-        let checks = total_queue(&lines, &ground, &queued, &events);
-
-        let baseline_secs = if plan.baseline {
-            (self.progress)("baseline: the same messages, an auto-ack consumer, no faults");
-            let mut ignored = Vec::new();
-            self.publish(seq + 1, &messages, BASELINE_QUEUE, &mut ignored)
-                .await?;
-            let t = Instant::now();
-            let mut procs = Vec::new();
-            for k in 0..plan.consumers {
-                let mut cfg = self.consumer_config(BASELINE_QUEUE, Pattern::AutoAck, Vec::new());
-                cfg.service = format!("baseline-{k}");
-                procs.push(self.spawn(seq + 2 + k, RoleConfig::Consumer(cfg))?);
-            }
-            let mut seen = 0;
-            while seen < total {
-                let futs = procs
-                    .iter_mut()
-                    .map(|p| Box::pin(async move { p.lines.next_line().await }));
-                let (line, _, _) = futures_util::future::select_all(futs).await;
-                match line? {
-                    Some(l)
-                        if Entry::parse(&format!("[consumer] {l}"))
-                            .is_some_and(|e| e.is(Role::Consumer, Status::Received)) =>
-                    {
-                        seen += 1
-                    }
-                    Some(_) => {}
-                    None => bail!("a baseline consumer ended early"),
+    /// The same messages through plain auto-ack consumers without faults,
+    /// numbered from `seq`: the seconds until each was received.
+    async fn baseline(&self, plan: &Plan, seq: usize, messages: &[OutMessage]) -> Result<f64> {
+        (self.progress)("baseline: the same messages, an auto-ack consumer, no faults");
+        let mut ignored = Vec::new();
+        self.publish(seq, messages, BASELINE_QUEUE, &mut ignored)
+            .await?;
+        let t = Instant::now();
+        let mut procs = Vec::new();
+        for k in 0..plan.consumers {
+            let mut cfg = self.consumer_config(BASELINE_QUEUE, Pattern::AutoAck, Vec::new());
+            cfg.service = format!("baseline-{k}");
+            procs.push(self.spawn(seq + 1 + k, RoleConfig::Consumer(cfg))?);
+        }
+        let mut seen = 0;
+        while seen < messages.len() {
+            match next_line(&mut procs).await.1? {
+                Some(l)
+                    if Entry::parse(&format!("[consumer] {l}"))
+                        .is_some_and(|e| e.is(Role::Consumer, Status::Received)) =>
+                {
+                    seen += 1
                 }
+                Some(_) => {}
+                None => bail!("a baseline consumer ended early"),
             }
-            let secs = t.elapsed().as_secs_f64();
-            for p in &mut procs {
-                process::stop(&mut p.child, Signal::SIGKILL, Duration::from_secs(5)).await;
+        }
+        let secs = t.elapsed().as_secs_f64();
+        for p in &mut procs {
+            process::stop(&mut p.child, Signal::SIGKILL, Duration::from_secs(5)).await;
+        }
+        Ok(secs)
+    }
+}
+
+/// The next line of any of the processes, and whose it is.
+async fn next_line(procs: &mut [Proc]) -> (usize, std::io::Result<Option<String>>) {
+    let futs = procs
+        .iter_mut()
+        .enumerate()
+        .map(|(i, p)| Box::pin(async move { (i, p.lines.next_line().await) }));
+    futures_util::future::select_all(futs).await.0
+}
+
+/// Where the next consumer process stops: at some of the messages not yet
+/// settled, each at a window of its own, about one stop per `spacing`
+/// messages, drawn from the plan's seed.
+struct Stops {
+    rng: Rng,
+    windows: Vec<Window>,
+    spacing: f64,
+    ids: Vec<String>,
+    /// Whether the plan kills at all.
+    kills: bool,
+}
+
+impl Stops {
+    fn next(&mut self, settled: &BTreeSet<String>) -> Vec<FaultPoint> {
+        let mut points = Vec::new();
+        if !self.kills {
+            return points;
+        }
+        for m in self.ids.iter().filter(|m| !settled.contains(*m)) {
+            if self.rng.chance(1.0 / self.spacing) {
+                let window = self.windows[(self.rng.next() % self.windows.len() as u64) as usize];
+                points.push(FaultPoint {
+                    window,
+                    message: m.clone(),
+                });
             }
-            Some(secs)
-        } else {
-            None
-        };
-        Ok(Report {
-            published: total,
-            kills,
-            broker_restarts: restarts,
-            checks,
-            consume_secs,
-            baseline_secs,
-        })
+        }
+        points
     }
 }
 

@@ -375,12 +375,10 @@ const EXPLORE_VHOST: &str = "explore";
 /// The vhost and database of `mqlab soak`.
 const SOAK_VHOST: &str = "soak";
 
-fn cmd_explore(project: &Project, args: ExploreArgs) -> Result<i32, Error> {
-    if matches!(args.env.env, EnvKind::External) {
-        return Err(Error::Usage(anyhow::anyhow!(
-            "explore runs on --env local or containers: its points restart the broker"
-        )));
-    }
+/// The lab `explore` is asked for (its run name and definition, the
+/// program put in when `--consumer-cmd` is given); a usage error for a
+/// cluster lab or a command for a lab that runs no program.
+fn explore_lab(project: &Project, args: &ExploreArgs) -> Result<(String, Lab), Error> {
     let run = match &args.variant {
         Some(v) => format!("{}@{v}", args.lab),
         None => args.lab.clone(),
@@ -398,6 +396,16 @@ fn cmd_explore(project: &Project, args: ExploreArgs) -> Result<i32, Error> {
             )));
         }
     }
+    Ok((run, lab))
+}
+
+fn cmd_explore(project: &Project, args: ExploreArgs) -> Result<i32, Error> {
+    if matches!(args.env.env, EnvKind::External) {
+        return Err(Error::Usage(anyhow::anyhow!(
+            "explore runs on --env local or containers: its points restart the broker"
+        )));
+    }
+    let (run, lab) = explore_lab(project, &args)?;
     let all = crate::explore::points(&lab);
     let total = all.len();
     let mut points = match args.points {

@@ -212,41 +212,27 @@ impl ContainersEnv {
         for reference in [rabbitmq, postgres] {
             ids.push(image_id(&docker, reference).await.unwrap_or_default());
         }
-        let ports = free_ports(2)?;
-        let (amqp_port, pg_port) = (
-            opts.amqp_port.unwrap_or(ports[0]),
-            opts.pg_port.unwrap_or(ports[1]),
-        );
         let run = std::env::var(RUN_VAR).unwrap_or_default();
-        let cluster = match &opts.cluster {
-            Some(net) => Some(Cluster::create(&docker, &opts.dir, net.ips.len(), amqp_port).await?),
-            None => None,
-        };
-        let rabbit_req = rabbit_request(
-            rabbitmq,
-            opts,
-            &run,
-            amqp_port,
-            cluster.as_ref().map(|c| (c, 1)),
-        );
-        let pg_req = generic_image(postgres)
-            .with_label(RUN_LABEL, &run)
-            .with_env_var("POSTGRES_HOST_AUTH_METHOD", "trust")
-            .with_host_config_modifier(bind_loopback("5432/tcp", pg_port))
-            .with_startup_timeout(opts.ready_timeout);
-        let failed = |reference: &str, present: bool, e: testcontainers::TestcontainersError| {
-            match present {
-                true => anyhow::anyhow!("cannot start a container of image `{reference}`: {e}"),
-                false => {
-                    anyhow::anyhow!("image `{reference}` is not present and cannot be pulled ({e})")
-                }
-            }
-        };
-        opts.progress
-            .say("starting the RabbitMQ and PostgreSQL containers");
-        let (r, p) = tokio::join!(rabbit_req.start(), pg_req.start());
-        opts.progress.say("waiting for RabbitMQ and PostgreSQL");
-        let mut env = ContainersEnv {
+        let mut env = Self::launch(&docker, opts, [rabbitmq, postgres], &ids, &run).await?;
+        if let Err(e) = env
+            .await_ready(&docker, opts, [rabbitmq, postgres], &mut ids, &run)
+            .await
+        {
+            env.stop().await;
+            return Err(e);
+        }
+        env.info.ready = started.elapsed();
+        Ok(env)
+    }
+
+    /// An environment that owns no container yet, on these ports.
+    fn owning(
+        opts: &EnvOptions,
+        amqp_port: u16,
+        pg_port: u16,
+        cluster: Option<Cluster>,
+    ) -> ContainersEnv {
+        ContainersEnv {
             rabbit: None,
             postgres: None,
             endpoints: Endpoints::loopback(amqp_port, pg_port),
@@ -263,7 +249,52 @@ impl ContainersEnv {
                 opts.ready_timeout,
             ),
             cluster,
+        }
+    }
+
+    /// Starts the broker's and the database's containers (and a cluster's
+    /// network) and owns whatever started; on an error, removes it.
+    async fn launch(
+        docker: &Docker,
+        opts: &EnvOptions,
+        [rabbitmq, postgres]: [&str; 2],
+        ids: &[String],
+        run: &str,
+    ) -> Result<ContainersEnv> {
+        let ports = free_ports(2)?;
+        let (amqp_port, pg_port) = (
+            opts.amqp_port.unwrap_or(ports[0]),
+            opts.pg_port.unwrap_or(ports[1]),
+        );
+        let cluster = match &opts.cluster {
+            Some(net) => Some(Cluster::create(docker, &opts.dir, net.ips.len(), amqp_port).await?),
+            None => None,
         };
+        let rabbit_req = rabbit_request(
+            rabbitmq,
+            opts,
+            run,
+            amqp_port,
+            cluster.as_ref().map(|c| (c, 1)),
+        );
+        let pg_req = generic_image(postgres)
+            .with_label(RUN_LABEL, run)
+            .with_env_var("POSTGRES_HOST_AUTH_METHOD", "trust")
+            .with_host_config_modifier(bind_loopback("5432/tcp", pg_port))
+            .with_startup_timeout(opts.ready_timeout);
+        let failed = |reference: &str, present: bool, e: testcontainers::TestcontainersError| {
+            match present {
+                true => anyhow::anyhow!("cannot start a container of image `{reference}`: {e}"),
+                false => {
+                    anyhow::anyhow!("image `{reference}` is not present and cannot be pulled ({e})")
+                }
+            }
+        };
+        opts.progress
+            .say("starting the RabbitMQ and PostgreSQL containers");
+        let (r, p) = tokio::join!(rabbit_req.start(), pg_req.start());
+        opts.progress.say("waiting for RabbitMQ and PostgreSQL");
+        let mut env = ContainersEnv::owning(opts, amqp_port, pg_port, cluster);
         // Whatever started is owned now, so that an error below still removes it.
         let rabbit = r.map_err(|e| failed(rabbitmq, !ids[0].is_empty(), e));
         let pg = p.map_err(|e| failed(postgres, !ids[1].is_empty(), e));
@@ -271,55 +302,58 @@ impl ContainersEnv {
             (Ok(rc), Ok(pc)) => {
                 env.rabbit = Some(rc);
                 env.postgres = Some(pc);
+                Ok(env)
             }
             // Whatever started (and a cluster's network) goes.
             (Ok(rc), Err(e)) => {
                 env.rabbit = Some(rc);
                 env.stop().await;
-                return Err(e);
+                Err(e)
             }
             (Err(e), Ok(pc)) => {
                 env.postgres = Some(pc);
                 env.stop().await;
-                return Err(e);
+                Err(e)
             }
             (Err(e), Err(_)) => {
                 env.stop().await;
-                return Err(e);
+                Err(e)
             }
         }
+    }
+
+    /// Waits for the broker and the database (and joins a cluster's other
+    /// nodes), then says what runs in `info`.
+    async fn await_ready(
+        &mut self,
+        docker: &Docker,
+        opts: &EnvOptions,
+        [rabbitmq, postgres]: [&str; 2],
+        ids: &mut [String],
+        run: &str,
+    ) -> Result<()> {
         let deadline = Instant::now() + opts.ready_timeout;
-        let (b, d) = tokio::join!(env.broker_ready(deadline), env.db_ready(deadline));
-        let (b, d) = match (b, d) {
-            (Ok(b), Ok(d)) => (b, d),
-            (Err(e), _) | (_, Err(e)) => {
-                env.stop().await;
-                return Err(e);
-            }
-        };
+        let (b, d) = tokio::join!(self.broker_ready(deadline), self.db_ready(deadline));
+        let (b, d) = (b?, d?);
         for (i, reference) in [rabbitmq, postgres].iter().enumerate() {
             if ids[i].is_empty() {
-                ids[i] = image_id(&docker, reference).await.unwrap_or_default();
+                ids[i] = image_id(docker, reference).await.unwrap_or_default();
             }
         }
-        if env.cluster.is_some() {
+        if self.cluster.is_some() {
             opts.progress.say("RabbitMQ nodes 2 and 3 joining node 1");
             // Their own ready timeout, as on local nodes.
             let deadline = Instant::now() + opts.ready_timeout;
-            if let Err(e) = env.start_peers(opts, rabbitmq, &run, deadline).await {
-                env.stop().await;
-                return Err(e);
-            }
+            self.start_peers(opts, rabbitmq, run, deadline).await?;
         }
-        env.info.broker_version = match &env.cluster {
+        self.info.broker_version = match &self.cluster {
             Some(c) => format!("{b} ({} nodes)", c.names.len()),
             None => b,
         };
-        env.info.db_version = d;
-        env.info.broker_source = format!("{rabbitmq} (image id {})", ids[0]);
-        env.info.db_source = format!("{postgres} (image id {})", ids[1]);
-        env.info.ready = started.elapsed();
-        Ok(env)
+        self.info.db_version = d;
+        self.info.broker_source = format!("{rabbitmq} (image id {})", ids[0]);
+        self.info.db_source = format!("{postgres} (image id {})", ids[1]);
+        Ok(())
     }
 
     async fn broker_ready(&self, deadline: Instant) -> Result<String> {

@@ -290,55 +290,8 @@ impl LocalEnv {
         for d in ["home", "etc", "mnesia", "log"] {
             std::fs::create_dir_all(base.join(d))?;
         }
-        let cookie = home.join(".erlang.cookie");
-        std::fs::write(&cookie, format!("MQLAB{}", std::process::id()))?;
-        std::fs::set_permissions(&cookie, std::fs::Permissions::from_mode(0o400))?;
-        let definitions = base.join("etc/definitions.json");
-        std::fs::write(&definitions, definitions_json(&opts.vhosts).to_string())?;
-        let management = match self.management_port {
-            Some(port) => format!("management.tcp.ip = 127.0.0.1\nmanagement.tcp.port = {port}\n"),
-            None => String::new(),
-        };
-        // A cluster's node 1 pauses in a minority, as its peers do (measured:
-        // without it, node 1 cut off from the other two kept serving).
-        let partitions = match &opts.cluster {
-            Some(_) => "cluster_partition_handling = pause_minority\n",
-            None => "",
-        };
-        std::fs::write(
-            base.join("etc/rabbitmq.conf"),
-            format!(
-                "log.console = false\nload_definitions = {}\n{management}{partitions}",
-                definitions.display()
-            ),
-        )?;
-        let plugins = match self.management_port {
-            Some(_) => "[rabbitmq_management].\n",
-            None => "[].\n",
-        };
-        std::fs::write(base.join("etc/enabled_plugins"), plugins)?;
-        std::fs::write(base.join("etc/advanced.config"), super::ADVANCED_CONFIG)?;
-
-        // Our own epmd, in the foreground: otherwise beam starts `epmd -daemon`, which outlives us.
-        let mut epmd = Command::new(&bins.epmd);
-        // A cluster's nodes each have their own loopback address (so that
-        // iptables can cut one off): epmd answers on all of them.
-        let mut addresses = vec!["127.0.0.1".to_string()];
-        if let Some(c) = &opts.cluster {
-            addresses.extend(c.ips.iter().map(|ip| ip.to_string()));
-        }
-        epmd.args([
-            "-port",
-            &epmd_port.to_string(),
-            "-address",
-            &addresses.join(","),
-        ]);
-        self.epmd = Some(process::spawn_with(
-            &mut epmd,
-            &base.join("log/epmd.out"),
-            false,
-            self.keep,
-        )?);
+        self.write_rabbit_files(&base, opts)?;
+        self.spawn_epmd(bins, &base, opts, epmd_port)?;
 
         let (node, erl_args) = match &opts.cluster {
             None => (
@@ -387,6 +340,70 @@ impl LocalEnv {
             log: base.join(format!("log/{node}.log")),
         });
         self.launch_rabbit()
+    }
+
+    /// The node's cookie, definitions, configuration and plugins, under `base`.
+    fn write_rabbit_files(&self, base: &Path, opts: &EnvOptions) -> Result<()> {
+        let home = base.join("home");
+        let cookie = home.join(".erlang.cookie");
+        std::fs::write(&cookie, format!("MQLAB{}", std::process::id()))?;
+        std::fs::set_permissions(&cookie, std::fs::Permissions::from_mode(0o400))?;
+        let definitions = base.join("etc/definitions.json");
+        std::fs::write(&definitions, definitions_json(&opts.vhosts).to_string())?;
+        let management = match self.management_port {
+            Some(port) => format!("management.tcp.ip = 127.0.0.1\nmanagement.tcp.port = {port}\n"),
+            None => String::new(),
+        };
+        // A cluster's node 1 pauses in a minority, as its peers do (measured:
+        // without it, node 1 cut off from the other two kept serving).
+        let partitions = match &opts.cluster {
+            Some(_) => "cluster_partition_handling = pause_minority\n",
+            None => "",
+        };
+        std::fs::write(
+            base.join("etc/rabbitmq.conf"),
+            format!(
+                "log.console = false\nload_definitions = {}\n{management}{partitions}",
+                definitions.display()
+            ),
+        )?;
+        let plugins = match self.management_port {
+            Some(_) => "[rabbitmq_management].\n",
+            None => "[].\n",
+        };
+        std::fs::write(base.join("etc/enabled_plugins"), plugins)?;
+        std::fs::write(base.join("etc/advanced.config"), super::ADVANCED_CONFIG)?;
+        Ok(())
+    }
+
+    fn spawn_epmd(
+        &mut self,
+        bins: &Binaries,
+        base: &Path,
+        opts: &EnvOptions,
+        epmd_port: u16,
+    ) -> Result<()> {
+        // Our own epmd, in the foreground: otherwise beam starts `epmd -daemon`, which outlives us.
+        let mut epmd = Command::new(&bins.epmd);
+        // A cluster's nodes each have their own loopback address (so that
+        // iptables can cut one off): epmd answers on all of them.
+        let mut addresses = vec!["127.0.0.1".to_string()];
+        if let Some(c) = &opts.cluster {
+            addresses.extend(c.ips.iter().map(|ip| ip.to_string()));
+        }
+        epmd.args([
+            "-port",
+            &epmd_port.to_string(),
+            "-address",
+            &addresses.join(","),
+        ]);
+        self.epmd = Some(process::spawn_with(
+            &mut epmd,
+            &base.join("log/epmd.out"),
+            false,
+            self.keep,
+        )?);
+        Ok(())
     }
 
     /// Starts the node from the stored launch (also after a kill: same ports,

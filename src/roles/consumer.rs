@@ -252,31 +252,7 @@ impl Consumer {
                 }
                 Step::Write => {
                     begin(&mut open, &mut self.db).await?;
-                    let injected = self
-                        .cfg
-                        .transient_failures
-                        .get(&meta.message_id)
-                        .is_some_and(|n| attempt <= *n);
-                    let order = if injected {
-                        Err((
-                            FailureClass::Transient,
-                            "inventory backend unavailable (the lab fails this attempt)"
-                                .to_string(),
-                        ))
-                    } else {
-                        OrderCreated::classify(&d.data)
-                    };
-                    let write = match order {
-                        Ok(order) => store::reserve_inventory(
-                            &mut self.db,
-                            &self.cfg.service,
-                            &meta.message_id,
-                            &order,
-                        )
-                        .await
-                        .map_err(|e| (FailureClass::Transient, e.to_string())),
-                        Err(e) => Err(e),
-                    };
+                    let write = self.write(d, meta, attempt).await;
                     if let Err((class, error)) = write {
                         return self
                             .failed(d, meta, attempt, &event_id, class, &error)
@@ -303,6 +279,38 @@ impl Consumer {
             }
         }
         Ok(Outcome::Settled)
+    }
+
+    /// The business write of the order in `d`, or why it failed: the lab's
+    /// injected transient failure, a message that is not an order, or the
+    /// database.
+    async fn write(
+        &mut self,
+        d: &Delivery,
+        meta: &MessageMeta,
+        attempt: u32,
+    ) -> std::result::Result<(), (FailureClass, String)> {
+        let injected = self
+            .cfg
+            .transient_failures
+            .get(&meta.message_id)
+            .is_some_and(|n| attempt <= *n);
+        let order = if injected {
+            Err((
+                FailureClass::Transient,
+                "inventory backend unavailable (the lab fails this attempt)".to_string(),
+            ))
+        } else {
+            OrderCreated::classify(&d.data)
+        };
+        match order {
+            Ok(order) => {
+                store::reserve_inventory(&mut self.db, &self.cfg.service, &meta.message_id, &order)
+                    .await
+                    .map_err(|e| (FailureClass::Transient, e.to_string()))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// A failed business write, the transaction still open with the inbox row.

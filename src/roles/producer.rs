@@ -77,7 +77,7 @@ async fn open(cfg: &ProducerConfig) -> Result<(Connection, Channel)> {
 
 pub async fn run(cfg: ProducerConfig) -> Result<i32> {
     let journal = Journal::load(&cfg.journal)?;
-    let (mut conn, mut ch) = open(&cfg).await?;
+    let mut link = open(&cfg).await?;
     let mut confirmed = 0;
     for m in &cfg.messages {
         let base = &m.meta.message_id;
@@ -94,60 +94,9 @@ pub async fn run(cfg: ProducerConfig) -> Result<i32> {
             );
             continue;
         }
-        let mut sends = journal.sent.get(base).copied().unwrap_or(0);
-        loop {
-            sends += 1;
-            if sends > MAX_SENDS {
-                bail!("{base}: no confirm after {MAX_SENDS} sends");
-            }
-            let mut meta = m.meta.clone();
-            if sends > 1 {
-                meta.message_id = format!("{base}.{sends}");
-            }
-            Journal::append(&cfg.journal, "sent", base)?;
-            let status = match publish(&cfg, &ch, m, &meta).await {
-                Ok(status) => status,
-                // Its node is gone: whether the broker kept the message is
-                // unknown, so it is sent again on a new connection (the
-                // harness's proxy leads it to a live node).
-                Err(e) if cfg.reconnect && !conn.status().connected() => {
-                    tracing::warn!("connection lost: {e:#}");
-                    emit(
-                        line(&cfg, &meta)
-                            .with("routingKey", &m.routing_key)
-                            .status(Status::ConnectionLost),
-                    );
-                    (conn, ch) = open(&cfg).await?;
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            match status {
-                Status::Confirmed | Status::Unconfirmed => {
-                    Journal::append(&cfg.journal, "done", base)?;
-                    if status == Status::Confirmed {
-                        confirmed += 1;
-                        point::reach(
-                            &cfg.faults,
-                            Window::AfterConfirm,
-                            &meta,
-                            line(&cfg, &meta),
-                            barrier(&ch),
-                        )
-                        .await;
-                    }
-                    break;
-                }
-                Status::Returned => {
-                    if let Some(park) = &cfg.park {
-                        park_it(&cfg, &ch, m, &meta, park).await?;
-                    }
-                    Journal::append(&cfg.journal, "done", base)?;
-                    break;
-                }
-                // Sent again, as the same event.
-                _ => continue,
-            }
+        let sends = journal.sent.get(base).copied().unwrap_or(0);
+        if send(&cfg, &mut link, m, sends).await? {
+            confirmed += 1;
         }
     }
     emit(
@@ -156,8 +105,73 @@ pub async fn run(cfg: ProducerConfig) -> Result<i32> {
             .with("confirmed", confirmed)
             .status(Status::Done),
     );
-    conn.close(200, "done".into()).await.ok();
+    link.0.close(200, "done".into()).await.ok();
     Ok(0)
+}
+
+/// Sends `m` until the broker has answered for it (a confirm, a return, or
+/// nothing asked), under a message id of its own on each resend after the
+/// `sends` before; true when a confirm came.
+async fn send(
+    cfg: &ProducerConfig,
+    link: &mut (Connection, Channel),
+    m: &OutMessage,
+    mut sends: u32,
+) -> Result<bool> {
+    let base = &m.meta.message_id;
+    loop {
+        sends += 1;
+        if sends > MAX_SENDS {
+            bail!("{base}: no confirm after {MAX_SENDS} sends");
+        }
+        let mut meta = m.meta.clone();
+        if sends > 1 {
+            meta.message_id = format!("{base}.{sends}");
+        }
+        Journal::append(&cfg.journal, "sent", base)?;
+        let status = match publish(cfg, &link.1, m, &meta).await {
+            Ok(status) => status,
+            // Its node is gone: whether the broker kept the message is
+            // unknown, so it is sent again on a new connection (the
+            // harness's proxy leads it to a live node).
+            Err(e) if cfg.reconnect && !link.0.status().connected() => {
+                tracing::warn!("connection lost: {e:#}");
+                emit(
+                    line(cfg, &meta)
+                        .with("routingKey", &m.routing_key)
+                        .status(Status::ConnectionLost),
+                );
+                *link = open(cfg).await?;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        match status {
+            Status::Confirmed | Status::Unconfirmed => {
+                Journal::append(&cfg.journal, "done", base)?;
+                if status == Status::Confirmed {
+                    point::reach(
+                        &cfg.faults,
+                        Window::AfterConfirm,
+                        &meta,
+                        line(cfg, &meta),
+                        barrier(&link.1),
+                    )
+                    .await;
+                }
+                return Ok(status == Status::Confirmed);
+            }
+            Status::Returned => {
+                if let Some(park) = &cfg.park {
+                    park_it(cfg, &link.1, m, &meta, park).await?;
+                }
+                Journal::append(&cfg.journal, "done", base)?;
+                return Ok(false);
+            }
+            // Sent again, as the same event.
+            _ => continue,
+        }
+    }
 }
 
 fn line(cfg: &ProducerConfig, meta: &MessageMeta) -> Record {

@@ -122,6 +122,9 @@ impl Ctx<'_> {
     /// the black box freezes both connections and the program is killed,
     /// then started again. It is done once it acked `settle` distinct
     /// messages: then it gets SIGTERM.
+    /// Long because it is one loop over what the proxies saw, an arm per
+    /// turn of the program's life (settled, window unreachable, the kill
+    /// and the restart), kept together so the order of the turns shows.
     pub(super) async fn consume_program(
         &mut self,
         c: &Consume,
@@ -130,11 +133,7 @@ impl Ctx<'_> {
         fault: Option<&Fault>,
         d: Deadline<'_>,
     ) -> Result<()> {
-        let Deadline {
-            phase,
-            at: deadline,
-            secs,
-        } = d;
+        let (phase, deadline) = (d.phase, d.at);
         if settle == 0 {
             return Ok(());
         }
@@ -158,30 +157,16 @@ impl Ctx<'_> {
             let mut proc = self.spawn_program(c, command, pg.port)?;
             let mut acked = BTreeSet::new();
             loop {
-                let event = tokio::select! {
-                    e = seen.recv() => e.context("the proxies stopped")?,
-                    status = proc.child.wait() => {
-                        let code = exit_code(status?);
-                        bail!(
-                            "phase {phase}: the program exited with {code} after it settled {} of {settle} messages (acked, transaction ended); last lines of its output:\n{}",
-                            acked.len(),
-                            process::tail(&proc.log, 10)
-                        );
-                    }
-                    _ = tokio::time::sleep_until(deadline.into()) => {
-                        process::kill_now(&mut proc.child);
-                        bail!(
-                            "phase {phase} exceeded {secs} s: the program settled {} of {settle} messages (acked, transaction ended); last lines of its output:\n{}",
-                            acked.len(),
-                            process::tail(&proc.log, 10)
-                        );
-                    }
-                };
-                match event {
+                match next_seen(&mut seen, &mut proc, (acked.len(), settle), d).await? {
                     Seen::Settled { message } => {
                         acked.insert(message);
                         if acked.len() >= settle {
-                            process::stop(&mut proc.child, Signal::SIGTERM, Duration::from_secs(10)).await;
+                            process::stop(
+                                &mut proc.child,
+                                Signal::SIGTERM,
+                                Duration::from_secs(10),
+                            )
+                            .await;
                             let code = match proc.child.try_wait()? {
                                 Some(status) => exit_code(status),
                                 None => -1,
@@ -193,7 +178,9 @@ impl Ctx<'_> {
                     Seen::Unreachable { message, why } => {
                         process::kill_now(&mut proc.child);
                         let window = fault.map(|f| f.window.name()).unwrap_or("?");
-                        let why = format!("window `{window}` is unreachable for this program at {message}: {why}");
+                        let why = format!(
+                            "window `{window}` is unreachable for this program at {message}: {why}"
+                        );
                         self.unreachable = Some(why.clone());
                         bail!(why);
                     }
@@ -315,6 +302,36 @@ impl Ctx<'_> {
                 );
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// What the proxies saw the program do next; an error when the program
+/// exited first or the phase ran out, with how far it got (`settled` of
+/// `settle`) and its last lines.
+async fn next_seen(
+    seen: &mut mpsc::UnboundedReceiver<Seen>,
+    proc: &mut RoleProc,
+    (settled, settle): (usize, usize),
+    d: Deadline<'_>,
+) -> Result<Seen> {
+    let phase = d.phase;
+    tokio::select! {
+        e = seen.recv() => e.context("the proxies stopped"),
+        status = proc.child.wait() => {
+            let code = exit_code(status?);
+            bail!(
+                "phase {phase}: the program exited with {code} after it settled {settled} of {settle} messages (acked, transaction ended); last lines of its output:\n{}",
+                process::tail(&proc.log, 10)
+            );
+        }
+        _ = tokio::time::sleep_until(d.at.into()) => {
+            process::kill_now(&mut proc.child);
+            bail!(
+                "phase {phase} exceeded {} s: the program settled {settled} of {settle} messages (acked, transaction ended); last lines of its output:\n{}",
+                d.secs,
+                process::tail(&proc.log, 10)
+            );
         }
     }
 }
