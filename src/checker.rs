@@ -45,11 +45,37 @@ impl Events {
     }
 }
 
+/// Which services had to apply each event: eventId → each queue its publish
+/// was routed to → the services that consume that queue (none for a queue
+/// no step consumes). Worked out from the lab's topology and steps, so a
+/// service that never saw an event still owes it. An event with no entry
+/// (a route that cannot be told, a run stored before this was recorded)
+/// is owed by "some service", as before.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Owed(pub BTreeMap<String, BTreeMap<String, BTreeSet<String>>>);
+
+/// What the lab's queues still hold: the eventIds in each.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Queued(pub BTreeMap<String, BTreeSet<String>>);
+
+impl Queued {
+    fn holds(&self, queue: &str, event: &str) -> bool {
+        self.0.get(queue).is_some_and(|es| es.contains(event))
+    }
+}
+
 /// Per business event (eventId), from what the producer sent (whatever the
 /// broker answered: a returned message is lost too unless someone parked
 /// it), the business rows in PostgreSQL and what still sits in the lab's
 /// queues (a DLQ, a parking queue, a queue it loops in):
-/// - `lost`: sent, never applied nor rejected (recorded) by any service, in no queue;
+/// - `lost`: per (service, eventId) the event was owed to ([`Owed`]): not
+///   applied nor rejected (recorded) by that service, not in its queue,
+///   and in no queue the event was not routed to (a DLQ, a retry tier, a
+///   parking queue: who moved a copy there is not recorded, so it keeps
+///   the event for every service). An event owed to no known service:
+///   applied or rejected by none, in no queue;
 /// - `duplicatesApplied`: business effects beyond the first per (service, eventId);
 /// - `unexpected`: applied, never sent.
 pub fn total_queue(
@@ -57,6 +83,8 @@ pub fn total_queue(
     ground: &Ground,
     queued: &BTreeSet<String>,
     events: &Events,
+    owed: &Owed,
+    queued_in: &Queued,
 ) -> Vec<(Check, usize)> {
     let sent: BTreeSet<&str> = entries
         .iter()
@@ -71,10 +99,35 @@ pub fn total_queue(
         .collect();
     let applied: BTreeSet<&str> = ground.business.iter().map(|(_, e)| e.as_str()).collect();
     let rejected: BTreeSet<&str> = ground.rejected.iter().map(|(_, e)| e.as_str()).collect();
-    let lost = sent
+    let done: BTreeSet<(&str, &str)> = ground
+        .business
         .iter()
-        .filter(|e| !applied.contains(*e) && !rejected.contains(*e) && !queued.contains(**e))
-        .count();
+        .chain(&ground.rejected)
+        .map(|(s, e)| (s.as_str(), e.as_str()))
+        .collect();
+    let mut lost = 0;
+    for e in &sent {
+        let routes = owed.0.get(*e);
+        let owing: Vec<(&str, &str)> = routes
+            .into_iter()
+            .flatten()
+            .flat_map(|(q, services)| services.iter().map(move |s| (s.as_str(), q.as_str())))
+            .collect();
+        if owing.is_empty() {
+            if !applied.contains(e) && !rejected.contains(e) && !queued.contains(*e) {
+                lost += 1;
+            }
+            continue;
+        }
+        let kept_off_route = queued_in
+            .0
+            .iter()
+            .any(|(q, es)| es.contains(*e) && !routes.is_some_and(|r| r.contains_key(q)));
+        lost += owing
+            .iter()
+            .filter(|(s, q)| !done.contains(&(*s, *e)) && !queued_in.holds(q, e) && !kept_off_route)
+            .count();
+    }
     let unexpected = applied.iter().filter(|e| !sent.contains(*e)).count();
     Check::ALL
         .iter()
@@ -345,6 +398,11 @@ pub enum Point {
         /// The eventIds of the messages still sitting in the lab's queues.
         queued: BTreeSet<String>,
         events: Events,
+        /// Empty in runs stored before it was recorded.
+        #[serde(default)]
+        owed: Owed,
+        #[serde(default)]
+        queued_in: Queued,
     },
 }
 
@@ -391,8 +449,10 @@ pub fn judge(point: &Point, entries: &[Entry]) -> Vec<(Outcome, String)> {
             ground,
             queued,
             events,
+            owed,
+            queued_in,
             ..
-        } => total_queue(entries, ground, queued, events)
+        } => total_queue(entries, ground, queued, events, owed, queued_in)
             .into_iter()
             .map(|(check, value)| {
                 let (line, pass) = assert_line(check.name(), "0", &Ok(value.to_string()));
@@ -527,10 +587,17 @@ mod tests {
         ]);
         let get = |lines: &[Entry], ground: &Ground, queued: &[&str]| {
             let queued = queued.iter().map(|s| s.to_string()).collect();
-            total_queue(lines, ground, &queued, &events)
-                .into_iter()
-                .map(|(_, n)| n)
-                .collect::<Vec<_>>()
+            total_queue(
+                lines,
+                ground,
+                &queued,
+                &events,
+                &Owed::default(),
+                &Queued::default(),
+            )
+            .into_iter()
+            .map(|(_, n)| n)
+            .collect::<Vec<_>>()
         };
         let mut g = Ground {
             business: vec![row("E1"), row("E2"), row("E3")],
@@ -610,6 +677,71 @@ mod tests {
         let returned = entries(&["[producer] messageId=mid-1 status=returned"]);
         assert_eq!(get(&returned, &none, &["E1"]), vec![0, 0, 0]);
         assert_eq!(get(&returned, &none, &[]), vec![1, 0, 0]);
+    }
+
+    /// An event routed to two services is owed by each: one that never
+    /// applied it loses it, whatever the other did.
+    #[test]
+    fn lost_counts_each_service_an_event_was_owed_to() {
+        let events = Events(BTreeMap::from([
+            ("mid-1".to_string(), "E1".to_string()),
+            ("mid-2".to_string(), "E2".to_string()),
+        ]));
+        let sent = entries(&[
+            "[producer] messageId=mid-1 status=confirmed",
+            "[producer] messageId=mid-2 status=confirmed",
+        ]);
+        let svc = |q: &str, s: &[&str]| (q.to_string(), s.iter().map(|s| s.to_string()).collect());
+        // E1 to queues a (service A) and b (service B); E2 to a only, and to
+        // a queue c nobody consumes.
+        let owed = Owed(BTreeMap::from([
+            (
+                "E1".to_string(),
+                BTreeMap::from([svc("a", &["A"]), svc("b", &["B"])]),
+            ),
+            (
+                "E2".to_string(),
+                BTreeMap::from([svc("a", &["A"]), svc("c", &[])]),
+            ),
+        ]));
+        let row = |s: &str, e: &str| (s.to_string(), e.to_string());
+        let lost = |business: Vec<(String, String)>, queued_in: &[(&str, &str)]| {
+            let queued_in = Queued(queued_in.iter().fold(BTreeMap::new(), |mut m, (q, e)| {
+                m.entry(q.to_string())
+                    .or_insert_with(BTreeSet::new)
+                    .insert(e.to_string());
+                m
+            }));
+            let queued = queued_in.0.values().flatten().cloned().collect();
+            let ground = Ground {
+                business,
+                processed_rows: 0,
+                rejected: Vec::new(),
+            };
+            total_queue(&sent, &ground, &queued, &events, &owed, &queued_in)[0].1
+        };
+        let all = vec![row("A", "E1"), row("B", "E1"), row("A", "E2")];
+        assert_eq!(lost(all.clone(), &[("c", "E2")]), 0);
+        assert_eq!(
+            lost(vec![row("A", "E1"), row("A", "E2")], &[]),
+            1,
+            "B never applied E1, though A did"
+        );
+        assert_eq!(
+            lost(vec![row("A", "E1"), row("A", "E2")], &[("b", "E1")]),
+            0,
+            "still in B's queue"
+        );
+        assert_eq!(
+            lost(vec![row("A", "E1"), row("B", "E1")], &[("c", "E2")]),
+            1,
+            "a copy in another routed queue does not stand for A's"
+        );
+        assert_eq!(
+            lost(vec![row("A", "E1"), row("B", "E1")], &[("dlq", "E2")]),
+            0,
+            "a copy in a queue it was not routed to (a DLQ) keeps it"
+        );
     }
 
     #[test]

@@ -123,6 +123,10 @@ pub async fn rollback(conn: &mut PgConnection) -> Result<()> {
     Ok(())
 }
 
+/// The consumer name an inbox keyed by the eventId alone writes: one row per
+/// event, whichever service applied it (the `inbox-by-event` pattern).
+pub const ANY_SERVICE: &str = "*";
+
 /// `true` when this (consumer, event) was new; `false` means a duplicate.
 pub async fn insert_inbox(conn: &mut PgConnection, consumer: &str, event_id: &str) -> Result<bool> {
     let r = sqlx::query(

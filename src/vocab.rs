@@ -8,6 +8,7 @@
 //! longer exists. What a counter computes is an exhaustive `match` on
 //! [`Counter`] in the checker: a counter without an evaluator does not compile.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::str::FromStr;
 
@@ -425,6 +426,7 @@ names! {
     pub enum Step ("consumer step") {
         Receive = "receive": "take the delivery (with autoAck the broker forgets it now)",
         InboxInsert = "inbox-insert": "BEGIN; INSERT the inbox row ON CONFLICT DO NOTHING (no row: a duplicate)",
+        InboxInsertByEvent = "inbox-insert-by-event": "as inbox-insert, the row keyed by the eventId alone (not by service): another service's row reads as a duplicate",
         InboxOwnTx = "inbox-own-tx": "INSERT the inbox row and COMMIT it in a transaction of its own",
         SkipRedelivered = "skip-redelivered": "a delivery flagged redelivered is acked as a duplicate, unprocessed",
         InboxSelect = "inbox-select": "BEGIN; SELECT the inbox row (found: a duplicate, rolled back and acked)",
@@ -453,6 +455,7 @@ names! {
         RetryEverything = "retry-everything": "classified, but takes every failure as transient: poison and rejections are retried, then dead-lettered",
         CheckThenInsert = "check-then-insert": "checks the inbox with a SELECT, writes, then inserts the inbox row ignoring a conflict: two copies processed at once both pass the check",
         DlqConfirmWithoutMandatory = "dlq-confirm-without-mandatory": "retry-dlq's DLQ move with a confirm and without `mandatory`: the broker confirms a message it could not route",
+        InboxByEvent = "inbox-by-event": "inbox, but the inbox is keyed by eventId alone, not (service, eventId): a second subscribing service skips what the first applied",
     }
 }
 
@@ -641,6 +644,13 @@ pub const PATTERNS: &[PatternDef] = &[
         },
     },
     PatternDef {
+        pattern: Pattern::InboxByEvent,
+        safe: false,
+        steps: &[Receive, InboxInsertByEvent, Write, Commit, Ack],
+        auto_ack: false,
+        on_failure: SEED_FAILURE,
+    },
+    PatternDef {
         pattern: Pattern::DedupByRedelivered,
         safe: false,
         steps: &[Receive, SkipRedelivered, Write, Commit, Ack],
@@ -669,7 +679,8 @@ impl PatternDef {
         match self.steps[i] {
             Receive => Some(Window::AfterReceive),
             InboxOwnTx => Some(Window::AfterInboxCommit),
-            InboxInsert | SkipRedelivered | InboxSelect | InboxInsertIgnoring => None,
+            InboxInsert | InboxInsertByEvent | SkipRedelivered | InboxSelect
+            | InboxInsertIgnoring => None,
             Write | Commit | Ack => Some(match (committed, acked) {
                 (false, false) => Window::BeforeCommit,
                 (false, true) => Window::AfterAckBeforeCommit,
@@ -878,7 +889,7 @@ impl fmt::Display for CounterRef {
 names! {
     /// The total-queue checks every lab ends with, each expected to be 0.
     pub enum Check ("check") {
-        Lost = "lost": "events the producer sent (whatever the broker answered) that no service applied and no queue holds",
+        Lost = "lost": "events the producer sent (whatever the broker answered), counted per service the lab routed each to, that the service neither applied nor rejected and no queue holds",
         DuplicatesApplied = "duplicatesApplied": "business effects beyond the first per (service, eventId)",
         Unexpected = "unexpected": "events applied that the producer never sent",
     }
@@ -1150,6 +1161,67 @@ pub struct QueueDecl {
     pub later: bool,
 }
 
+impl Topology {
+    /// The queues among `declared` a publish to `exchange` with `key` is
+    /// routed to, as the broker routes it (the default exchange: the queue
+    /// named `key`); `None` when that cannot be told from the declarations
+    /// (a headers exchange, an exchange the lab does not declare).
+    pub fn route<'a>(
+        &'a self,
+        exchange: &str,
+        key: &str,
+        declared: &BTreeSet<&str>,
+    ) -> Option<BTreeSet<&'a str>> {
+        let live = |q: &&QueueDecl| declared.contains(q.name.as_str());
+        if exchange.is_empty() {
+            return Some(
+                self.queues
+                    .iter()
+                    .filter(live)
+                    .filter(|q| q.name == key)
+                    .map(|q| q.name.as_str())
+                    .collect(),
+            );
+        }
+        let kind = self.exchanges.iter().find(|x| x.name == exchange)?.kind;
+        let matches = |pattern: &str| match kind {
+            ExchangeKind::Direct => Some(pattern == key),
+            ExchangeKind::Fanout => Some(true),
+            ExchangeKind::Topic => Some(topic_matches(pattern, key)),
+            ExchangeKind::Headers => None,
+        };
+        let mut out = BTreeSet::new();
+        for q in self.queues.iter().filter(live) {
+            for (x, pattern) in &q.bindings {
+                if x == exchange && matches(pattern)? {
+                    out.insert(q.name.as_str());
+                }
+            }
+        }
+        Some(out)
+    }
+}
+
+/// A topic binding's pattern against a routing key: words split on `.`,
+/// `*` one word, `#` zero or more.
+fn topic_matches(pattern: &str, key: &str) -> bool {
+    fn walk(p: &[&str], k: &[&str]) -> bool {
+        match (p.first(), k.first()) {
+            (None, None) => true,
+            (Some(&"#"), _) => walk(&p[1..], k) || (!k.is_empty() && walk(p, &k[1..])),
+            (Some(&w), Some(&kw)) if w == "*" || w == kw => walk(&p[1..], &k[1..]),
+            _ => false,
+        }
+    }
+    let p: Vec<&str> = pattern.split('.').collect();
+    let k: Vec<&str> = if key.is_empty() {
+        Vec::new()
+    } else {
+        key.split('.').collect()
+    };
+    walk(&p, &k)
+}
+
 impl QueueDecl {
     /// A quorum queue: reading its messages counts as a delivery.
     pub fn is_quorum(&self) -> bool {
@@ -1237,6 +1309,56 @@ mod tests {
     }
 
     /// The windows each pattern passes, derived from its steps.
+    #[test]
+    fn topic_patterns_match_as_the_broker_routes() {
+        for (p, k, m) in [
+            ("order.created", "order.created", true),
+            ("order.#", "order.created.eu", true),
+            ("order.#", "order", true),
+            ("order.*", "order.created", true),
+            ("order.*", "order.created.eu", false),
+            ("order.created.eu", "order.created", false),
+            ("#", "", true),
+            ("#.eu", "order.created.eu", true),
+            ("*.created.#", "order.created", true),
+        ] {
+            assert_eq!(topic_matches(p, k), m, "{p} against {k}");
+        }
+    }
+
+    #[test]
+    fn routes_follow_bindings_and_declarations() {
+        let q = |name: &str, bind: &[(&str, &str)]| QueueDecl {
+            name: name.into(),
+            durable: true,
+            arguments: Default::default(),
+            bindings: bind
+                .iter()
+                .map(|(x, k)| (x.to_string(), k.to_string()))
+                .collect(),
+            later: false,
+        };
+        let t = Topology {
+            exchanges: vec![ExchangeDecl {
+                name: "x".into(),
+                kind: ExchangeKind::Topic,
+                durable: true,
+                later: false,
+            }],
+            queues: vec![
+                q("a", &[("x", "order.created")]),
+                q("b", &[("x", "order.#")]),
+            ],
+        };
+        let all: BTreeSet<&str> = ["a", "b"].into();
+        let only_b: BTreeSet<&str> = ["b"].into();
+        assert_eq!(t.route("x", "order.created", &all), Some(["a", "b"].into()));
+        assert_eq!(t.route("x", "order.created", &only_b), Some(["b"].into()));
+        assert_eq!(t.route("x", "invoice.paid", &all), Some(BTreeSet::new()));
+        assert_eq!(t.route("", "a", &all), Some(["a"].into()));
+        assert_eq!(t.route("y", "a", &all), None);
+    }
+
     #[test]
     fn windows_follow_from_the_steps() {
         use Window::*;

@@ -242,9 +242,14 @@ impl Consumer {
                         return settled(&self.cfg, meta, attempt, Status::DuplicateSkipped);
                     }
                 }
-                Step::InboxInsert => {
+                Step::InboxInsert | Step::InboxInsertByEvent => {
                     begin(&mut open, &mut self.db).await?;
-                    if !store::insert_inbox(&mut self.db, &self.cfg.service, &event_id).await? {
+                    // Keyed by the eventId alone: one row for every service.
+                    let key = match step {
+                        Step::InboxInsertByEvent => store::ANY_SERVICE,
+                        _ => self.cfg.service.as_str(),
+                    };
+                    if !store::insert_inbox(&mut self.db, key, &event_id).await? {
                         store::rollback(&mut self.db).await?;
                         ack(def, d).await?;
                         return settled(&self.cfg, meta, attempt, Status::DuplicateSkipped);

@@ -1,6 +1,8 @@
 //! Probes and judging: queue state read from the broker, inspect fields from PostgreSQL, the assertions and the total-queue checks.
 
 use super::*;
+use crate::checker::{Owed, Queued};
+use std::collections::BTreeMap;
 
 impl Ctx<'_> {
     /// Ready messages and consumers of a queue; `None` when the broker says
@@ -54,20 +56,24 @@ impl Ctx<'_> {
         self.await_tiers_empty().await?;
         let ground = self.ground().await?;
         let mut queued = BTreeSet::new();
+        let mut queued_in = Queued::default();
         let queues: Vec<String> = self.lab.queue_names().map(str::to_string).collect();
         for q in &queues {
             let peeked = crate::amqp::peek(&self.conns().amqp, q).await?;
-            queued.extend(
-                peeked
-                    .iter()
-                    .map(|p| store::event_id(&p.body, &p.message_id)),
-            );
+            let ids: BTreeSet<String> = peeked
+                .iter()
+                .map(|p| store::event_id(&p.body, &p.message_id))
+                .collect();
+            queued.extend(ids.iter().cloned());
+            queued_in.0.insert(q.clone(), ids);
         }
         let point = Point::Checks {
             after_line: self.transcript.lines().len(),
             ground,
             queued,
             events: self.observed.events.clone(),
+            owed: owed(self.lab, &self.observed.events),
+            queued_in,
         };
         self.judge(point, Role::Check);
         Ok(())
@@ -133,4 +139,50 @@ impl Ctx<'_> {
         self.judge(point, Role::Assert);
         Ok(())
     }
+}
+
+/// Which services owe each event the lab publishes: the queues its publish
+/// is routed to (among those declared by then), each with the services of
+/// the lab's consume steps on it.
+fn owed(lab: &Lab, events: &Events) -> Owed {
+    let mut consumers: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    for s in &lab.steps {
+        if let Action::Consume(c) = &s.action {
+            consumers
+                .entry(c.queue.as_str())
+                .or_default()
+                .insert(c.service.clone());
+        }
+    }
+    let mut declared: BTreeSet<&str> = lab
+        .topology
+        .queues
+        .iter()
+        .filter(|q| !q.later)
+        .map(|q| q.name.as_str())
+        .collect();
+    let mut owed = Owed::default();
+    for s in &lab.steps {
+        match &s.action {
+            Action::Declare(names) => declared.extend(names.iter().map(String::as_str)),
+            Action::Publish(p) => {
+                for m in &p.messages {
+                    let Some(queues) = lab.topology.route(&p.exchange, &m.routing_key, &declared)
+                    else {
+                        continue;
+                    };
+                    let routes = owed
+                        .0
+                        .entry(events.of(&m.meta.message_id).to_string())
+                        .or_default();
+                    for q in queues {
+                        let services = consumers.get(q).cloned().unwrap_or_default();
+                        routes.entry(q.to_string()).or_default().extend(services);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    owed
 }
