@@ -140,6 +140,60 @@ pub async fn insert_inbox(conn: &mut PgConnection, consumer: &str, event_id: &st
     Ok(r.rows_affected() == 1)
 }
 
+/// What the inbox says of a copy it is shown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InboxRow {
+    New,
+    /// The same business content again.
+    Duplicate,
+    /// Another business content under a known eventId.
+    Conflict,
+}
+
+/// The event's business content, canonical: its JSON with the keys in
+/// order, so that a copy re-serialised upstream compares equal (a body that
+/// is not JSON: its bytes).
+pub fn content(body: &[u8]) -> String {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .map(|v| v.to_string())
+        .unwrap_or_else(|_| String::from_utf8_lossy(body).into_owned())
+}
+
+/// The inbox row with the digest of `content`; when (consumer, event) is
+/// there already, whether its digest is this content's: a duplicate, or a
+/// conflict. PostgreSQL computes the md5, so no hash is written here.
+pub async fn insert_inbox_checked(
+    conn: &mut PgConnection,
+    consumer: &str,
+    event_id: &str,
+    content: &str,
+) -> Result<InboxRow> {
+    let r = sqlx::query(
+        "INSERT INTO inbox_messages (consumer_name, event_id, processed_at, digest) \
+         VALUES ($1, $2, now(), md5($3)) ON CONFLICT (consumer_name, event_id) DO NOTHING",
+    )
+    .bind(consumer)
+    .bind(event_id)
+    .bind(content)
+    .execute(&mut *conn)
+    .await?;
+    if r.rows_affected() == 1 {
+        return Ok(InboxRow::New);
+    }
+    let (same,): (Option<bool>,) = sqlx::query_as(
+        "SELECT digest = md5($3) FROM inbox_messages WHERE consumer_name = $1 AND event_id = $2",
+    )
+    .bind(consumer)
+    .bind(event_id)
+    .bind(content)
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(match same {
+        Some(false) => InboxRow::Conflict,
+        _ => InboxRow::Duplicate,
+    })
+}
+
 /// Whether the inbox holds (consumer, event): a check that two concurrent
 /// copies of one event both pass (the `check-then-insert` pattern).
 pub async fn inbox_has(conn: &mut PgConnection, consumer: &str, event_id: &str) -> Result<bool> {

@@ -425,7 +425,8 @@ names! {
     /// One step of a consumer's success path.
     pub enum Step ("consumer step") {
         Receive = "receive": "take the delivery (with autoAck the broker forgets it now)",
-        InboxInsert = "inbox-insert": "BEGIN; INSERT the inbox row ON CONFLICT DO NOTHING (no row: a duplicate)",
+        InboxInsert = "inbox-insert": "BEGIN; INSERT the inbox row with the digest of the business content ON CONFLICT DO NOTHING (no row: a duplicate if the stored digest is the same, else a conflict)",
+        InboxInsertBlind = "inbox-insert-blind": "as inbox-insert, without the digest of the business content: a changed payload under a known eventId is skipped as a duplicate",
         InboxInsertByEvent = "inbox-insert-by-event": "as inbox-insert, the row keyed by the eventId alone (not by service): another service's row reads as a duplicate",
         InboxOwnTx = "inbox-own-tx": "INSERT the inbox row and COMMIT it in a transaction of its own",
         SkipRedelivered = "skip-redelivered": "a delivery flagged redelivered is acked as a duplicate, unprocessed",
@@ -455,6 +456,7 @@ names! {
         RetryEverything = "retry-everything": "classified, but takes every failure as transient: poison and rejections are retried, then dead-lettered",
         CheckThenInsert = "check-then-insert": "checks the inbox with a SELECT, writes, then inserts the inbox row ignoring a conflict: two copies processed at once both pass the check",
         DlqConfirmWithoutMandatory = "dlq-confirm-without-mandatory": "retry-dlq's DLQ move with a confirm and without `mandatory`: the broker confirms a message it could not route",
+        NoDigest = "no-digest": "inbox without the digest of the business content: an upstream copy with a changed amount under a known eventId is skipped as a duplicate, silently",
         InboxByEvent = "inbox-by-event": "inbox, but the inbox is keyed by eventId alone, not (service, eventId): a second subscribing service skips what the first applied",
     }
 }
@@ -644,6 +646,13 @@ pub const PATTERNS: &[PatternDef] = &[
         },
     },
     PatternDef {
+        pattern: Pattern::NoDigest,
+        safe: false,
+        steps: &[Receive, InboxInsertBlind, Write, Commit, Ack],
+        auto_ack: false,
+        on_failure: SEED_FAILURE,
+    },
+    PatternDef {
         pattern: Pattern::InboxByEvent,
         safe: false,
         steps: &[Receive, InboxInsertByEvent, Write, Commit, Ack],
@@ -679,7 +688,7 @@ impl PatternDef {
         match self.steps[i] {
             Receive => Some(Window::AfterReceive),
             InboxOwnTx => Some(Window::AfterInboxCommit),
-            InboxInsert | InboxInsertByEvent | SkipRedelivered | InboxSelect
+            InboxInsert | InboxInsertBlind | InboxInsertByEvent | SkipRedelivered | InboxSelect
             | InboxInsertIgnoring => None,
             Write | Commit | Ack => Some(match (committed, acked) {
                 (false, false) => Window::BeforeCommit,
@@ -748,6 +757,7 @@ names! {
         BusinessRejection = "business-rejection": "valid, but the business says no: recorded and acked, never retried",
         Poison = "poison": "malformed, cannot be processed as it is: isolated in the DLQ at once",
         InvariantViolation = "invariant-violation": "well-formed but impossible (a negative amount): isolated in the DLQ at once",
+        Conflict = "conflict": "a copy under a known eventId whose business content differs from what was applied: isolated in the DLQ at once, never skipped as a duplicate",
     }
 }
 

@@ -21,7 +21,7 @@ use super::{emit, meta_of};
 use crate::amqp;
 use crate::faults::point;
 use crate::protocol::ConsumerConfig;
-use crate::store::{self, OrderCreated};
+use crate::store::{self, InboxRow, OrderCreated};
 use crate::transcript::{MessageMeta, Record};
 use crate::vocab::{
     AttemptsFrom, DlqOrder, FailureClass, OnFailure, PatternDef, Status, Step, Window,
@@ -242,7 +242,32 @@ impl Consumer {
                         return settled(&self.cfg, meta, attempt, Status::DuplicateSkipped);
                     }
                 }
-                Step::InboxInsert | Step::InboxInsertByEvent => {
+                Step::InboxInsert => {
+                    begin(&mut open, &mut self.db).await?;
+                    let content = store::content(&d.data);
+                    match store::insert_inbox_checked(
+                        &mut self.db,
+                        &self.cfg.service,
+                        &event_id,
+                        &content,
+                    )
+                    .await?
+                    {
+                        InboxRow::New => {}
+                        InboxRow::Duplicate => {
+                            store::rollback(&mut self.db).await?;
+                            ack(def, d).await?;
+                            return settled(&self.cfg, meta, attempt, Status::DuplicateSkipped);
+                        }
+                        InboxRow::Conflict => {
+                            let error = "another business content under an eventId already applied";
+                            return self
+                                .failed(d, meta, attempt, &event_id, FailureClass::Conflict, error)
+                                .await;
+                        }
+                    }
+                }
+                Step::InboxInsertBlind | Step::InboxInsertByEvent => {
                     begin(&mut open, &mut self.db).await?;
                     // Keyed by the eventId alone: one row for every service.
                     let key = match step {
@@ -356,7 +381,8 @@ impl Consumer {
                     d.acker.nack(reject(false)).await?;
                     return self.settled(meta, attempt, Status::Rejected);
                 };
-                if attempt < retry.max_attempts {
+                // A conflict is no failure that passes: isolated at once.
+                if attempt < retry.max_attempts && class != FailureClass::Conflict {
                     d.acker.nack(reject(false)).await?;
                     emit(
                         self.line(meta)
@@ -369,6 +395,15 @@ impl Consumer {
                 self.publish_copy(&retry.dlq, d, properties, confirm, mandatory)
                     .await?;
                 self.ack(d).await?;
+                if class == FailureClass::Conflict {
+                    emit(
+                        self.line(meta)
+                            .with("attempt", attempt)
+                            .with("failureClass", class)
+                            .status(Status::MovedToDlq),
+                    );
+                    return Ok(Outcome::Settled);
+                }
                 self.settled(meta, attempt, Status::PoisonToDlq)
             }
         }
