@@ -55,7 +55,11 @@ impl Events {
 #[serde(transparent)]
 pub struct Owed(pub BTreeMap<String, BTreeMap<String, BTreeSet<String>>>);
 
-/// What the lab's queues still hold: the eventIds in each.
+/// The copies the lab's queues still hold, by the queue each is held for:
+/// the queue it sits in, or, for a copy moved from another queue, that one
+/// (a consumer's DLQ or retry copy names it in `original-queue`, a copy the
+/// broker dead-lettered in `x-first-death-queue`). A copy in a parking
+/// queue or a DLQ that names no origin is held for no service's queue.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Queued(pub BTreeMap<String, BTreeSet<String>>);
@@ -71,11 +75,10 @@ impl Queued {
 /// it), the business rows in PostgreSQL and what still sits in the lab's
 /// queues (a DLQ, a parking queue, a queue it loops in):
 /// - `lost`: per (service, eventId) the event was owed to ([`Owed`]): not
-///   applied nor rejected (recorded) by that service, not in its queue,
-///   and in no queue the event was not routed to (a DLQ, a retry tier, a
-///   parking queue: who moved a copy there is not recorded, so it keeps
-///   the event for every service). An event owed to no known service:
-///   applied or rejected by none, in no queue;
+///   applied nor rejected (recorded) by that service, and no copy held
+///   for one of its queues ([`Queued`]: a copy in a DLQ or a retry tier
+///   is held for the queue it came from). An event owed to no known
+///   service: applied or rejected by none, in no queue;
 /// - `duplicatesApplied`: business effects beyond the first per (service, eventId);
 /// - `unexpected`: applied, never sent.
 pub fn total_queue(
@@ -107,25 +110,24 @@ pub fn total_queue(
         .collect();
     let mut lost = 0;
     for e in &sent {
-        let routes = owed.0.get(*e);
-        let owing: Vec<(&str, &str)> = routes
-            .into_iter()
-            .flatten()
-            .flat_map(|(q, services)| services.iter().map(move |s| (s.as_str(), q.as_str())))
-            .collect();
+        // Each service the event was owed to, with the queues it consumes it from.
+        let mut owing: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for (q, services) in owed.0.get(*e).into_iter().flatten() {
+            for s in services {
+                owing.entry(s.as_str()).or_default().push(q.as_str());
+            }
+        }
         if owing.is_empty() {
             if !applied.contains(e) && !rejected.contains(e) && !queued.contains(*e) {
                 lost += 1;
             }
             continue;
         }
-        let kept_off_route = queued_in
-            .0
-            .iter()
-            .any(|(q, es)| es.contains(*e) && !routes.is_some_and(|r| r.contains_key(q)));
         lost += owing
             .iter()
-            .filter(|(s, q)| !done.contains(&(*s, *e)) && !queued_in.holds(q, e) && !kept_off_route)
+            .filter(|(s, queues)| {
+                !done.contains(&(**s, *e)) && !queues.iter().any(|q| queued_in.holds(q, e))
+            })
             .count();
     }
     let unexpected = applied.iter().filter(|e| !sent.contains(*e)).count();
@@ -679,6 +681,30 @@ mod tests {
         assert_eq!(get(&returned, &none, &[]), vec![1, 0, 0]);
     }
 
+    /// A service that consumes an event from two queues owes it once, and
+    /// a copy held for either of them keeps it.
+    #[test]
+    fn a_service_on_two_routed_queues_owes_the_event_once() {
+        let events = Events(BTreeMap::from([("mid-1".to_string(), "E1".to_string())]));
+        let sent = entries(&["[producer] messageId=mid-1 status=confirmed"]);
+        let a = || BTreeSet::from(["A".to_string()]);
+        let owed = Owed(BTreeMap::from([(
+            "E1".to_string(),
+            BTreeMap::from([("q1".to_string(), a()), ("q2".to_string(), a())]),
+        )]));
+        let none = Ground::default();
+        let check = |queued_in: Queued| {
+            let queued = queued_in.0.values().flatten().cloned().collect();
+            total_queue(&sent, &none, &queued, &events, &owed, &queued_in)[0].1
+        };
+        assert_eq!(check(Queued::default()), 1);
+        let in_q2 = Queued(BTreeMap::from([(
+            "q2".to_string(),
+            BTreeSet::from(["E1".to_string()]),
+        )]));
+        assert_eq!(check(in_q2), 0);
+    }
+
     /// An event routed to two services is owed by each: one that never
     /// applied it loses it, whatever the other did.
     #[test]
@@ -730,7 +756,7 @@ mod tests {
         assert_eq!(
             lost(vec![row("A", "E1"), row("A", "E2")], &[("b", "E1")]),
             0,
-            "still in B's queue"
+            "still held for B's queue (in it, or a DLQ copy from it)"
         );
         assert_eq!(
             lost(vec![row("A", "E1"), row("B", "E1")], &[("c", "E2")]),
@@ -738,9 +764,14 @@ mod tests {
             "a copy in another routed queue does not stand for A's"
         );
         assert_eq!(
-            lost(vec![row("A", "E1"), row("B", "E1")], &[("dlq", "E2")]),
-            0,
-            "a copy in a queue it was not routed to (a DLQ) keeps it"
+            lost(vec![row("A", "E1"), row("A", "E2")], &[("parked", "E1")]),
+            1,
+            "a copy held for no queue of B's does not stand for B's"
+        );
+        assert_eq!(
+            lost(vec![row("B", "E1")], &[]),
+            2,
+            "one per service: A owes E1 and E2"
         );
     }
 

@@ -150,27 +150,28 @@ pub enum InboxRow {
     Conflict,
 }
 
-/// The event's business content, canonical: its JSON with the keys in
-/// order, so that a copy re-serialised upstream compares equal (a body that
-/// is not JSON: its bytes).
-pub fn content(body: &[u8]) -> String {
-    serde_json::from_slice::<serde_json::Value>(body)
-        .map(|v| v.to_string())
-        .unwrap_or_else(|_| String::from_utf8_lossy(body).into_owned())
+/// The event's content, canonical: its JSON with the keys in order (a
+/// copy re-serialised upstream compares equal; tested), or the bytes of a
+/// body that is not JSON. The whole event: a resend must carry the same.
+pub fn content(body: &[u8]) -> Vec<u8> {
+    match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(v) => v.to_string().into_bytes(),
+        Err(_) => body.to_vec(),
+    }
 }
 
 /// The inbox row with the digest of `content`; when (consumer, event) is
 /// there already, whether its digest is this content's: a duplicate, or a
-/// conflict. PostgreSQL computes the md5, so no hash is written here.
+/// conflict (also when the row has no digest). PostgreSQL computes the md5, so no hash is written here.
 pub async fn insert_inbox_checked(
     conn: &mut PgConnection,
     consumer: &str,
     event_id: &str,
-    content: &str,
+    content: &[u8],
 ) -> Result<InboxRow> {
     let r = sqlx::query(
         "INSERT INTO inbox_messages (consumer_name, event_id, processed_at, digest) \
-         VALUES ($1, $2, now(), md5($3)) ON CONFLICT (consumer_name, event_id) DO NOTHING",
+         VALUES ($1, $2, now(), md5($3::bytea)) ON CONFLICT (consumer_name, event_id) DO NOTHING",
     )
     .bind(consumer)
     .bind(event_id)
@@ -181,16 +182,18 @@ pub async fn insert_inbox_checked(
         return Ok(InboxRow::New);
     }
     let (same,): (Option<bool>,) = sqlx::query_as(
-        "SELECT digest = md5($3) FROM inbox_messages WHERE consumer_name = $1 AND event_id = $2",
+        "SELECT digest = md5($3::bytea) FROM inbox_messages WHERE consumer_name = $1 AND event_id = $2",
     )
     .bind(consumer)
     .bind(event_id)
     .bind(content)
     .fetch_one(&mut *conn)
     .await?;
+    // No digest stored (a pattern that does not compare wrote the row):
+    // whether the content is the same cannot be told, so not a duplicate.
     Ok(match same {
-        Some(false) => InboxRow::Conflict,
-        _ => InboxRow::Duplicate,
+        Some(true) => InboxRow::Duplicate,
+        _ => InboxRow::Conflict,
     })
 }
 
@@ -314,4 +317,20 @@ pub async fn business_rows_for(conn: &mut PgConnection, message_id: &str) -> Res
             .fetch_one(conn)
             .await?;
     Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::content;
+
+    #[test]
+    fn content_ignores_key_order_and_whitespace_but_not_values() {
+        let a = br#"{"eventId":"E1","amount":199.0,"currency":"CNY"}"#;
+        let b = br#"{ "currency": "CNY", "amount": 199.0, "eventId": "E1" }"#;
+        let c = br#"{"eventId":"E1","amount":299.0,"currency":"CNY"}"#;
+        assert_eq!(content(a), content(b));
+        assert_ne!(content(a), content(c));
+        // Not JSON: the bytes themselves, so two different ones differ.
+        assert_ne!(content(b"\xff\x01"), content(b"\xfe\x01"));
+    }
 }

@@ -1318,7 +1318,6 @@ mod tests {
         }
     }
 
-    /// The windows each pattern passes, derived from its steps.
     #[test]
     fn topic_patterns_match_as_the_broker_routes() {
         for (p, k, m) in [
@@ -1369,6 +1368,7 @@ mod tests {
         assert_eq!(t.route("y", "a", &all), None);
     }
 
+    /// The windows each pattern passes, derived from its steps.
     #[test]
     fn windows_follow_from_the_steps() {
         use Window::*;

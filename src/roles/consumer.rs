@@ -378,6 +378,12 @@ impl Consumer {
                 // The retry-dlq page: every failure takes the same loop.
                 store::rollback(&mut self.db).await?;
                 let Some(retry) = self.cfg.retry.clone() else {
+                    // Rejected, it would be dropped: a silent skip.
+                    anyhow::ensure!(
+                        class != FailureClass::Conflict,
+                        "{}: a conflict (another business content under an eventId already applied) and no DLQ to isolate it in (the consume step sets no `retry`)",
+                        meta.message_id
+                    );
                     d.acker.nack(reject(false)).await?;
                     return self.settled(meta, attempt, Status::Rejected);
                 };
@@ -577,7 +583,7 @@ fn diagnostics(
         ("event-id", event_id.as_str()),
         ("event-type", meta.event_type.as_str()),
         ("aggregate-id", meta.aggregate_id.as_str()),
-        ("original-queue", cfg.queue.as_str()),
+        (ORIGINAL_QUEUE, cfg.queue.as_str()),
         ("original-routing-key", d.routing_key.as_str()),
         ("failure-class", class.name()),
         ("last-error", error),
@@ -602,6 +608,9 @@ async fn begin(open: &mut bool, db: &mut PgConnection) -> Result<()> {
 const RETRY_PUBLISHED_AT: &str = "retry-published-at";
 /// When a message first failed (RFC 3339), carried through its retries.
 const FIRST_FAILED_AT: &str = "first-failed-at";
+/// The queue a DLQ or retry copy came from: the checker holds the copy for
+/// that queue's service.
+pub const ORIGINAL_QUEUE: &str = "original-queue";
 
 fn now_ms() -> u128 {
     std::time::SystemTime::now()

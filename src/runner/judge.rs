@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::checker::{Owed, Queued};
+use crate::roles::consumer::ORIGINAL_QUEUE;
 use std::collections::BTreeMap;
 
 impl Ctx<'_> {
@@ -59,13 +60,21 @@ impl Ctx<'_> {
         let mut queued_in = Queued::default();
         let queues: Vec<String> = self.lab.queue_names().map(str::to_string).collect();
         for q in &queues {
-            let peeked = crate::amqp::peek(&self.conns().amqp, q).await?;
-            let ids: BTreeSet<String> = peeked
-                .iter()
-                .map(|p| store::event_id(&p.body, &p.message_id))
-                .collect();
-            queued.extend(ids.iter().cloned());
-            queued_in.0.insert(q.clone(), ids);
+            for p in crate::amqp::peek(&self.conns().amqp, q).await? {
+                let event = store::event_id(&p.body, &p.message_id);
+                // A copy moved here from another queue is held for that one.
+                let held_for = p
+                    .headers
+                    .get(ORIGINAL_QUEUE)
+                    .or_else(|| p.headers.get("x-first-death-queue"))
+                    .unwrap_or(q);
+                queued_in
+                    .0
+                    .entry(held_for.clone())
+                    .or_default()
+                    .insert(event.clone());
+                queued.insert(event);
+            }
         }
         let point = Point::Checks {
             after_line: self.transcript.lines().len(),
