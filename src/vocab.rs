@@ -457,6 +457,7 @@ names! {
         CheckThenInsert = "check-then-insert": "checks the inbox with a SELECT, writes, then inserts the inbox row ignoring a conflict: two copies processed at once both pass the check",
         DlqConfirmWithoutMandatory = "dlq-confirm-without-mandatory": "retry-dlq's DLQ move with a confirm and without `mandatory`: the broker confirms a message it could not route",
         NoDigest = "no-digest": "inbox without the digest of the business content: an upstream copy with a changed amount under a known eventId is skipped as a duplicate, silently",
+        DlqAckFirst = "dlq-ack-first": "retry-dlq's DLQ move in the wrong order: acks the original, then publishes the copy; a crash between the two loses the message",
         InboxByEvent = "inbox-by-event": "inbox, but the inbox is keyed by eventId alone, not (service, eventId): a second subscribing service skips what the first applied",
     }
 }
@@ -466,9 +467,14 @@ names! {
 pub enum OnFailure {
     /// The retry-dlq page's way: every failure is rejected into the retry
     /// loop (attempts from x-death); at the last attempt the message is
-    /// published to the DLQ, then acked. `confirm`: wait for the publisher
+    /// published to the DLQ, then acked (`dlq`: in that order or, for a
+    /// counterexample, acked first). `confirm`: wait for the publisher
     /// confirm; `mandatory`: have the broker return what it cannot route.
-    RetryThenDlq { confirm: bool, mandatory: bool },
+    RetryThenDlq {
+        confirm: bool,
+        mandatory: bool,
+        dlq: DlqOrder,
+    },
     /// nack with requeue=true: the message goes back to the head of the queue.
     RequeueForever,
     /// Article 000's classes: transient failures republished to retry tiers
@@ -522,6 +528,7 @@ const SAFE_PATH: &[Step] = &[Receive, InboxInsert, Write, Commit, Ack];
 const SEED_FAILURE: OnFailure = OnFailure::RetryThenDlq {
     confirm: true,
     mandatory: true,
+    dlq: DlqOrder::ConfirmThenAck,
 };
 
 pub const PATTERNS: &[PatternDef] = &[
@@ -575,6 +582,7 @@ pub const PATTERNS: &[PatternDef] = &[
         on_failure: OnFailure::RetryThenDlq {
             confirm: false,
             mandatory: false,
+            dlq: DlqOrder::ConfirmThenAck,
         },
     },
     PatternDef {
@@ -585,6 +593,7 @@ pub const PATTERNS: &[PatternDef] = &[
         on_failure: OnFailure::RetryThenDlq {
             confirm: true,
             mandatory: false,
+            dlq: DlqOrder::ConfirmThenAck,
         },
     },
     PatternDef {
@@ -643,6 +652,17 @@ pub const PATTERNS: &[PatternDef] = &[
             attempts: AttemptsFrom::Header,
             dlq: DlqOrder::ConfirmThenAck,
             by_class: false,
+        },
+    },
+    PatternDef {
+        pattern: Pattern::DlqAckFirst,
+        safe: false,
+        steps: SAFE_PATH,
+        auto_ack: false,
+        on_failure: OnFailure::RetryThenDlq {
+            confirm: true,
+            mandatory: true,
+            dlq: DlqOrder::AckThenPublish,
         },
     },
     PatternDef {
@@ -718,6 +738,17 @@ impl PatternDef {
                 Window::AfterRetryPublishBeforeAck,
                 Window::AfterAckBeforeDlqPublish,
             ],
+            // The seed's DLQ move: confirmed, then acked (without a
+            // confirm there is no point "after the confirm").
+            OnFailure::RetryThenDlq {
+                confirm: true,
+                dlq: DlqOrder::ConfirmThenAck,
+                ..
+            } => &[Window::AfterDlqConfirmBeforeAck],
+            OnFailure::RetryThenDlq {
+                dlq: DlqOrder::AckThenPublish,
+                ..
+            } => &[Window::AfterAckBeforeDlqPublish],
             OnFailure::RetryThenDlq { .. } | OnFailure::RequeueForever => &[],
         };
         (0..self.steps.len())
@@ -1170,6 +1201,10 @@ pub struct QueueDecl {
     #[serde(default)]
     pub later: bool,
 }
+
+/// The header a consumer's DLQ or retry copy names the queue it came from
+/// in: the checker holds the copy for that queue's service.
+pub const ORIGINAL_QUEUE: &str = "original-queue";
 
 impl Topology {
     /// The queues among `declared` a publish to `exchange` with `key` is

@@ -374,7 +374,11 @@ impl Consumer {
                 );
                 Ok(Outcome::Pending)
             }
-            OnFailure::RetryThenDlq { confirm, mandatory } => {
+            OnFailure::RetryThenDlq {
+                confirm,
+                mandatory,
+                dlq,
+            } => {
                 // The retry-dlq page: every failure takes the same loop.
                 store::rollback(&mut self.db).await?;
                 let Some(retry) = self.cfg.retry.clone() else {
@@ -398,9 +402,22 @@ impl Consumer {
                     return Ok(Outcome::Pending);
                 }
                 let properties = diagnostics(&self.cfg, d, meta, attempt, class, error);
-                self.publish_copy(&retry.dlq, d, properties, confirm, mandatory)
-                    .await?;
-                self.ack(d).await?;
+                match dlq {
+                    DlqOrder::ConfirmThenAck => {
+                        self.publish_copy(&retry.dlq, d, properties, confirm, mandatory)
+                            .await?;
+                        if confirm {
+                            self.window(Window::AfterDlqConfirmBeforeAck, meta).await;
+                        }
+                        self.ack(d).await?;
+                    }
+                    DlqOrder::AckThenPublish => {
+                        self.ack(d).await?;
+                        self.window(Window::AfterAckBeforeDlqPublish, meta).await;
+                        self.publish_copy(&retry.dlq, d, properties, confirm, mandatory)
+                            .await?;
+                    }
+                }
                 if class == FailureClass::Conflict {
                     emit(
                         self.line(meta)
@@ -583,7 +600,7 @@ fn diagnostics(
         ("event-id", event_id.as_str()),
         ("event-type", meta.event_type.as_str()),
         ("aggregate-id", meta.aggregate_id.as_str()),
-        (ORIGINAL_QUEUE, cfg.queue.as_str()),
+        (crate::vocab::ORIGINAL_QUEUE, cfg.queue.as_str()),
         ("original-routing-key", d.routing_key.as_str()),
         ("failure-class", class.name()),
         ("last-error", error),
@@ -608,9 +625,6 @@ async fn begin(open: &mut bool, db: &mut PgConnection) -> Result<()> {
 const RETRY_PUBLISHED_AT: &str = "retry-published-at";
 /// When a message first failed (RFC 3339), carried through its retries.
 const FIRST_FAILED_AT: &str = "first-failed-at";
-/// The queue a DLQ or retry copy came from: the checker holds the copy for
-/// that queue's service.
-pub const ORIGINAL_QUEUE: &str = "original-queue";
 
 fn now_ms() -> u128 {
     std::time::SystemTime::now()

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::checker::{Owed, Queued};
-use crate::roles::consumer::ORIGINAL_QUEUE;
+use crate::vocab::ORIGINAL_QUEUE;
 use std::collections::BTreeMap;
 
 impl Ctx<'_> {
