@@ -276,7 +276,8 @@ impl Soak<'_> {
 
         let mut stops = Stops {
             rng: Rng(plan.seed.wrapping_mul(31) | 1),
-            windows: plan.pattern.def().windows(),
+            // The soak's consumer has no DLQ (no `retry`).
+            windows: plan.pattern.def().windows_for(false),
             spacing: (messages.len() / plan.kills.max(1)).max(1) as f64,
             ids: messages.iter().map(|m| m.meta.message_id.clone()).collect(),
             kills: plan.kills > 0,

@@ -723,6 +723,17 @@ impl PatternDef {
     /// then its failure path): a lab naming any other is rejected, so no
     /// fault point is silently ignored.
     pub fn windows(&self) -> Vec<Window> {
+        self.windows_for(true)
+    }
+
+    /// The windows a consume step with this pattern passes: the seed
+    /// failure path's DLQ move only when the step has a DLQ (`retry`), and
+    /// never for an autoAck consumer (the broker forgot the message when it
+    /// sent it: there is no ack to come) or an inbox committed on its own
+    /// (its row survives the rollback, so a message never gets past its
+    /// first attempt).
+    pub fn windows_for(&self, dlq: bool) -> Vec<Window> {
+        let seed_dlq = dlq && !self.auto_ack && !self.steps.contains(&InboxOwnTx);
         let failure: &[Window] = match self.on_failure {
             OnFailure::Classified {
                 dlq: DlqOrder::ConfirmThenAck,
@@ -744,11 +755,11 @@ impl PatternDef {
                 confirm: true,
                 dlq: DlqOrder::ConfirmThenAck,
                 ..
-            } => &[Window::AfterDlqConfirmBeforeAck],
+            } if seed_dlq => &[Window::AfterDlqConfirmBeforeAck],
             OnFailure::RetryThenDlq {
                 dlq: DlqOrder::AckThenPublish,
                 ..
-            } => &[Window::AfterAckBeforeDlqPublish],
+            } if seed_dlq => &[Window::AfterAckBeforeDlqPublish],
             OnFailure::RetryThenDlq { .. } | OnFailure::RequeueForever => &[],
         };
         (0..self.steps.len())
@@ -1407,11 +1418,37 @@ mod tests {
     #[test]
     fn windows_follow_from_the_steps() {
         use Window::*;
-        let w = |p: Pattern| p.def().windows();
+        // On a consume step without a DLQ (no `retry`).
+        let w = |p: Pattern| p.def().windows_for(false);
         assert_eq!(
             w(Pattern::Inbox),
             [AfterReceive, BeforeCommit, AfterCommitBeforeAck, AfterAck]
         );
+        // With one, the seed DLQ move's window comes last; the wrong order
+        // has its own; none without a confirm, for autoAck, or for an inbox
+        // committed on its own.
+        let dlq = |p: Pattern| p.def().windows_for(true);
+        assert_eq!(
+            dlq(Pattern::Inbox),
+            [
+                AfterReceive,
+                BeforeCommit,
+                AfterCommitBeforeAck,
+                AfterAck,
+                AfterDlqConfirmBeforeAck
+            ]
+        );
+        assert_eq!(
+            dlq(Pattern::DlqAckFirst).last(),
+            Some(&AfterAckBeforeDlqPublish)
+        );
+        for p in [
+            Pattern::DlqNoConfirm,
+            Pattern::AutoAck,
+            Pattern::DedupOutsideTx,
+        ] {
+            assert_eq!(dlq(p), w(p), "{p}");
+        }
         assert_eq!(
             w(Pattern::AckBeforeCommit),
             [AfterReceive, BeforeCommit, AfterAckBeforeCommit, AfterAck]

@@ -241,7 +241,8 @@ impl Consume {
     }
 
     /// The windows `p` can use on this step: its own, or the consumer's
-    /// (a built-in pattern's derived windows, or a program's).
+    /// (a built-in pattern's derived windows, with its DLQ move's only when
+    /// the step has a DLQ; or a program's).
     pub fn windows_of(&self, p: &crate::vocab::Placement) -> Vec<Window> {
         use crate::vocab::Windows;
         match p.windows {
@@ -249,7 +250,7 @@ impl Consume {
             Windows::ConsumerPath if self.command.is_some() => {
                 crate::vocab::PROGRAM_WINDOWS.to_vec()
             }
-            Windows::ConsumerPath => self.pattern.def().windows(),
+            Windows::ConsumerPath => self.pattern.def().windows_for(self.retry.is_some()),
             Windows::None => Vec::new(),
         }
     }

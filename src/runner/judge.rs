@@ -62,17 +62,19 @@ impl Ctx<'_> {
         for q in &queues {
             for p in crate::amqp::peek(&self.conns().amqp, q).await? {
                 let event = store::event_id(&p.body, &p.message_id);
-                // A copy moved here from another queue is held for that one.
-                let held_for = p
+                // Held for this queue, and, when it was moved here from
+                // another queue, for that one too.
+                let origin = p
                     .headers
                     .get(ORIGINAL_QUEUE)
-                    .or_else(|| p.headers.get("x-first-death-queue"))
-                    .unwrap_or(q);
-                queued_in
-                    .0
-                    .entry(held_for.clone())
-                    .or_default()
-                    .insert(event.clone());
+                    .or_else(|| p.headers.get("x-first-death-queue"));
+                for held_for in std::iter::once(q).chain(origin) {
+                    queued_in
+                        .0
+                        .entry(held_for.clone())
+                        .or_default()
+                        .insert(event.clone());
+                }
                 queued.insert(event);
             }
         }
