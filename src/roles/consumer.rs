@@ -402,22 +402,8 @@ impl Consumer {
                     return Ok(Outcome::Pending);
                 }
                 let properties = diagnostics(&self.cfg, d, meta, attempt, class, error);
-                match dlq {
-                    DlqOrder::ConfirmThenAck => {
-                        self.publish_copy(&retry.dlq, d, properties, confirm, mandatory)
-                            .await?;
-                        if confirm {
-                            self.window(Window::AfterDlqConfirmBeforeAck, meta).await;
-                        }
-                        self.ack(d).await?;
-                    }
-                    DlqOrder::AckThenPublish => {
-                        self.ack(d).await?;
-                        self.window(Window::AfterAckBeforeDlqPublish, meta).await;
-                        self.publish_copy(&retry.dlq, d, properties, confirm, mandatory)
-                            .await?;
-                    }
-                }
+                self.move_to_dlq(&retry.dlq, d, meta, properties, dlq, (confirm, mandatory))
+                    .await?;
                 if class == FailureClass::Conflict {
                     emit(
                         self.line(meta)
@@ -493,20 +479,8 @@ impl Consumer {
             return Ok(Outcome::Pending);
         }
         let properties = diagnostics(&self.cfg, d, meta, attempt, class, error);
-        match order {
-            DlqOrder::ConfirmThenAck => {
-                self.publish_copy(&retry.dlq, d, properties, true, true)
-                    .await?;
-                self.window(Window::AfterDlqConfirmBeforeAck, meta).await;
-                self.ack(d).await?;
-            }
-            DlqOrder::AckThenPublish => {
-                self.ack(d).await?;
-                self.window(Window::AfterAckBeforeDlqPublish, meta).await;
-                self.publish_copy(&retry.dlq, d, properties, true, true)
-                    .await?;
-            }
-        }
+        self.move_to_dlq(&retry.dlq, d, meta, properties, order, (true, true))
+            .await?;
         emit(
             self.line(meta)
                 .with("attempt", attempt)
@@ -514,6 +488,37 @@ impl Consumer {
                 .status(Status::MovedToDlq),
         );
         Ok(Outcome::Settled)
+    }
+
+    /// The DLQ copy published (with a confirm and `mandatory` as asked)
+    /// and the original acked, in `order`, with the window between the two
+    /// (after a confirm only when there is one).
+    async fn move_to_dlq(
+        &mut self,
+        dlq: &str,
+        d: &Delivery,
+        meta: &MessageMeta,
+        properties: lapin::BasicProperties,
+        order: DlqOrder,
+        (confirm, mandatory): (bool, bool),
+    ) -> Result<()> {
+        match order {
+            DlqOrder::ConfirmThenAck => {
+                self.publish_copy(dlq, d, properties, confirm, mandatory)
+                    .await?;
+                if confirm {
+                    self.window(Window::AfterDlqConfirmBeforeAck, meta).await;
+                }
+                self.ack(d).await?;
+            }
+            DlqOrder::AckThenPublish => {
+                self.ack(d).await?;
+                self.window(Window::AfterAckBeforeDlqPublish, meta).await;
+                self.publish_copy(dlq, d, properties, confirm, mandatory)
+                    .await?;
+            }
+        }
+        Ok(())
     }
 
     async fn window(&self, w: Window, meta: &MessageMeta) {
