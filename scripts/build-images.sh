@@ -3,7 +3,8 @@
 # exercised with where no registry is reachable: a Debian bookworm rootfs
 # (debootstrap from the machine's own Debian mirror), the server package
 # installed in a chroot, imported into podman. Idempotent: existing images are
-# kept. Prints the two image references, pinned by digest.
+# kept. Prints the image references, pinned by digest: RabbitMQ 3.10.8,
+# PostgreSQL 15, then RabbitMQ 4.0.5.
 set -euo pipefail
 
 work=${MQLAB_IMAGE_WORK:-/var/tmp/mqlab-images}
@@ -83,5 +84,19 @@ SH
     - "$pg_ref:15" >&2
 fi
 
+# The second generation: RabbitMQ 4.0.5 from the trixie root the local
+# environment runs `--rabbitmq 4.0` from (scripts/rabbitmq-4-root.sh).
+if ! podman image exists "$rabbit_ref:4.0.5"; then
+  root4=$(bash "$(dirname "$0")/rabbitmq-4-root.sh")
+  log "building $rabbit_ref:4.0.5 from $root4"
+  tar -C "$root4" --exclude=./.mqlab-ready -c . | podman import \
+    --change 'ENV RABBITMQ_LOGS=-' \
+    --change 'ENV HOME=/var/lib/rabbitmq' \
+    --change 'EXPOSE 5672' \
+    --change 'CMD ["/usr/lib/rabbitmq/bin/rabbitmq-server"]' \
+    - "$rabbit_ref:4.0.5" >&2
+fi
+
 echo "$rabbit_ref@$(digest "$rabbit_ref:3.10.8")"
 echo "$pg_ref@$(digest "$pg_ref:15")"
+echo "$rabbit_ref@$(digest "$rabbit_ref:4.0.5")"

@@ -115,8 +115,28 @@ pub async fn queue_state(channel: &Channel, queue: &str) -> Result<(u32, u32)> {
             FieldTable::default(),
         )
         .await
+        .map_err(|e| match home_node_down(&e) {
+            true => anyhow::Error::new(HomeNodeDown(queue.to_string())),
+            false => anyhow::Error::new(e),
+        })
         .with_context(|| format!("reading the depth of queue `{queue}`"))?;
     Ok((q.message_count(), q.consumer_count()))
+}
+
+/// The broker's answer when a queue's home node is down or cut off (a
+/// classic queue in a cluster lab): a typed error, which a caller tells
+/// from any other with `downcast_ref`.
+#[derive(Debug, thiserror::Error)]
+#[error("the home node of queue `{0}` is down or inaccessible")]
+pub struct HomeNodeDown(pub String);
+
+/// RabbitMQ says it as a 404 NOT_FOUND whose reply text names the home
+/// node: the code alone is also "no such queue", so the text decides.
+fn home_node_down(e: &lapin::Error) -> bool {
+    use lapin::protocol::{AMQPErrorKind, AMQPSoftError};
+    matches!(e.kind(), lapin::ErrorKind::ProtocolError(p)
+        if *p.kind() == AMQPErrorKind::Soft(AMQPSoftError::NOTFOUND)
+            && p.get_message().as_str().contains("is down or inaccessible"))
 }
 
 /// The messages waiting in a queue (message id, body), read without

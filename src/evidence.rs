@@ -42,6 +42,9 @@ pub struct Record {
     /// For a counterexample: the violations its lab file declares.
     #[serde(default)]
     pub declared_violations: BTreeMap<String, String>,
+    /// The broker settings the run relied on, as read from the broker.
+    #[serde(default)]
+    pub broker_settings: BTreeMap<String, String>,
     /// What the runner judged, on which observations: `mqlab check` re-judges it.
     #[serde(default)]
     pub history: History,
@@ -95,8 +98,10 @@ fn assertions(r: &RunRecord) -> Vec<Assertion> {
                 Some(v) => !o.pass && o.actual == *v,
                 None => o.pass,
             };
+            // A harness fact: fixed by how the lab runs, shown apart.
+            let fact = o.kind.name() == "assert" && r.facts.contains(&o.name);
             Assertion {
-                kind: o.kind.name().to_string(),
+                kind: if fact { "fact" } else { o.kind.name() }.to_string(),
                 name: o.name.clone(),
                 expected: o.expected.clone(),
                 actual: o.actual.clone(),
@@ -181,6 +186,7 @@ pub fn record(r: &RunRecord, info: &EnvInfo) -> Record {
             BTreeMap::new()
         },
         history: r.history.clone(),
+        broker_settings: r.settings.iter().cloned().collect(),
         diagram_image: false,
     }
 }
@@ -285,10 +291,19 @@ pub fn markdown(r: &Record) -> String {
     for (k, v) in rows {
         md.push_str(&format!("| {k} | {} |\n", cell(&v)));
     }
+    for (name, value) in &r.broker_settings {
+        md.push_str(&format!(
+            "| broker setting | `{}` = {} (read from the broker: the lab's bounds rely on it) |\n",
+            cell(name),
+            cell(value)
+        ));
+    }
     md.push_str(
         "\n## Assertions\n\n| kind | name | expected | actual | result |\n|---|---|---|---|---|\n",
     );
-    for a in &r.assertions {
+    let (facts, evidence): (Vec<&Assertion>, Vec<&Assertion>) =
+        r.assertions.iter().partition(|a| a.kind == "fact");
+    for a in evidence {
         let result = if a.expected_violation {
             format!("{} (expected violation)", a.result)
         } else {
@@ -302,6 +317,22 @@ pub fn markdown(r: &Record) -> String {
             cell(&a.actual),
             result
         ));
+    }
+    if !facts.is_empty() {
+        md.push_str(
+            "\n## Harness facts\n\nFixed by how the lab runs (no variant of the lab changes them): \
+             they show the run went as designed, not that the claim holds.\n\n\
+             | name | expected | actual | result |\n|---|---|---|---|\n",
+        );
+        for a in facts {
+            md.push_str(&format!(
+                "| `{}` | {} | {} | {} |\n",
+                cell(&a.name),
+                cell(&a.expected),
+                cell(&a.actual),
+                a.result
+            ));
+        }
     }
     if let Some(e) = &r.error {
         md.push_str(&format!("\n**The lab stopped early:** {}\n", cell(e)));
@@ -342,6 +373,13 @@ pub fn mermaid(lines: &[String]) -> String {
     let mut queues: Vec<String> = Vec::new();
     let mut consumers = 1;
     let mut next_is_new_process = false;
+    // Competing instances (a rendezvous): each message is drawn on the
+    // instance that received it, each closing line on the next instance.
+    let crowd = entries
+        .iter()
+        .any(|e| e.get("status") == Some(Status::AtRendezvous.name()));
+    let mut instance_of: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut done = 0;
     let mut body = Vec::new();
     let mut has_db = false;
     let mut has_dlq = false;
@@ -411,9 +449,9 @@ pub fn mermaid(lines: &[String]) -> String {
                         }
                         let what = match (action, status) {
                             ("kill", _) if !mid.is_empty() => {
-                                format!("SIGKILL, the confirm of {mid} in flight (held back); it stays down")
+                                format!("SIGKILL, the confirm of {mid} in flight (held back). It stays down")
                             }
-                            ("kill", _) => "SIGKILL; it stays down".to_string(),
+                            ("kill", _) => "SIGKILL. It stays down".to_string(),
                             ("restart", Status::Injected) => "started again on its data".into(),
                             ("restart", _) => "back, rejoined the cluster".into(),
                             ("partition", _) => "cut off from the other nodes".into(),
@@ -423,6 +461,21 @@ pub fn mermaid(lines: &[String]) -> String {
                         };
                         body.push(format!("    Note over N{n}: node {n}: {what}"));
                     }
+                    (Some("consumer"), Status::Injected) if action == "rendezvous" => {
+                        let on_lock = e.get("onLock").filter(|l| *l != "none");
+                        let what = match on_lock {
+                            Some(l) => format!(
+                                "rendezvous: the copies of {mid}'s event taken at once, every transaction open. {l} waits on a row lock, held there"
+                            ),
+                            None => format!(
+                                "rendezvous: the copies of {mid}'s event taken at once, every transaction open"
+                            ),
+                        };
+                        body.push(format!("    Note over C1,C{consumers}: {what}"));
+                    }
+                    (Some("consumer"), Status::Healed) if action == "rendezvous" => body.push(
+                        format!("    Note over C1,C{consumers}: every instance released, one at a time, consumer-1 first"),
+                    ),
                     (Some("network"), Status::Injected) => {
                         has_network = true;
                         let what = match registry_note(Target::Network, e, mid) {
@@ -435,11 +488,29 @@ pub fn mermaid(lines: &[String]) -> String {
                 }
             }
             Role::Consumer => {
-                if next_is_new_process && status == Status::Received {
+                if next_is_new_process && status == Status::Received && !crowd {
                     consumers += 1;
                     next_is_new_process = false;
                 }
-                let c = format!("C{consumers}");
+                let instance = match (status, e.get("consumer")) {
+                    _ if !crowd => consumers,
+                    (Status::Done, _) => {
+                        done += 1;
+                        done
+                    }
+                    (_, Some(name)) => {
+                        let n = name
+                            .rsplit('-')
+                            .next()
+                            .and_then(|n| n.parse().ok())
+                            .unwrap_or(1);
+                        instance_of.insert(mid.to_string(), n);
+                        consumers = consumers.max(n);
+                        n
+                    }
+                    _ => instance_of.get(mid).copied().unwrap_or(1),
+                };
+                let c = format!("C{instance}");
                 let dest = e.get("destination").or(e.get("queue")).unwrap_or("?");
                 let q = queue(dest, &mut queues);
                 let attempt = e.get("attempt").unwrap_or("1");
@@ -481,6 +552,9 @@ pub fn mermaid(lines: &[String]) -> String {
                         ));
                         next_is_new_process = true;
                     }
+                    Status::AtRendezvous => body.push(format!(
+                        "    Note over {c}: held at the window ({mid}), its transaction open (SIGSTOP)"
+                    )),
                     Status::Done => {
                         body.push(format!(
                             "    Note over {c}: exits after {} deliveries",
@@ -496,11 +570,20 @@ pub fn mermaid(lines: &[String]) -> String {
             }
             Role::Observe => {
                 // A black-box program, seen through the proxies.
-                if next_is_new_process && status == Status::Delivered {
+                if next_is_new_process && status == Status::Delivered && !crowd {
                     consumers += 1;
                     next_is_new_process = false;
                 }
-                let c = format!("C{consumers}");
+                // Competing instances: each line names its own.
+                let instance = match e.get("consumer").filter(|_| crowd) {
+                    Some(name) => {
+                        let n = name.rsplit('-').next().and_then(|n| n.parse().ok()).unwrap_or(1);
+                        consumers = consumers.max(n);
+                        n
+                    }
+                    None => consumers,
+                };
+                let c = format!("C{instance}");
                 let q = queue(e.get("destination").unwrap_or("?"), &mut queues);
                 match status {
                     Status::Delivered => {
@@ -531,6 +614,9 @@ pub fn mermaid(lines: &[String]) -> String {
                         body.push(format!("    Note over {c}: SIGKILL at the window ({mid})"));
                         next_is_new_process = true;
                     }
+                    Status::AtRendezvous => body.push(format!(
+                        "    Note over {c}: held at its COMMIT ({mid}), its transaction open"
+                    )),
                     _ => {}
                 }
             }
@@ -560,10 +646,20 @@ pub fn mermaid(lines: &[String]) -> String {
         out.push_str("    participant DB as PostgreSQL\n");
     }
     for l in body {
-        out.push_str(&l);
+        out.push_str(&statement(&l));
         out.push('\n');
     }
     out
+}
+
+/// Mermaid ends a statement at `;`, so one inside a message or note (a
+/// message id, a reason) would cut the line short and fail the diagram:
+/// it is written as Mermaid's entity code instead, which renders as `;`.
+fn statement(line: &str) -> std::borrow::Cow<'_, str> {
+    match line.contains(';') {
+        true => line.replace(';', "#59;").into(),
+        false => line.into(),
+    }
 }
 
 /// JUnit XML (quick-junit): one testsuite per lab run, one testcase per
@@ -804,5 +900,48 @@ mod tests {
         assert!(m.contains("Note over C1: SIGKILL at the fault window (mid-1)"));
         assert!(m.contains("Q1->>C2: mid-1 (attempt 1, redelivered)"));
         assert!(m.contains("C2->>DB: inbox hit for mid-1"));
+    }
+
+    /// A program's competing instances: each observed line is drawn on the
+    /// instance it names.
+    #[test]
+    fn mermaid_draws_each_program_instance() {
+        let lines: Vec<String> = [
+            "[observe] messageId=mid-1 destination=q consumer=consumer-1 redelivered=false status=delivered",
+            "[observe] messageId=mid-1 destination=q consumer=consumer-1 status=at_rendezvous",
+            "[observe] messageId=mid-2 destination=q consumer=consumer-2 redelivered=false status=delivered",
+            "[observe] messageId=mid-1 destination=q consumer=consumer-1 status=committed",
+            "[observe] messageId=mid-2 destination=q consumer=consumer-2 status=committed",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let m = mermaid(&lines);
+        assert!(m.contains("participant C2 as consumer process 2"), "{m}");
+        assert!(m.contains("Q1->>C2: mid-2"), "{m}");
+        assert!(m.contains("C1->>DB: COMMIT (mid-1)"), "{m}");
+        assert!(m.contains("C2->>DB: COMMIT (mid-2)"), "{m}");
+        assert!(
+            m.contains("Note over C1: held at its COMMIT (mid-1)"),
+            "{m}"
+        );
+    }
+
+    /// A `;` ends a Mermaid statement: none may reach a diagram raw, from
+    /// the notes' own words or from the run's values.
+    #[test]
+    fn mermaid_writes_no_raw_semicolon() {
+        let lines: Vec<String> = [
+            "[producer] messageId=a;b destination=q routingKey=q status=confirmed",
+            "[consumer] messageId=a;b destination=q attempt=1 redelivered=false status=received",
+            "[fault] target=node node=1 action=kill status=injected",
+            "[fault] target=consumer action=rendezvous messageId=a;b onLock=consumer-2 status=injected",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let m = mermaid(&lines);
+        assert_eq!(m.matches(';').count(), m.matches("#59;").count(), "{m}");
+        assert!(m.contains("a#59;b"), "{m}");
     }
 }

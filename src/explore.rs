@@ -86,6 +86,9 @@ fn base_of(lab: &Lab) -> Lab {
         s.asserts.clear();
         if let Action::Consume(c) = &mut s.action {
             c.settle = Settle::Drain;
+            // Several instances run only under the lab's own rendezvous,
+            // which a point replaces: each point runs one.
+            c.instances = 1;
             if !drains
                 .iter()
                 .any(|d| matches!(&d.action, Action::Consume(x) if x.queue == c.queue))
@@ -122,6 +125,10 @@ pub fn points(lab: &Lab) -> Vec<Point> {
     for (i, step) in base.steps.iter().enumerate().take(own) {
         let mut at = |row: String, column: String, f: Fault| {
             let mut l = base.clone();
+            if f.action == crate::vocab::FaultAction::Rendezvous {
+                // The lab's own instances, as its rendezvous needs them.
+                l.steps[i].action = lab.steps[i].action.clone();
+            }
             l.steps[i].fault = Some(f);
             let label = format!("{}:{column}", row.replace('/', "-"));
             out.push(Point {
@@ -153,6 +160,21 @@ pub fn points(lab: &Lab) -> Vec<Point> {
                 published.extend(pb.messages.iter().map(|m| m.meta.message_id.clone()));
             }
             Action::Consume(c) => {
+                // The lab's rendezvous, as it is: the one point where its
+                // instances hold copies at once (a crash point runs one).
+                if let Some(f) = lab.steps[i]
+                    .fault
+                    .as_ref()
+                    .filter(|f| f.action == crate::vocab::FaultAction::Rendezvous)
+                {
+                    let mut f = f.clone();
+                    f.asserts.clear();
+                    at(
+                        format!("consumer/rendezvous-{}", f.window),
+                        f.message.clone(),
+                        f,
+                    );
+                }
                 for p in PLACEMENTS
                     .iter()
                     .filter(|p| p.site == Site::Consume && c.admits(p))
@@ -177,6 +199,54 @@ pub fn points(lab: &Lab) -> Vec<Point> {
     out
 }
 
+/// The lab with no fault, run before the points when a consume step runs
+/// a program (a program that fails it fails every point the same way).
+pub fn baseline(lab: &Lab) -> Option<Lab> {
+    let program = lab
+        .steps
+        .iter()
+        .any(|s| matches!(&s.action, Action::Consume(c) if c.command.is_some()));
+    program.then(|| with_label(base_of(lab), "baseline"))
+}
+
+/// How many `COMMIT`s per message explore tries at most (a program that
+/// commits more often has its later ones untried; docs/byo.md says so).
+pub const MAX_COMMITS: usize = 16;
+
+/// After a point at a program's k-th `COMMIT` of a message that reached
+/// its window (it held, or a check failed), the point at its (k+1)-th: a
+/// program may commit several times per message, and explore tries every
+/// `COMMIT` until one never comes (that point is "never reached").
+pub fn next_commit(p: &Point, verdict: &Verdict) -> Option<Point> {
+    if !matches!(verdict, Verdict::Ok | Verdict::Violation(_)) {
+        return None;
+    }
+    let i = p.lab.steps.iter().position(|s| {
+        matches!(&s.action, Action::Consume(c) if c.command.is_some())
+            && s.fault.as_ref().is_some_and(|f| {
+                f.window == Window::BeforeCommit && f.action == crate::vocab::FaultAction::Kill
+            })
+    })?;
+    let mut l = p.lab.clone();
+    let f = l.steps[i].fault.as_mut()?;
+    if f.commit >= MAX_COMMITS {
+        return None;
+    }
+    f.commit += 1;
+    let window = crate::faults::blackbox::commit_window_name(f.commit);
+    let row = format!("{}/{window}", f.target);
+    let label = format!("{}:{}", row.replace('/', "-"), p.column);
+    l.variant = l.variant.map(|v| match v.split_once('~') {
+        Some((own, _)) => format!("{own}~{label}"),
+        None => v,
+    });
+    Some(Point {
+        row,
+        column: p.column.clone(),
+        lab: l,
+    })
+}
+
 /// The row a placement's point at window `w` is counted under, if explored.
 fn row_of(p: &Placement, w: Window) -> Option<String> {
     match p.explore {
@@ -194,11 +264,13 @@ fn fault_at(p: &Placement, w: Window, mid: &str) -> Fault {
         target: p.target,
         action: p.action,
         window: w,
+        commit: 1,
         message: mid.to_string(),
         then: p.then,
         kill_at_depth: None,
         restart_settle: None,
         restart_drain: true,
+        copies: Vec::new(),
         asserts: Vec::new(),
     }
 }

@@ -110,7 +110,8 @@ pub struct ProducerConfig {
     /// No confirm within this: log `confirm_timeout` and send again.
     pub confirm_timeout_ms: Option<u64>,
     /// On start, send again what the journal says was sent and never
-    /// confirmed (else: count it as done, as a fire-and-forget producer does).
+    /// confirmed, and after a confirm timeout send again (else: count it as
+    /// done, as a fire-and-forget producer does).
     pub resend: bool,
     /// The producer's own record of what it sent and what was confirmed
     /// (its outbox): a restarted producer resends what it sent and never
@@ -147,6 +148,10 @@ pub struct Tier {
 pub struct FaultPoint {
     pub window: Window,
     pub message: String,
+    /// A rendezvous point: the role prints its marker and stops itself
+    /// (SIGSTOP), and goes on when the harness continues it.
+    #[serde(default)]
+    pub hold: bool,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -175,6 +180,11 @@ pub struct ConsumerConfig {
     /// Message id → how many of its first attempts fail transiently (a
     /// dependency the lab makes unavailable).
     pub transient_failures: std::collections::BTreeMap<String, u32>,
+    /// One of several instances: the harness counts what they settled
+    /// together and ends each with SIGTERM, which it takes between two
+    /// deliveries (its own `settle` is the step's, never reached alone).
+    #[serde(default)]
+    pub until_stopped: bool,
 }
 
 #[cfg(test)]

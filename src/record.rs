@@ -42,6 +42,11 @@ pub struct RunRecord {
     /// The fault's window was never reached (its message never got there,
     /// or the program's order never passes it): why.
     pub unreachable: Option<String>,
+    /// The lab's harness facts: assertions fixed by how it runs, shown
+    /// apart from the claim's evidence.
+    pub facts: Vec<String>,
+    /// The broker settings the run relied on, as read from the broker.
+    pub settings: Vec<(String, String)>,
 }
 
 impl RunRecord {
@@ -91,6 +96,8 @@ mod tests {
             snapshot,
             duration: Duration::ZERO,
             unreachable: None,
+            facts: Vec::new(),
+            settings: Vec::new(),
         }
     }
 

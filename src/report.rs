@@ -21,7 +21,9 @@ pub struct Merged {
 /// two inputs is an error: the shares of a partition are disjoint, so it
 /// means two reports of different suites.
 pub fn merge(inputs: &[PathBuf], out: &Path, junit: Option<&Path>) -> Result<Merged> {
-    let mut records: BTreeMap<String, (Record, PathBuf)> = BTreeMap::new();
+    // Keyed by (run, broker version): the same run from two generations is
+    // a matrix; from one generation twice, two reports of different suites.
+    let mut records: BTreeMap<(String, String), (Record, PathBuf)> = BTreeMap::new();
     for dir in inputs {
         let entries = std::fs::read_dir(dir)
             .with_context(|| format!("cannot read evidence directory `{}`", dir.display()))?;
@@ -48,15 +50,17 @@ pub fn merge(inputs: &[PathBuf], out: &Path, junit: Option<&Path>) -> Result<Mer
                     evidence::SCHEMA_VERSION
                 );
             }
-            if let Some((_, first)) = records.get(&record.run) {
+            let key = (record.run.clone(), record.broker.version.clone());
+            if let Some((_, first)) = records.get(&key) {
                 bail!(
-                    "run `{}` is in both `{}` and `{}`: not shares of one partitioned suite",
+                    "run `{}` on {} is in both `{}` and `{}`: not shares of one partitioned suite",
                     record.run,
+                    record.broker.version,
                     first.display(),
                     dir.display()
                 );
             }
-            records.insert(record.run.clone(), (record, dir.clone()));
+            records.insert(key, (record, dir.clone()));
         }
     }
     // One share may hold no run (more shares than runs); all of them, none.
@@ -64,10 +68,20 @@ pub fn merge(inputs: &[PathBuf], out: &Path, junit: Option<&Path>) -> Result<Mer
         bail!("no run evidence in these directories (written by `mqlab lab --evidence DIR`)");
     }
     evidence::prepare_dir(out)?;
-    for (run, (_, dir)) in &records {
+    let versions: std::collections::BTreeSet<&str> =
+        records.keys().map(|(_, v)| v.as_str()).collect();
+    // Two generations or more: one directory each, and a matrix on top.
+    let matrix = versions.len() > 1;
+    let dir_of = |version: &str| match matrix {
+        true => out.join(slug(version)),
+        false => out.to_path_buf(),
+    };
+    for ((run, version), (_, dir)) in &records {
+        let to_dir = dir_of(version);
+        std::fs::create_dir_all(&to_dir)?;
         for ext in ["json", "md", "png"] {
             let from = dir.join(format!("{run}.{ext}"));
-            let to = out.join(format!("{run}.{ext}"));
+            let to = to_dir.join(format!("{run}.{ext}"));
             let same = match (from.canonicalize(), to.canonicalize()) {
                 (Ok(a), Ok(b)) => a == b,
                 _ => false,
@@ -78,11 +92,29 @@ pub fn merge(inputs: &[PathBuf], out: &Path, junit: Option<&Path>) -> Result<Mer
             }
         }
     }
-    evidence::write_index(out)?;
+    match matrix {
+        false => evidence::write_index(out)?,
+        true => {
+            for v in &versions {
+                evidence::write_index(&dir_of(v))?;
+            }
+            write_matrix(out, &records, &versions)?;
+        }
+    }
     let junit = junit
         .map(Path::to_path_buf)
         .unwrap_or_else(|| out.join("junit.xml"));
-    let list: Vec<Record> = records.values().map(|(r, _)| r.clone()).collect();
+    let list: Vec<Record> = records
+        .values()
+        .map(|(r, _)| {
+            let mut r = r.clone();
+            if matrix {
+                // One suite per run and generation.
+                r.run = format!("{} [{}]", r.run, r.broker.version);
+            }
+            r
+        })
+        .collect();
     std::fs::write(&junit, evidence::junit(&list)?)
         .with_context(|| format!("cannot write `{}`", junit.display()))?;
     Ok(Merged {
@@ -94,4 +126,51 @@ pub fn merge(inputs: &[PathBuf], out: &Path, junit: Option<&Path>) -> Result<Mer
             .collect(),
         junit,
     })
+}
+
+/// A directory name for a broker version: `RabbitMQ 4.0.5` → `rabbitmq-4.0.5`.
+fn slug(version: &str) -> String {
+    version
+        .to_lowercase()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect()
+}
+
+/// `out/README.md` for runs of several generations: a row per run, a
+/// column per broker version, each cell its verdict linking to its page.
+fn write_matrix(
+    out: &Path,
+    records: &BTreeMap<(String, String), (Record, PathBuf)>,
+    versions: &std::collections::BTreeSet<&str>,
+) -> Result<()> {
+    let mut md = String::from(
+        "# mqlab evidence, by broker generation\n\nWritten by `mqlab report merge` from runs on several brokers: \
+         each generation's pages in a directory of its own (its own index); a run missing on one is `–`.\n\n| run |",
+    );
+    for v in versions {
+        md.push_str(&format!(" [{v}]({}/README.md) |", slug(v)));
+    }
+    md.push_str("\n|---|");
+    md.push_str(&"---|".repeat(versions.len()));
+    md.push('\n');
+    let runs: std::collections::BTreeSet<&str> = records.keys().map(|(r, _)| r.as_str()).collect();
+    for run in runs {
+        md.push_str(&format!("| {run} |"));
+        for v in versions {
+            match records.get(&(run.to_string(), v.to_string())) {
+                Some((r, _)) => md.push_str(&format!(" [{}]({}/{run}.md) |", r.verdict, slug(v))),
+                None => md.push_str(" – |"),
+            }
+        }
+        md.push('\n');
+    }
+    std::fs::write(out.join("README.md"), md)
+        .with_context(|| format!("cannot write the evidence index in `{}`", out.display()))
 }

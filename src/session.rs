@@ -52,6 +52,10 @@ pub struct Setup {
     pub management: bool,
     /// A three-node cluster.
     pub cluster: bool,
+    /// The RabbitMQ generation asked for (`--rabbitmq`): a local node's,
+    /// and what the server must report (None: 3.10 locally, a container's
+    /// image's).
+    pub rabbitmq: Option<crate::env::Generation>,
 }
 
 /// A session's resources. Fields drop in order: the runtime (and with it
@@ -102,6 +106,7 @@ impl Session {
         let run_dir = RunDir::create(&exe).map_err(Error::Environment)?;
         let opts = EnvOptions {
             dir: run_dir.path().to_path_buf(),
+            rabbitmq: setup.rabbitmq,
             ready_timeout: setup.ready_timeout,
             keep: setup.keep,
             amqp_port: setup.amqp_port,
@@ -221,6 +226,7 @@ async fn start_environment(
             env = start => Box::new(env.map_err(Error::Environment)?) as Box<dyn Environment>,
             sig = interrupted() => return Err(Error::Interrupted(sig)),
         };
+        generation_matches(opts, env.as_ref())?;
         sink.tell(&Event::EnvReady(env.info()));
         return Ok(env);
     }
@@ -242,8 +248,26 @@ async fn start_environment(
         env = start => env.map_err(Error::Environment)?,
         sig = interrupted() => return Err(Error::Interrupted(sig)),
     };
+    generation_matches(opts, env.as_ref())?;
     sink.tell(&Event::EnvReady(env.info()));
     Ok(env)
+}
+
+/// The generation asked for (`--rabbitmq`) is the one the server reports:
+/// a container's image could be another, and a run must not be filed under
+/// the wrong generation.
+fn generation_matches(opts: &EnvOptions, env: &dyn Environment) -> Result<(), Error> {
+    let Some(g) = opts.rabbitmq else {
+        return Ok(());
+    };
+    let version = &env.info().broker_version;
+    match version.starts_with(&format!("RabbitMQ {}.", g.name())) {
+        true => Ok(()),
+        false => Err(Error::Environment(anyhow::anyhow!(
+            "--rabbitmq {}, but the broker reports {version} (a container's image decides its generation)",
+            g.name()
+        ))),
+    }
 }
 
 /// The user's servers: vhosts created, versions read. A failure or Ctrl-C

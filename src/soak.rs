@@ -207,6 +207,7 @@ impl Soak<'_> {
             faults,
             reconnect: false,
             transient_failures: Default::default(),
+            until_stopped: false,
         }
     }
 
@@ -500,6 +501,7 @@ impl Stops {
                 points.push(FaultPoint {
                     window,
                     message: m.clone(),
+                    hold: false,
                 });
             }
         }

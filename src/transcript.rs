@@ -30,6 +30,7 @@ pub struct MessageMeta {
 
 /// A logfmt record under construction. The common prefix (timestamp, level,
 /// service, product, lab) is fixed here so that no role can drift from it.
+#[derive(Clone)]
 pub struct Record {
     text: String,
 }

@@ -79,6 +79,43 @@ macro_rules! names {
 }
 
 names! {
+    /// A broker setting a lab's bounds rely on (`settings` in a lab file).
+    /// mqlab's own brokers set it (`env::ADVANCED_CONFIG`); before such a
+    /// lab runs, the setting is read from the broker, and a run on a broker
+    /// where it differs, or where mqlab cannot read it, is refused.
+    pub enum BrokerSetting ("broker setting") {
+        DeadLetterConfirmTimeout = "dead_letter_worker_publisher_confirm_timeout": "milliseconds a quorum queue's at-least-once dead-letter worker waits for its target's confirm before it sends again: mqlab's brokers set 1000; RabbitMQ's default, 180000 (3 min), is longer than any lab's bound, so a delay would read as a loss",
+    }
+}
+
+impl BrokerSetting {
+    /// The value the lab's bounds rely on, as the broker prints it.
+    pub fn required(self) -> &'static str {
+        match self {
+            BrokerSetting::DeadLetterConfirmTimeout => "1000",
+        }
+    }
+
+    /// The Erlang expression that reads it on a node (`rabbitmqctl eval`).
+    pub fn expression(self) -> String {
+        format!("application:get_env(rabbit, {}).", self.name())
+    }
+
+    /// The value in `rabbitmqctl eval`'s answer to [`Self::expression`]:
+    /// `{ok,1000}` is `1000`; `undefined` is RabbitMQ's default.
+    pub fn value_of(self, answer: &str) -> String {
+        match answer
+            .trim()
+            .strip_prefix("{ok,")
+            .and_then(|v| v.strip_suffix('}'))
+        {
+            Some(v) => v.to_string(),
+            None => format!("{} (RabbitMQ's default)", answer.trim()),
+        }
+    }
+}
+
+names! {
     /// Who wrote a transcript line: the `[role]` prefix.
     pub enum Role ("role") {
         Producer = "producer": "the publishing role process",
@@ -104,6 +141,7 @@ names! {
         BusinessCommitted = "business_committed": "consumer: the business transaction committed",
         DuplicateSkipped = "duplicate_skipped": "consumer: the inbox already had the event; rolled back and acked",
         CrashInjected = "crash_injected": "a role reached the selected fault window and blocks there",
+        AtRendezvous = "at_rendezvous": "consumer: an instance reached the rendezvous window with a copy of the event and is held there until the harness releases it (the built-in consumer stops itself, SIGSTOP; a program's COMMIT is held by its PostgreSQL proxy)",
         Retry = "retry": "consumer: rejected into the retry queue",
         Requeued = "requeued": "consumer: nacked with requeue=true",
         Rejected = "rejected": "consumer: rejected without a retry policy",
@@ -225,6 +263,9 @@ pub struct Placement {
     /// A publish-step placement that needs a confirm timeout (the producer
     /// gives up on a held confirm).
     pub needs_confirm_timeout: bool,
+    /// For [`Windows::ConsumerPath`]: the windows a program (black box)
+    /// offers it, where fewer than [`PROGRAM_WINDOWS`].
+    pub program_windows: &'static [Window],
     pub explore: Explore,
     /// What it does, for `mqlab list` and the docs.
     pub doc: &'static str,
@@ -249,6 +290,7 @@ const fn placement(
         built_in_only: false,
         needs_confirm: false,
         needs_confirm_timeout: false,
+        program_windows: PROGRAM_WINDOWS,
         explore: Explore::No,
         doc: "",
         note: "",
@@ -274,6 +316,14 @@ pub const PLACEMENTS: &[Placement] = &[
         doc: "the consumer's ack of the message is dropped and the connection closed (it committed and acked; the broker never hears it)",
         note: "the ack of {mid} dropped, the connection cut",
         ..placement(Target::Network, FaultAction::Cut, Site::Consume, Windows::These(&[Window::AfterCommitBeforeAck]), Then::Reconnect)
+    },
+    Placement {
+        explore: Explore::No,
+        // A program is held by its PostgreSQL proxy: at its COMMIT only.
+        program_windows: &[Window::BeforeCommit],
+        doc: "with `instances = N` (competing consumers of one service): every copy of the message's event goes to its own instance, each is held at the window (or, blocked on a row lock, stopped), then they are released one at a time: both transactions were open at once (a program's: held at its COMMIT, `before-commit`)",
+        note: "the copies of {mid}'s event held together",
+        ..placement(Target::Consumer, FaultAction::Rendezvous, Site::Consume, Windows::ConsumerPath, Then::None)
     },
     Placement {
         explore: Explore::Row("network/cut-publish"),
@@ -344,6 +394,14 @@ pub fn placements_markdown() -> String {
                 .map(|w| format!("`{w}`"))
                 .collect::<Vec<_>>()
                 .join(", "),
+            Windows::ConsumerPath if p.program_windows.len() < PROGRAM_WINDOWS.len() => format!(
+                "those the consumer's pattern passes, or a program's {}",
+                p.program_windows
+                    .iter()
+                    .map(|w| format!("`{w}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
             Windows::ConsumerPath => {
                 "those the consumer's pattern passes, or a program's five (`mqlab list` names them)"
                     .to_string()
@@ -457,6 +515,7 @@ names! {
         CheckThenInsert = "check-then-insert": "checks the inbox with a SELECT, writes, then inserts the inbox row ignoring a conflict: two copies processed at once both pass the check",
         DlqConfirmWithoutMandatory = "dlq-confirm-without-mandatory": "retry-dlq's DLQ move with a confirm and without `mandatory`: the broker confirms a message it could not route",
         NoDigest = "no-digest": "inbox without the digest of the business content: an upstream copy with a changed amount under a known eventId is skipped as a duplicate, silently",
+        AttemptsFromHeader = "attempts-from-header": "retry-dlq's reject loop, but counts attempts from a retry-attempt header only a republish sets: the broker's dead-lettering never sets it, so the count stays 1 and the poison message never reaches the DLQ",
         DlqAckFirst = "dlq-ack-first": "retry-dlq's DLQ move in the wrong order: acks the original, then publishes the copy; a crash between the two loses the message",
         InboxByEvent = "inbox-by-event": "inbox, but the inbox is keyed by eventId alone, not (service, eventId): a second subscribing service skips what the first applied",
     }
@@ -474,6 +533,8 @@ pub enum OnFailure {
         confirm: bool,
         mandatory: bool,
         dlq: DlqOrder,
+        /// Where the attempt number is read (the page: x-death).
+        attempts: AttemptsFrom,
     },
     /// nack with requeue=true: the message goes back to the head of the queue.
     RequeueForever,
@@ -529,6 +590,7 @@ const SEED_FAILURE: OnFailure = OnFailure::RetryThenDlq {
     confirm: true,
     mandatory: true,
     dlq: DlqOrder::ConfirmThenAck,
+    attempts: AttemptsFrom::XDeath,
 };
 
 pub const PATTERNS: &[PatternDef] = &[
@@ -583,6 +645,7 @@ pub const PATTERNS: &[PatternDef] = &[
             confirm: false,
             mandatory: false,
             dlq: DlqOrder::ConfirmThenAck,
+            attempts: AttemptsFrom::XDeath,
         },
     },
     PatternDef {
@@ -594,6 +657,7 @@ pub const PATTERNS: &[PatternDef] = &[
             confirm: true,
             mandatory: false,
             dlq: DlqOrder::ConfirmThenAck,
+            attempts: AttemptsFrom::XDeath,
         },
     },
     PatternDef {
@@ -655,6 +719,18 @@ pub const PATTERNS: &[PatternDef] = &[
         },
     },
     PatternDef {
+        pattern: Pattern::AttemptsFromHeader,
+        safe: false,
+        steps: SAFE_PATH,
+        auto_ack: false,
+        on_failure: OnFailure::RetryThenDlq {
+            confirm: true,
+            mandatory: true,
+            dlq: DlqOrder::ConfirmThenAck,
+            attempts: AttemptsFrom::Header,
+        },
+    },
+    PatternDef {
         pattern: Pattern::DlqAckFirst,
         safe: false,
         steps: SAFE_PATH,
@@ -663,6 +739,7 @@ pub const PATTERNS: &[PatternDef] = &[
             confirm: true,
             mandatory: true,
             dlq: DlqOrder::AckThenPublish,
+            attempts: AttemptsFrom::XDeath,
         },
     },
     PatternDef {
@@ -1027,6 +1104,7 @@ names! {
         Partition = "partition": "cut the node off from the other two (iptables, root); it pauses itself (pause_minority) and the harness and roles go to the other nodes (node)",
         Heal = "heal": "end the partition (node)",
         Pause = "pause": "stop the broker (SIGSTOP; `docker pause` in containers) while a publish waits for its confirm, and resume it once the producer timed out (broker, publish step)",
+        Rendezvous = "rendezvous": "hold each instance with a copy of the message's event at the window (or while it waits on the database) until all are there, then release them one at a time (consumer with `instances`)",
     }
 }
 
@@ -1288,6 +1366,19 @@ impl QueueDecl {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What `rabbitmqctl eval` answers for a setting, as the lab reads it.
+    #[test]
+    fn broker_settings_are_read_from_eval() {
+        let s = BrokerSetting::DeadLetterConfirmTimeout;
+        assert_eq!(
+            s.expression(),
+            "application:get_env(rabbit, dead_letter_worker_publisher_confirm_timeout)."
+        );
+        assert_eq!(s.value_of("{ok,1000}\n"), "1000");
+        assert_eq!(s.value_of("undefined"), "undefined (RabbitMQ's default)");
+        assert_eq!(s.required(), "1000");
+    }
 
     #[test]
     fn every_pattern_has_exactly_one_definition() {

@@ -56,7 +56,7 @@ fn malformed_lab_file_reports_file_and_line() {
             "--root",
             p.path().to_str().unwrap(),
         ]),
-        "consumer-crash.toml:4:",
+        "consumer-crash.toml:7:",
     );
 }
 
@@ -84,7 +84,7 @@ fn semantic_errors_name_the_key_path() {
         .collect();
     assert_eq!(lines.len(), 2, "{stderr}");
     assert!(
-        lines.iter().any(|l| l.contains("consumer-crash.toml:14:")
+        lines.iter().any(|l| l.contains("consumer-crash.toml:17:")
             && l.contains(": step[1].fault.message: `mid-9` is not published before this step")),
         "{stderr}"
     );
@@ -143,6 +143,46 @@ fn a_zero_ready_timeout_is_refused() {
             "invalid value '0' for '--ready-timeout <SECS>': 0 is not in 1..",
         );
     }
+}
+
+/// A generation mqlab cannot start is refused before anything starts: on an
+/// external broker (its own), in a container without a 4.0 image, an
+/// unknown one; a missing 4.0 root says how to build it.
+#[test]
+fn a_rabbitmq_generation_that_cannot_be_run_is_refused() {
+    for (args, needle) in [
+        (
+            &["lab", "consumer-crash", "--env", "containers", "--rabbitmq", "4.0"][..],
+            "--rabbitmq 4.0 with --env containers needs a RabbitMQ 4.0 image: --rabbitmq-image REF or MQLAB_RABBITMQ_4_IMAGE",
+        ),
+        (
+            &[
+                "lab", "consumer-crash", "--env", "external", "--rabbitmq", "4.0",
+                "--amqp-url", "amqp://u:p@127.0.0.1:1",
+                "--management-url", "http://u:p@127.0.0.1:2",
+                "--database-url", "postgres://u:p@127.0.0.1:3/db",
+            ][..],
+            "--rabbitmq 4.0 chooses the generation mqlab starts: an external broker's is its own",
+        ),
+        (
+            &["lab", "consumer-crash", "--rabbitmq", "5.0"][..],
+            "invalid value '5.0' for '--rabbitmq <GENERATION>'",
+        ),
+    ] {
+        expect_setup_error(
+            mqlab(args)
+                .env_remove("MQLAB_RABBITMQ_IMAGE")
+                .env_remove("MQLAB_RABBITMQ_4_IMAGE")
+                .current_dir(root()),
+            needle,
+        );
+    }
+    expect_setup_error(
+        mqlab(&["lab", "consumer-crash", "--env", "local", "--rabbitmq", "4.0"])
+            .env("MQLAB_RABBITMQ_4_ROOT", "/nonexistent")
+            .current_dir(root()),
+        "RabbitMQ 4.0 needs its Debian trixie root, and `/nonexistent` holds none (hint: `scripts/rabbitmq-4-root.sh` builds it",
+    );
 }
 
 #[test]
@@ -248,7 +288,7 @@ fn a_fault_on_the_wrong_step_names_the_placements() {
             "--root",
             p.path().to_str().unwrap(),
         ]),
-        "connection-drop.toml:14:",
+        "connection-drop.toml:21:",
     );
     let (_, _, stderr) = run(&mut mqlab(&[
         "lab",

@@ -59,6 +59,7 @@ fn three_nodes_one_cluster_node_kill_and_partition() {
     );
     rt.block_on(async {
         let opts = EnvOptions {
+            rabbitmq: Default::default(),
             dir: run_dir.path().to_path_buf(),
             ready_timeout: Duration::from_secs(120),
             keep: false,
@@ -227,7 +228,7 @@ fn cluster_group_passes_with_evidence_and_leaves_nothing() {
     let md = std::fs::read_to_string(evidence.path().join("quorum-leader-kill.md")).unwrap();
     assert!(md.contains("participant N1 as RabbitMQ node 1"), "{md}");
     assert!(
-        md.contains("Note over N1: node 1: SIGKILL; it stays down"),
+        md.contains("Note over N1: node 1: SIGKILL. It stays down"),
         "{md}"
     );
     let classic =
@@ -238,7 +239,7 @@ fn cluster_group_passes_with_evidence_and_leaves_nothing() {
         std::fs::read_to_string(evidence.path().join("publisher-confirm-failover.md")).unwrap();
     assert!(
         failover.contains(
-            "Note over N1: node 1: SIGKILL, the confirm of mid-100 in flight (held back); it stays down"
+            "Note over N1: node 1: SIGKILL, the confirm of mid-100 in flight (held back). It stays down"
         ),
         "{failover}"
     );

@@ -253,14 +253,12 @@ fn failure_and_ctrl_c_leave_nothing_behind() {
 
     // A consume phase that cannot finish (a second message that never
     // comes) holds the run until Ctrl-C.
-    std::fs::write(
-        &lab,
-        text.replace(
-            "consume = { queue = \"orders.routing.eu\", service = \"eu-tax-service\", settle = 1 }",
-            "consume = { queue = \"orders.routing.eu\", service = \"eu-tax-service\", settle = 2, deadline_secs = 120 }",
-        ),
-    )
-    .unwrap();
+    let stuck = text.replace(
+        "consume = { queue = \"orders.routing.eu\", service = \"eu-tax-service\", settle = \"drain\" }",
+        "consume = { queue = \"orders.routing.eu\", service = \"eu-tax-service\", settle = 2, deadline_secs = 120 }",
+    );
+    assert_ne!(stuck, text);
+    std::fs::write(&lab, stuck).unwrap();
     let run = start(&s.args(&["lab", "routing", "--root", &root_arg]), &[]);
     let dir = run.run_dir();
     run.wait_for_line("destination=orders.routing.eu consumer=");
@@ -319,6 +317,14 @@ fn missing_rights_and_broker_faults_are_refused_up_front() {
     assert_eq!(code, 2, "{stderr}");
     assert!(
         stderr.contains("not runnable on --env external"),
+        "{stderr}"
+    );
+    // A lab whose bound relies on a broker setting mqlab cannot read here.
+    let (code, _, stderr) =
+        run(mqlab(&s.args(&["lab", "dead-letter-safety", "routing"])).current_dir(root()));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("dead-letter-safety (it relies on the broker setting `dead_letter_worker_publisher_confirm_timeout` = 1000"),
         "{stderr}"
     );
     let (code, stdout, stderr) =

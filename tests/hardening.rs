@@ -30,7 +30,7 @@ fn a_phase_deadline_fails_the_lab_and_leaves_nothing() {
     let lab = project.path().join("labs/routing.toml");
     let text = std::fs::read_to_string(&lab).unwrap();
     let stuck = text.replace(
-        "consume = { queue = \"orders.routing.eu\", service = \"eu-tax-service\", settle = 1 }",
+        "consume = { queue = \"orders.routing.eu\", service = \"eu-tax-service\", settle = \"drain\" }",
         "consume = { queue = \"orders.routing.eu\", service = \"eu-tax-service\", settle = 2, deadline_secs = 2 }",
     );
     assert_ne!(stuck, text);

@@ -267,10 +267,12 @@ fn check_evidence(dir: &std::path::Path, transcripts: &std::path::Path, runs: &[
             "{run}"
         );
         for a in r["assertions"].as_array().unwrap() {
-            let kind = a["kind"].as_str().unwrap();
-            if kind != "assert" && kind != "check" {
-                continue;
-            }
+            let kind = match a["kind"].as_str().unwrap() {
+                // A harness fact is an `[assert]` line shown apart.
+                "fact" => "assert",
+                k @ ("assert" | "check") => k,
+                _ => continue,
+            };
             let printed = format!(
                 "[{kind}] {}={} {}",
                 a["name"].as_str().unwrap(),

@@ -99,7 +99,10 @@ fn merge_refuses_overlaps_and_reports_failures() {
         tmp.path().join("out").to_str().unwrap(),
     ]));
     assert_eq!(code, 2, "{stderr}");
-    assert!(stderr.contains("run `routing` is in both"), "{stderr}");
+    assert!(
+        stderr.contains("run `routing` on RabbitMQ 3.10.8 is in both"),
+        "{stderr}"
+    );
 
     let b = tmp.path().join("b");
     std::fs::create_dir_all(&b).unwrap();

@@ -10,7 +10,20 @@ from outside, on the program's AMQP and PostgreSQL connections.
 
     consumer.py safe       inbox row + business row in one transaction,
                            COMMIT, then ack
-    consumer.py ack-first  acks first, then writes and commits (the broken one)
+    consumer.py ack-first  acks first, then writes and commits (broken)
+    consumer.py two-tx     inbox row in one transaction, business row in a
+                           second, then ack (broken: a crash between the two
+                           commits leaves the inbox saying "done")
+    consumer.py auto-ack   consumes with autoAck, then writes and commits
+                           (broken: the broker forgets each message as it
+                           sends it)
+    consumer.py memory-dedup  no inbox: skips an eventId it has seen, by a
+                           set in memory, acking it with no database
+                           statement (broken: a restarted process forgets)
+    consumer.py check-then-insert  SELECTs the inbox row first, writes the
+                           business row, then inserts the inbox row ignoring
+                           a conflict (broken: two instances with copies of
+                           one event both pass the check)
 """
 
 import json
@@ -22,8 +35,9 @@ import pika
 import psycopg
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else "safe"
-if MODE not in ("safe", "ack-first"):
-    sys.exit(f"usage: consumer.py safe|ack-first (not {MODE!r})")
+MODES = ("safe", "ack-first", "two-tx", "auto-ack", "memory-dedup", "check-then-insert")
+if MODE not in MODES:
+    sys.exit(f"usage: consumer.py {'|'.join(MODES)} (not {MODE!r})")
 
 SCHEMA = [
     """CREATE TABLE IF NOT EXISTS py_inbox (
@@ -51,8 +65,44 @@ def main():
     channel = connection.channel()
     channel.basic_qos(prefetch_count=int(os.environ.get("MQLAB_PREFETCH", "1")))
 
+    seen = set()
+
     def on_message(ch, method, properties, body):
         event = json.loads(body)
+        if MODE == "memory-dedup":
+            if event["eventId"] not in seen:
+                with db.cursor() as cur:
+                    cur.execute(
+                        "INSERT INTO py_reservations (service, event_id, order_id, amount) "
+                        "VALUES (%s, %s, %s, %s)",
+                        (service, event["eventId"], event["orderId"], event["amount"]),
+                    )
+                db.commit()
+                seen.add(event["eventId"])
+            ch.basic_ack(method.delivery_tag)
+            return
+        if MODE == "check-then-insert":
+            with db.cursor() as cur:
+                cur.execute(
+                    "SELECT 1 FROM py_inbox WHERE service = %s AND event_id = %s",
+                    (service, event["eventId"]),
+                )
+                if cur.fetchone() is None:
+                    cur.execute(
+                        "INSERT INTO py_reservations (service, event_id, order_id, amount) "
+                        "VALUES (%s, %s, %s, %s)",
+                        (service, event["eventId"], event["orderId"], event["amount"]),
+                    )
+                    cur.execute(
+                        "INSERT INTO py_inbox (service, event_id) VALUES (%s, %s) "
+                        "ON CONFLICT DO NOTHING",
+                        (service, event["eventId"]),
+                    )
+                    db.commit()
+                else:
+                    db.rollback()  # seen: skipped
+            ch.basic_ack(method.delivery_tag)
+            return
         if MODE == "ack-first":
             ch.basic_ack(method.delivery_tag)
         with db.cursor() as cur:
@@ -62,6 +112,8 @@ def main():
                 (service, event["eventId"]),
             )
             if cur.rowcount == 1:
+                if MODE == "two-tx":
+                    db.commit()  # the inbox row on its own: the mistake
                 cur.execute(
                     "INSERT INTO py_reservations (service, event_id, order_id, amount) "
                     "VALUES (%s, %s, %s, %s)",
@@ -70,11 +122,13 @@ def main():
                 db.commit()
             else:
                 db.rollback()  # a duplicate: applied before
-        if MODE == "safe":
+        if MODE in ("safe", "two-tx"):
             ch.basic_ack(method.delivery_tag)
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    channel.basic_consume(os.environ["MQLAB_QUEUE"], on_message)
+    channel.basic_consume(
+        os.environ["MQLAB_QUEUE"], on_message, auto_ack=(MODE == "auto-ack")
+    )
     channel.start_consuming()
 
 

@@ -95,6 +95,9 @@ pub(super) enum EnvCmd {
         /// that `--env external` takes (to try it on these servers)
         #[arg(long)]
         management: bool,
+        /// The RabbitMQ generation of the node [default: 3.10]
+        #[arg(long, value_enum, env = "MQLAB_RABBITMQ", value_name = "GENERATION")]
+        rabbitmq: Option<crate::env::Generation>,
     },
     /// Stop a kept environment and remove its directory
     Down {
@@ -189,6 +192,13 @@ pub(super) struct EnvArgs {
     #[arg(long, default_value_t = 60, value_name = "SECS",
           value_parser = clap::value_parser!(u64).range(1..))]
     pub(super) ready_timeout: u64,
+    /// The RabbitMQ generation: a local node's (4.0 runs from a Debian
+    /// trixie root: scripts/rabbitmq-4-root.sh builds it), or the one a
+    /// container must run (its image: --rabbitmq-image, or
+    /// MQLAB_RABBITMQ_4_IMAGE for 4.0) [default: 3.10 locally; a
+    /// container's is its image's]
+    #[arg(long, value_enum, env = "MQLAB_RABBITMQ", value_name = "GENERATION")]
+    pub(super) rabbitmq: Option<crate::env::Generation>,
     /// Run the lab broker's AMQP listener on this 127.0.0.1 port [default: a free one]
     #[arg(long, value_name = "PORT")]
     pub(super) amqp_port: Option<u16>,
@@ -240,8 +250,21 @@ pub(super) struct EnvArgs {
 }
 
 impl EnvArgs {
-    /// `--env external`'s servers, parsed before anything connects; the URL
-    /// flags without `--env external` are a mistake worth one line.
+    /// The environment kind, with `--rabbitmq`: a generation is a local
+    /// node's or a container's (checked against the server once it runs);
+    /// an external broker's is its own. `auto` goes local with 4.0.
+    pub(super) fn kind(&self) -> Result<EnvKind> {
+        use crate::env::Generation;
+        match (self.env, self.rabbitmq) {
+            (EnvKind::External, Some(g)) => bail!(
+                "--rabbitmq {} chooses the generation mqlab starts: an external broker's is its own (read from it)",
+                g.name()
+            ),
+            (EnvKind::Auto, Some(Generation::V4_0)) => Ok(EnvKind::Local),
+            (kind, _) => Ok(kind),
+        }
+    }
+
     pub(super) fn external(&self) -> Result<Option<crate::env::external::ExternalConfig>> {
         let given = [&self.amqp_url, &self.management_url, &self.database_url];
         if !matches!(self.env, EnvKind::External) {

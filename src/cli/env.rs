@@ -23,6 +23,7 @@ pub(super) fn cmd_env_up(
     amqp_port: Option<u16>,
     pg_port: Option<u16>,
     management: bool,
+    rabbitmq: Option<crate::env::Generation>,
 ) -> Result<i32, Error> {
     let mut labs = Vec::new();
     for lab in project.lab_names().usage()? {
@@ -47,6 +48,7 @@ pub(super) fn cmd_env_up(
         vhosts,
         management,
         cluster: false,
+        rabbitmq,
     };
     let terminal = sinks::Terminal::new(project.snapshots_dir());
     let mut session = Session::open(setup, progress(&terminal))?;

@@ -13,9 +13,14 @@ pub(super) fn cmd_list(project: &Project) -> Result<i32> {
         match project.load(&name) {
             Ok(lab) => {
                 out!("  {:<20} {}", lab.name, lab.claim);
+                let mut falsified: Vec<(String, String)> = Vec::new();
                 for (v, claim) in project.variants(&name)? {
                     out!("    --variant {v:<18} counterexample: {claim}");
+                    if let Ok(var) = project.load(&format!("{name}@{v}")) {
+                        falsified.extend(var.violations.into_keys().map(|a| (a, v.clone())));
+                    }
                 }
+                out!("    {}", evidence_line(&lab, &falsified));
             }
             Err(e) => out!("  {name:<20} INVALID: {e:#}"),
         }
@@ -60,10 +65,7 @@ pub(super) fn cmd_list(project: &Project) -> Result<i32> {
                             out!("      {wname:<30} {wdoc} [{}]", used.join(", "));
                         }
                     }
-                    let program: Vec<&str> = crate::vocab::PROGRAM_WINDOWS
-                        .iter()
-                        .map(|w| w.name())
-                        .collect();
+                    let program: Vec<&str> = p.program_windows.iter().map(|w| w.name()).collect();
                     out!("      a program (black box): {}", program.join(", "));
                 }
             }
@@ -77,5 +79,41 @@ pub(super) fn cmd_list(project: &Project) -> Result<i32> {
     for (_, name, doc) in InspectField::ALL {
         out!("  {name:<26} {doc}");
     }
+    out!("\nbroker settings (a lab's `settings`, read from the broker before it runs):");
+    for (s, name, doc) in crate::vocab::BrokerSetting::ALL {
+        out!("  {name} = {}: {doc}", s.required());
+    }
     Ok(exit::OK)
+}
+
+/// Which variant falsifies each of a lab's assertions, and its harness
+/// facts (fixed by how it runs): what each assertion is evidence of.
+fn evidence_line(lab: &crate::lab::Lab, falsified: &[(String, String)]) -> String {
+    let mut names: Vec<&str> = Vec::new();
+    for s in &lab.steps {
+        for a in s.fault.iter().flat_map(|f| &f.asserts).chain(&s.asserts) {
+            if !names.contains(&a.name.as_str()) && !lab.facts.contains(&a.name) {
+                names.push(&a.name);
+            }
+        }
+    }
+    let shown: Vec<String> = names
+        .iter()
+        .map(|n| {
+            let by: Vec<String> = falsified
+                .iter()
+                .filter(|(a, _)| a == n)
+                .map(|(_, v)| format!("@{v}"))
+                .collect();
+            match by.is_empty() {
+                true => format!("{n} (no variant)"),
+                false => format!("{n} ({})", by.join(" ")),
+            }
+        })
+        .collect();
+    let mut line = format!("falsified by: {}", shown.join(", "));
+    if !lab.facts.is_empty() {
+        line.push_str(&format!("; harness facts: {}", lab.facts.join(", ")));
+    }
+    line
 }

@@ -85,7 +85,15 @@ pub fn main() -> i32 {
             amqp_port,
             pg_port,
             management,
-        }) => cmd_env_up(&project, ready_timeout, amqp_port, pg_port, management),
+            rabbitmq,
+        }) => cmd_env_up(
+            &project,
+            ready_timeout,
+            amqp_port,
+            pg_port,
+            management,
+            rabbitmq,
+        ),
         Cmd::Role {
             config,
             config_file,
@@ -184,21 +192,44 @@ fn run_role(config: &str) -> i32 {
 /// `--env external` runs no lab with a broker fault (the broker is not
 /// mqlab's): refused, or with `--skip-unsupported` left out and named.
 fn runnable_on_external(labs: Vec<Lab>, skip: bool) -> Result<(Vec<Lab>, Vec<String>), Error> {
-    let (cannot, can): (Vec<Lab>, Vec<Lab>) = labs.into_iter().partition(Lab::has_broker_fault);
-    let skipped = cannot.iter().map(Lab::run_name).collect::<Vec<_>>();
+    // Why a run cannot go on a broker that is not mqlab's: a broker fault,
+    // or a broker setting its bounds rely on, which mqlab cannot read there.
+    let why = |l: &Lab| {
+        match (l.has_broker_fault(), l.settings.first()) {
+        (true, _) => Some("a broker fault".to_string()),
+        (false, Some(s)) => Some(format!(
+            "it relies on the broker setting `{s}` = {}, which mqlab cannot read from a broker it did not start: {}",
+            s.required(),
+            s.doc()
+        )),
+        (false, None) => None,
+    }
+    };
+    let (cannot, can): (Vec<Lab>, Vec<Lab>) = labs.into_iter().partition(|l| why(l).is_some());
+    let skipped = cannot
+        .iter()
+        .map(|l| format!("{} ({})", l.run_name(), why(l).unwrap_or_default()))
+        .collect::<Vec<_>>();
     if !skipped.is_empty() && !skip {
         return Err(Error::Usage(anyhow::anyhow!(
-            "not runnable on --env external (a broker fault; the broker is not mqlab's): {} (--skip-unsupported runs the others)",
+            "not runnable on --env external (the broker is not mqlab's): {} (--skip-unsupported runs the others)",
+            skipped.join(", ")
+        )));
+    }
+    if can.is_empty() {
+        // Nothing left would prove anything: not a pass.
+        return Err(Error::Usage(anyhow::anyhow!(
+            "none of these runs is runnable on --env external: {}",
             skipped.join(", ")
         )));
     }
     if !skipped.is_empty() {
         eprintln!(
-            "mqlab: skipped, not runnable on --env external (a broker fault): {}",
+            "mqlab: skipped, not runnable on --env external: {}",
             skipped.join(", ")
         );
     }
-    Ok((can, skipped))
+    Ok((can, cannot.iter().map(Lab::run_name).collect()))
 }
 
 /// Where `mqlab lab`'s events go: the terminal and the summary table, and
@@ -260,6 +291,7 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32, Error> {
             vhost: None,
             checks_only: false,
             jobs: args.jobs,
+            settings: Default::default(),
         };
         suite.run(&labs, &mut records, sink).await
     });
@@ -445,18 +477,37 @@ fn cmd_explore(project: &Project, args: ExploreArgs) -> Result<i32, Error> {
             vhost: Some(EXPLORE_VHOST.into()),
             checks_only: true,
             jobs: 1,
+            settings: Default::default(),
         };
-        let total = points.len();
-        for (i, p) in points.into_iter().enumerate() {
+        // A program is first run with no fault: one that cannot get through
+        // the lab at all says so once, not at every point.
+        if let Some(base) = crate::explore::baseline(&lab) {
+            let record = suite.run_one(&base, sink).await;
+            if let crate::explore::Verdict::Error(e) = crate::explore::Verdict::of(&record) {
+                return Some(e);
+            }
+        }
+        let mut total = points.len();
+        let mut queue: std::collections::VecDeque<_> = points.into();
+        let mut i = 0;
+        while let Some(p) = queue.pop_front() {
             let name = format!("{} {}", p.row, p.column);
             sink.tell(&Event::LabStarted {
                 run: &name,
                 index: i,
                 total,
             });
+            i += 1;
             let record = suite.run_one(&p.lab, sink).await;
-            results.push((p, crate::explore::Verdict::of(&record)));
+            let verdict = crate::explore::Verdict::of(&record);
+            // A program's next COMMIT of the message, tried next.
+            if let Some(next) = crate::explore::next_commit(&p, &verdict) {
+                queue.push_front(next);
+                total += 1;
+            }
+            results.push((p, verdict));
         }
+        None
     });
     if ended.is_ok() {
         sink.tell(&Event::SuiteFinished {
@@ -465,17 +516,33 @@ fn cmd_explore(project: &Project, args: ExploreArgs) -> Result<i32, Error> {
         });
     }
     session.close(false);
-    ended?.into_result()?;
+    if let Some(e) = ended?.into_result()? {
+        eprintln!(
+            "mqlab: {run}: the program fails the lab with no fault injected, so no point can be judged: {e}"
+        );
+        return Ok(exit::LAB_FAILED);
+    }
     explore_report(&args, &run, &lab.claim, &results, started)
 }
 
 /// The session's setup from the environment flags, for runs in `vhosts`:
 /// not kept, no external servers, one node (the callers say otherwise).
 fn setup(project: &Project, env: &args::EnvArgs, vhosts: Vec<String>) -> Result<Setup, Error> {
+    let attach = env.attach(&vhosts).usage()?;
+    // A kept environment's generation is its own: asking for 4.0 on a 3.10
+    // one would build the wrong matrix.
+    if let Some(k) = attach.as_ref().filter(|k| {
+        env.rabbitmq == Some(crate::env::Generation::V4_0) && !k.broker.starts_with("RabbitMQ 4.0")
+    }) {
+        return Err(Error::Usage(anyhow::anyhow!(
+            "--rabbitmq 4.0, but the environment in --env-dir runs {}",
+            k.broker
+        )));
+    }
     Ok(Setup {
-        kind: env.env,
+        kind: env.kind().usage()?,
         keep: false,
-        attach: env.attach(&vhosts).usage()?,
+        attach,
         images: images(project, env).usage()?,
         external: None,
         ready_timeout: Duration::from_secs(env.ready_timeout),
@@ -484,6 +551,7 @@ fn setup(project: &Project, env: &args::EnvArgs, vhosts: Vec<String>) -> Result<
         vhosts,
         management: false,
         cluster: false,
+        rabbitmq: env.rabbitmq,
     })
 }
 

@@ -117,7 +117,7 @@ fn cluster_plan(labs: &[Lab], args: &LabArgs) -> Result<()> {
 /// The image references: flag or variable, else the committed pins; each
 /// must be pinned by digest unless floating ones are allowed.
 pub(super) fn images(project: &Project, args: &EnvArgs) -> Result<(String, String)> {
-    if matches!(args.env, EnvKind::Local | EnvKind::External) || args.env_dir.is_some() {
+    if matches!(args.kind()?, EnvKind::Local | EnvKind::External) || args.env_dir.is_some() {
         return Ok(Default::default());
     }
     let pins_file = project.labs_dir().join("environment.toml");
@@ -130,7 +130,18 @@ pub(super) fn images(project: &Project, args: &EnvArgs) -> Result<(String, Strin
         flag.clone()
             .unwrap_or_else(|| pins.as_ref().map(pinned).cloned().unwrap_or_default())
     };
-    let r = pick(&args.rabbitmq_image, |p| &p.rabbitmq);
+    // RabbitMQ 4.0 in a container: its image (scripts/build-images.sh builds
+    // one from the 4.0 root); the server's version is checked once it runs.
+    let four = std::env::var("MQLAB_RABBITMQ_4_IMAGE")
+        .ok()
+        .filter(|s| !s.is_empty());
+    let r = match (args.rabbitmq, four) {
+        (Some(crate::env::Generation::V4_0), Some(image)) => image,
+        (Some(crate::env::Generation::V4_0), None) if args.rabbitmq_image.is_none() => {
+            anyhow::bail!("--rabbitmq 4.0 with --env containers needs a RabbitMQ 4.0 image: --rabbitmq-image REF or MQLAB_RABBITMQ_4_IMAGE (scripts/build-images.sh builds localhost/mqlab-rabbitmq:4.0.5 and prints its digest)")
+        }
+        _ => pick(&args.rabbitmq_image, |p| &p.rabbitmq),
+    };
     let p = pick(&args.postgres_image, |p| &p.postgres);
     for reference in [&r, &p] {
         check_pinned(reference, args.allow_floating_images)?;

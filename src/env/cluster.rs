@@ -199,7 +199,8 @@ impl ClusterEnv {
         Ok(&mut self.peers[n - 2])
     }
 
-    pub async fn kill_node(&mut self, n: usize) -> Result<()> {
+    /// Node n, SIGKILLed (node 1 is the base's).
+    async fn kill_node(&mut self, n: usize) -> Result<()> {
         if n == 1 {
             return self.base.kill_broker().await;
         }
@@ -207,43 +208,6 @@ impl ClusterEnv {
         drop(p.stdin.take());
         let mut c = p.child.take().context("the node is not running")?;
         process::stop(&mut c, Signal::SIGKILL, Duration::from_secs(5)).await;
-        Ok(())
-    }
-
-    pub async fn restart_node(&mut self, n: usize) -> Result<()> {
-        if n == 1 {
-            return self.base.restart_broker().await;
-        }
-        if self.peer(n)?.child.is_some() {
-            self.kill_node(n).await?;
-        }
-        let p = self.peer(n)?;
-        let (child, stdin) = p.launch.spawn()?;
-        p.child = Some(child);
-        p.stdin = stdin;
-        let port = p.amqp_port;
-        let deadline = Instant::now() + self.base.ready_timeout();
-        self.base.node_ready(port, deadline).await
-    }
-
-    /// Cuts node n off from every other node (both directions); AMQP on
-    /// 127.0.0.1 stays reachable.
-    pub fn partition(&mut self, n: usize) -> Result<()> {
-        if n < 1 || n > self.nodes() {
-            bail!("no node {n} in a {}-node cluster", self.nodes());
-        }
-        let chain = self.chain()?;
-        let cut = self.net.ips[n - 1].to_string();
-        for (i, ip) in self.net.ips.iter().enumerate() {
-            if i + 1 == n {
-                continue;
-            }
-            let other = ip.to_string();
-            for (s, d) in [(&cut, &other), (&other, &cut)] {
-                iptables(&["-A", &chain, "-s", s, "-d", d, "-j", "DROP"])?;
-            }
-        }
-        self.cut.push(n);
         Ok(())
     }
 
@@ -257,21 +221,6 @@ impl ClusterEnv {
                 .filter(|p| p.child.is_some())
                 .map(|p| &p.launch),
         }
-    }
-
-    /// Removes every cut.
-    pub fn heal(&mut self) -> Result<()> {
-        if let Some(chain) = &self.chain {
-            iptables(&["-F", chain])?;
-        }
-        Ok(())
-    }
-
-    /// Waits until the nodes that were cut off answer AMQP again.
-    pub async fn await_healed(&mut self) -> Result<()> {
-        let deadline = Instant::now() + self.base.ready_timeout();
-        let cut = std::mem::take(&mut self.cut);
-        nodes::await_healed(self, &cut, deadline).await
     }
 
     /// The chain, created on first use and hooked into INPUT; its name is
@@ -357,6 +306,51 @@ impl Nodes for ClusterEnv {
             .await
             .is_err())
     }
+
+    fn ready_timeout(&self) -> Duration {
+        self.base.ready_timeout()
+    }
+
+    async fn kill(&mut self, n: usize) -> Result<()> {
+        self.kill_node(n).await
+    }
+
+    async fn start(&mut self, n: usize) -> Result<()> {
+        if n == 1 {
+            return Nodes::start(&mut self.base, 1).await;
+        }
+        let p = self.peer(n)?;
+        let (child, stdin) = p.launch.spawn()?;
+        p.child = Some(child);
+        p.stdin = stdin;
+        Ok(())
+    }
+
+    /// Both directions between node n's address and each other node's, in
+    /// this cluster's own chain.
+    async fn cut(&mut self, n: usize) -> Result<()> {
+        let chain = self.chain()?;
+        self.cut.push(n);
+        let cut = self.net.ips[n - 1].to_string();
+        for (i, ip) in self.net.ips.iter().enumerate() {
+            if i + 1 == n {
+                continue;
+            }
+            let other = ip.to_string();
+            for (s, d) in [(&cut, &other), (&other, &cut)] {
+                iptables(&["-A", &chain, "-s", s, "-d", d, "-j", "DROP"])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The chain flushed: every cut at once.
+    async fn uncut(&mut self) -> Result<Vec<usize>> {
+        if let Some(chain) = &self.chain {
+            iptables(&["-F", chain])?;
+        }
+        Ok(std::mem::take(&mut self.cut))
+    }
 }
 
 fn iptables(args: &[&str]) -> Result<()> {
@@ -399,7 +393,7 @@ impl super::Environment for ClusterEnv {
     }
 
     fn restart_broker(&mut self) -> super::EnvFuture<'_, ()> {
-        Box::pin(ClusterEnv::restart_node(self, 1))
+        Box::pin(nodes::restart(self, 1))
     }
 
     fn pause_broker(&self) -> super::EnvFuture<'_, ()> {
@@ -408,6 +402,13 @@ impl super::Environment for ClusterEnv {
 
     fn resume_broker(&self) -> super::EnvFuture<'_, ()> {
         Box::pin(std::future::ready(self.base.resume_broker()))
+    }
+
+    fn broker_setting(&self, s: crate::vocab::BrokerSetting) -> super::EnvFuture<'_, String> {
+        Box::pin(async move {
+            let answer = super::nodes::Nodes::eval(self, 1, &s.expression()).await?;
+            Ok(s.value_of(&answer))
+        })
     }
 
     fn sync_metadata(&self, n: usize) -> super::EnvFuture<'_, ()> {
@@ -429,20 +430,14 @@ impl super::Environment for ClusterEnv {
     }
 
     fn restart_node(&mut self, n: usize) -> super::EnvFuture<'_, ()> {
-        Box::pin(ClusterEnv::restart_node(self, n))
+        Box::pin(nodes::restart(self, n))
     }
 
     fn partition(&mut self, n: usize) -> super::EnvFuture<'_, ()> {
-        Box::pin(async move {
-            ClusterEnv::partition(self, n)?;
-            nodes::await_paused(&*self, n).await
-        })
+        Box::pin(nodes::partition(self, n))
     }
 
     fn heal(&mut self) -> super::EnvFuture<'_, ()> {
-        Box::pin(async move {
-            ClusterEnv::heal(self)?;
-            self.await_healed().await
-        })
+        Box::pin(nodes::heal(self))
     }
 }

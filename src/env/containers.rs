@@ -18,7 +18,7 @@ use testcontainers::{ContainerAsync, GenericImage, ImageExt};
 use super::guard::RUN_VAR;
 use super::nodes::{self, Nodes};
 use super::{definitions_json, free_ports, Endpoints, EnvInfo, EnvOptions};
-use crate::{amqp, store};
+use crate::amqp;
 
 /// The label every container of a run carries: the guard removes by it.
 pub const RUN_LABEL: &str = "mqlab.run";
@@ -358,41 +358,29 @@ impl ContainersEnv {
 
     async fn broker_ready(&self, deadline: Instant) -> Result<String> {
         let url = self.endpoints.amqp_url(&self.ready.0);
-        loop {
-            if let Ok(conn) = amqp::connect(&url).await {
-                let _ = conn.close(200, "ready".into()).await;
-                return amqp::broker_version(&self.endpoints.amqp_host, self.endpoints.amqp_port)
-                    .await;
-            }
-            if Instant::now() > deadline {
-                let logs = match &self.rabbit {
-                    Some(c) => tail_logs(c).await,
-                    None => String::new(),
-                };
-                bail!(
-                    "RabbitMQ did not become ready within {} s; last lines of its log:\n{logs}",
-                    self.ready.1.as_secs()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        if nodes::answers_amqp(&url, deadline).await {
+            return amqp::broker_version(&self.endpoints.amqp_host, self.endpoints.amqp_port).await;
         }
+        let logs = match &self.rabbit {
+            Some(c) => tail_logs(c).await,
+            None => String::new(),
+        };
+        bail!(
+            "RabbitMQ did not become ready within {} s; last lines of its log:\n{logs}",
+            self.ready.1.as_secs()
+        )
     }
 
     async fn db_ready(&self, deadline: Instant) -> Result<String> {
         let url = self.endpoints.pg_url(&self.endpoints.pg_admin);
-        loop {
-            if let Ok(mut c) = store::connect(&url).await {
-                return store::server_version(&mut c).await;
-            }
-            if Instant::now() > deadline {
-                let logs = match &self.postgres {
-                    Some(c) => tail_logs(c).await,
-                    None => String::new(),
-                };
-                bail!("PostgreSQL did not become ready; last lines of its log:\n{logs}");
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        if let Some(version) = nodes::answers_postgres(&url, deadline).await? {
+            return Ok(version);
         }
+        let logs = match &self.postgres {
+            Some(c) => tail_logs(c).await,
+            None => String::new(),
+        };
+        bail!("PostgreSQL did not become ready; last lines of its log:\n{logs}")
     }
 
     pub async fn stop(&mut self) {
@@ -411,28 +399,6 @@ impl ContainersEnv {
 
     fn broker(&self) -> Result<&ContainerAsync<GenericImage>> {
         self.rabbit.as_ref().context("the broker container is gone")
-    }
-
-    /// A kill (exit 137), as `docker kill` does it.
-    pub async fn kill_broker(&mut self) -> Result<()> {
-        self.broker()?.stop_with_timeout(Some(0)).await?;
-        Ok(())
-    }
-
-    /// SIGKILL (if it runs) and start again: same container, same data,
-    /// same host port.
-    pub async fn restart_broker(&mut self) -> Result<()> {
-        let running = self
-            .broker()?
-            .is_running()
-            .await
-            .context("asking the engine about the broker container")?;
-        if running {
-            self.kill_broker().await?;
-        }
-        self.broker()?.start().await?;
-        self.broker_ready(Instant::now() + self.ready.1).await?;
-        Ok(())
     }
 
     pub async fn pause_broker(&self) -> Result<()> {
@@ -506,20 +472,13 @@ impl ContainersEnv {
     async fn node_ready(&self, n: usize, deadline: Instant) -> Result<()> {
         let mut e = self.endpoints.clone();
         e.amqp_port = self.amqp_ports()[n - 1];
-        let url = e.amqp_url(&self.ready.0);
-        loop {
-            if let Ok(conn) = amqp::connect(&url).await {
-                let _ = conn.close(200, "ready".into()).await;
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "RabbitMQ node {n} did not become ready in time; last lines of its log:\n{}",
-                    tail_logs(self.node(n)?).await
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        if nodes::answers_amqp(&e.amqp_url(&self.ready.0), deadline).await {
+            return Ok(());
         }
+        bail!(
+            "RabbitMQ node {n} did not become ready in time; last lines of its log:\n{}",
+            tail_logs(self.node(n)?).await
+        )
     }
 
     async fn is_up(&self, n: usize) -> bool {
@@ -527,19 +486,6 @@ impl ContainersEnv {
             Ok(c) => c.is_running().await.unwrap_or(false),
             Err(_) => false,
         }
-    }
-
-    pub async fn kill_node(&mut self, n: usize) -> Result<()> {
-        self.node(n)?.stop_with_timeout(Some(0)).await?;
-        Ok(())
-    }
-
-    pub async fn restart_node(&mut self, n: usize) -> Result<()> {
-        if self.is_up(n).await {
-            self.kill_node(n).await?;
-        }
-        self.node(n)?.start().await?;
-        self.node_ready(n, Instant::now() + self.ready.1).await
     }
 
     /// `rabbitmqctl eval` in node n's container.
@@ -597,55 +543,6 @@ impl ContainersEnv {
         }
         Ok((pid, ip))
     }
-
-    /// Cuts node n off from the other nodes, both directions, inside its own
-    /// network namespace; AMQP from the host still reaches it.
-    pub async fn partition(&mut self, n: usize) -> Result<()> {
-        let (pid, _) = self.pid_and_ip(n).await?;
-        let mut others = Vec::new();
-        for m in (1..=self.nodes()).filter(|m| *m != n) {
-            others.push(self.pid_and_ip(m).await?.1);
-        }
-        // Recorded before any rule: a failure half way is still healed.
-        let c = self.cluster.as_mut().context("a cluster")?;
-        c.cut.push((n, others.clone()));
-        for other in &others {
-            for rule in cut_rules(other) {
-                in_netns(pid, &[&["-A"], &rule[..]].concat())?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Ends every cut and waits until the nodes cut off answer again.
-    pub async fn heal(&mut self) -> Result<()> {
-        let cut = match &self.cluster {
-            Some(c) => c.cut.clone(),
-            None => return Ok(()),
-        };
-        for (n, others) in &cut {
-            // A node that was killed (or restarted: a new namespace) since
-            // has no rules left.
-            if !self.is_up(*n).await {
-                continue;
-            }
-            let (pid, _) = self.pid_and_ip(*n).await?;
-            for other in others {
-                for rule in cut_rules(other) {
-                    let absent = in_netns(pid, &[&["-C"], &rule[..]].concat()).is_err();
-                    if !absent {
-                        in_netns(pid, &[&["-D"], &rule[..]].concat())?;
-                    }
-                }
-            }
-        }
-        if let Some(c) = self.cluster.as_mut() {
-            c.cut.clear();
-        }
-        let deadline = Instant::now() + self.ready.1;
-        let cut: Vec<usize> = cut.iter().map(|(n, _)| *n).collect();
-        nodes::await_healed(self, &cut, deadline).await
-    }
 }
 
 impl Nodes for ContainersEnv {
@@ -676,6 +573,76 @@ impl Nodes for ContainersEnv {
     /// port accepts whatever the broker does); no answer yet: not stopped.
     async fn stopped(&self, n: usize) -> Result<bool> {
         Ok(matches!(self.exec_eval(n, "rabbit:is_running().").await, Ok(a) if a == "false"))
+    }
+
+    fn ready_timeout(&self) -> Duration {
+        self.ready.1
+    }
+
+    /// Exit 137, as `docker kill` does it.
+    async fn kill(&mut self, n: usize) -> Result<()> {
+        self.node(n)?.stop_with_timeout(Some(0)).await?;
+        Ok(())
+    }
+
+    /// The same container, with its data and host port. One the engine
+    /// still reports running (or cannot say) is an error, not a restart.
+    async fn start(&mut self, n: usize) -> Result<()> {
+        let c = self.node(n)?;
+        let running = c
+            .is_running()
+            .await
+            .with_context(|| format!("asking the engine about node {n}'s container"))?;
+        if running {
+            bail!("node {n}'s container still runs: it was not killed, so it is not restarted");
+        }
+        c.start().await?;
+        Ok(())
+    }
+
+    /// Rules in node n's own network namespace, both directions, against
+    /// each other node's address on the cluster's network.
+    async fn cut(&mut self, n: usize) -> Result<()> {
+        let (pid, _) = self.pid_and_ip(n).await?;
+        let mut others = Vec::new();
+        for m in (1..=self.nodes()).filter(|m| *m != n) {
+            others.push(self.pid_and_ip(m).await?.1);
+        }
+        let c = self.cluster.as_mut().context("a cluster")?;
+        c.cut.push((n, others.clone()));
+        for other in &others {
+            for rule in cut_rules(other) {
+                in_netns(pid, &[&["-A"], &rule[..]].concat())?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn uncut(&mut self) -> Result<Vec<usize>> {
+        let cut = match &self.cluster {
+            Some(c) => c.cut.clone(),
+            None => return Ok(Vec::new()),
+        };
+        for (n, others) in &cut {
+            // A node that was killed (or restarted: a new namespace) since
+            // has no rules left.
+            if !self.is_up(*n).await {
+                continue;
+            }
+            let (pid, _) = self.pid_and_ip(*n).await?;
+            for other in others {
+                for rule in cut_rules(other) {
+                    let absent = in_netns(pid, &[&["-C"], &rule[..]].concat()).is_err();
+                    if !absent {
+                        in_netns(pid, &[&["-D"], &rule[..]].concat())?;
+                    }
+                }
+            }
+        }
+        if let Some(c) = self.cluster.as_mut() {
+            c.cut.clear();
+        }
+        Ok(cut.into_iter().map(|(n, _)| n).collect())
     }
 }
 
@@ -812,11 +779,11 @@ impl super::Environment for ContainersEnv {
     }
 
     fn kill_broker(&mut self) -> super::EnvFuture<'_, ()> {
-        Box::pin(ContainersEnv::kill_broker(self))
+        Box::pin(Nodes::kill(self, 1))
     }
 
     fn restart_broker(&mut self) -> super::EnvFuture<'_, ()> {
-        Box::pin(ContainersEnv::restart_broker(self))
+        Box::pin(nodes::restart(self, 1))
     }
 
     fn pause_broker(&self) -> super::EnvFuture<'_, ()> {
@@ -825,6 +792,13 @@ impl super::Environment for ContainersEnv {
 
     fn resume_broker(&self) -> super::EnvFuture<'_, ()> {
         Box::pin(ContainersEnv::resume_broker(self))
+    }
+
+    fn broker_setting(&self, s: crate::vocab::BrokerSetting) -> super::EnvFuture<'_, String> {
+        Box::pin(async move {
+            let answer = super::nodes::Nodes::eval(self, 1, &s.expression()).await?;
+            Ok(s.value_of(&answer))
+        })
     }
 
     fn sync_metadata(&self, n: usize) -> super::EnvFuture<'_, ()> {
@@ -842,22 +816,19 @@ impl super::Environment for ContainersEnv {
     }
 
     fn kill_node(&mut self, n: usize) -> super::EnvFuture<'_, ()> {
-        Box::pin(ContainersEnv::kill_node(self, n))
+        Box::pin(Nodes::kill(self, n))
     }
 
     fn restart_node(&mut self, n: usize) -> super::EnvFuture<'_, ()> {
-        Box::pin(ContainersEnv::restart_node(self, n))
+        Box::pin(nodes::restart(self, n))
     }
 
     fn partition(&mut self, n: usize) -> super::EnvFuture<'_, ()> {
-        Box::pin(async move {
-            ContainersEnv::partition(self, n).await?;
-            nodes::await_paused(&*self, n).await
-        })
+        Box::pin(nodes::partition(self, n))
     }
 
     fn heal(&mut self) -> super::EnvFuture<'_, ()> {
-        Box::pin(ContainersEnv::heal(self))
+        Box::pin(nodes::heal(self))
     }
 }
 

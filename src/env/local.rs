@@ -12,34 +12,50 @@ use nix::sys::signal::Signal;
 use tokio::process::{Child, ChildStdin, Command};
 
 use super::guard::RUN_VAR;
-use super::nodes::Nodes;
+use super::nodes::{self, Nodes};
 use super::process;
 use super::{definitions_json, free_ports, Endpoints, EnvInfo, EnvOptions};
-use crate::{amqp, store};
+use crate::amqp;
 
 struct Binaries {
     rabbitmq_server: PathBuf,
     epmd: PathBuf,
+    /// The generation's root the RabbitMQ binaries run in (4.0), or none
+    /// (the host's own packages).
+    root: Option<PathBuf>,
     pg_bin: PathBuf,
 }
 
 impl Binaries {
-    fn find() -> Result<Binaries> {
-        let rabbit_dir = std::env::var_os("MQLAB_RABBITMQ_BIN")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| "/usr/lib/rabbitmq/bin".into());
-        let rabbitmq_server = rabbit_dir.join("rabbitmq-server");
-        if !rabbitmq_server.exists() {
-            bail!(
-                "RabbitMQ is not installed: `{}` is missing (hint: `apt-get install rabbitmq-server`, or set MQLAB_RABBITMQ_BIN)",
-                rabbitmq_server.display()
-            );
-        }
-        let epmd = ["/usr/bin/epmd", "/usr/lib/erlang/bin/epmd"]
-            .iter()
-            .map(PathBuf::from)
-            .find(|p| p.exists())
-            .context("Erlang's `epmd` is missing (hint: `apt-get install erlang-base`)")?;
+    fn find(generation: super::Generation) -> Result<Binaries> {
+        let (rabbitmq_server, epmd, root) = match generation {
+            super::Generation::V3_10 => {
+                let (server, epmd) = host_rabbitmq()?;
+                (server, epmd, None)
+            }
+            super::Generation::V4_0 => {
+                // Its mount namespace and chroot need root.
+                if !nix::unistd::geteuid().is_root() {
+                    bail!("RabbitMQ 4.0 runs in its Debian trixie root through a mount namespace and chroot, which need root (or run with --rabbitmq 3.10)");
+                }
+                let root = super::rabbitmq_4_root();
+                if !root.join(".mqlab-ready").is_file() {
+                    bail!(
+                        "RabbitMQ 4.0 needs its Debian trixie root, and `{}` holds none (hint: `scripts/rabbitmq-4-root.sh` builds it in about a minute, or set MQLAB_RABBITMQ_4_ROOT)",
+                        root.display()
+                    );
+                }
+                let server = PathBuf::from("/usr/lib/rabbitmq/bin/rabbitmq-server");
+                let epmd = PathBuf::from("/usr/bin/epmd");
+                for p in [&server, &epmd] {
+                    let inside = root.join(p.strip_prefix("/").unwrap_or(p));
+                    if !inside.exists() {
+                        bail!("the RabbitMQ 4.0 root lacks `{}` (hint: remove it and run `scripts/rabbitmq-4-root.sh` again)", inside.display());
+                    }
+                }
+                (server, epmd, Some(root))
+            }
+        };
         let pg_bin = match std::env::var_os("MQLAB_PG_BIN") {
             Some(p) => PathBuf::from(p),
             None => newest_pg_bindir().context(
@@ -55,8 +71,64 @@ impl Binaries {
         Ok(Binaries {
             rabbitmq_server,
             epmd,
+            root,
             pg_bin,
         })
+    }
+}
+
+/// The host's RabbitMQ (3.10 on Debian bookworm) and epmd.
+fn host_rabbitmq() -> Result<(PathBuf, PathBuf)> {
+    let rabbit_dir = std::env::var_os("MQLAB_RABBITMQ_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| "/usr/lib/rabbitmq/bin".into());
+    let rabbitmq_server = rabbit_dir.join("rabbitmq-server");
+    if !rabbitmq_server.exists() {
+        bail!(
+            "RabbitMQ is not installed: `{}` is missing (hint: `apt-get install rabbitmq-server`, or set MQLAB_RABBITMQ_BIN)",
+            rabbitmq_server.display()
+        );
+    }
+    let epmd = ["/usr/bin/epmd", "/usr/lib/erlang/bin/epmd"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .context("Erlang's `epmd` is missing (hint: `apt-get install erlang-base`)")?;
+    Ok((rabbitmq_server, epmd))
+}
+
+/// Runs its arguments inside a generation's root: a mount namespace of its
+/// own (`unshare --mount`, no fork: the pid stays the program's, so signals
+/// and /proc reads reach the node itself), where the root gets /proc, /dev,
+/// a /tmp of its own and the run directory bound at the same path, then
+/// `chroot`. The mounts go with the process: nothing is left mounted.
+///
+/// `chroot` moves to the root's `/`: the command goes back to its working
+/// directory inside (the node's own, under the run directory: its crash
+/// dumps land there, not in the shared root), or stays at `/` where that
+/// directory is not visible inside. A run directory outside `/tmp` leaves
+/// its empty mount point in the root.
+const ROOTED: &str = r#"set -e
+r=$1; d=$2; shift 2
+mount -t proc proc "$r/proc"
+mount --bind /dev "$r/dev"
+mount -t tmpfs -o mode=1777 tmpfs "$r/tmp"
+mkdir -p "$r$d"
+mount --bind "$d" "$r$d"
+exec chroot "$r" /bin/sh -c 'cd "$0" 2>/dev/null || cd /; exec "$@"' "$PWD" "$@""#;
+
+/// `program` on the host, or inside `root` with `bind` visible there.
+fn rooted(root: Option<&Path>, bind: &Path, program: &Path) -> Command {
+    match root {
+        None => Command::new(program),
+        Some(r) => {
+            let mut cmd = Command::new("unshare");
+            cmd.args(["--mount", "--", "sh", "-c", ROOTED, "mqlab-rooted"])
+                .arg(r)
+                .arg(bind)
+                .arg(program);
+            cmd
+        }
     }
 }
 
@@ -109,6 +181,9 @@ pub struct LocalEnv {
 #[derive(Clone, serde::Serialize, serde::Deserialize)]
 pub(super) struct RabbitLaunch {
     pub(super) program: PathBuf,
+    /// The generation's root it runs in (4.0), with the run directory bound.
+    #[serde(default)]
+    pub(super) root: Option<(PathBuf, PathBuf)>,
     pub(super) envs: Vec<(String, std::ffi::OsString)>,
     pub(super) out: PathBuf,
     pub(super) log: PathBuf,
@@ -128,7 +203,7 @@ impl RabbitLaunch {
     /// directory as cwd (its crash dumps, MnesiaCore.* and erl_crash.dump,
     /// land there, not in the user's).
     fn command(&self) -> Command {
-        let mut cmd = Command::new(&self.program);
+        let mut cmd = self.rooted(&self.program);
         cmd.env_clear()
             .envs(self.envs.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped());
@@ -141,7 +216,7 @@ impl RabbitLaunch {
     /// `rabbitmqctl eval EXPR` on this node: its printed result, trimmed.
     pub(super) async fn eval(&self, expr: &str) -> Result<String> {
         let ctl = self.program.with_file_name("rabbitmqctl");
-        let mut cmd = Command::new(&ctl);
+        let mut cmd = self.rooted(&ctl);
         cmd.env_clear()
             .envs(self.envs.iter().map(|(k, v)| (k, v)))
             .args(["eval", expr])
@@ -160,6 +235,13 @@ impl RabbitLaunch {
             );
         }
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
+    fn rooted(&self, program: &Path) -> Command {
+        match &self.root {
+            Some((root, bind)) => rooted(Some(root), bind, program),
+            None => Command::new(program),
+        }
     }
 
     pub(super) fn set(&mut self, key: &str, value: impl Into<std::ffi::OsString>) {
@@ -215,7 +297,7 @@ impl Kept {
 impl LocalEnv {
     pub async fn start(opts: &EnvOptions) -> Result<LocalEnv> {
         let started = Instant::now();
-        let bins = Binaries::find()?;
+        let bins = Binaries::find(opts.rabbitmq.unwrap_or_default())?;
         let owner = postgres_owner()?;
         let dir = opts.dir.join("env");
         std::fs::create_dir_all(&dir)?;
@@ -246,7 +328,12 @@ impl LocalEnv {
             info: EnvInfo {
                 kind: "local",
                 broker_version: String::new(),
-                broker_source: bins.rabbitmq_server.display().to_string(),
+                broker_source: match &bins.root {
+                    Some(root) => {
+                        format!("{} in {}", bins.rabbitmq_server.display(), root.display())
+                    }
+                    None => bins.rabbitmq_server.display().to_string(),
+                },
                 db_version: String::new(),
                 db_source: bins.pg_bin.join("postgres").display().to_string(),
                 ready: Duration::ZERO,
@@ -273,6 +360,7 @@ impl LocalEnv {
         );
         env.info.broker_version = broker?;
         env.info.db_version = db?;
+        env.check_node_pid()?;
         env.info.ready = started.elapsed();
         Ok(env)
     }
@@ -335,6 +423,7 @@ impl LocalEnv {
         }
         self.rabbit_launch = Some(RabbitLaunch {
             program: bins.rabbitmq_server.clone(),
+            root: bins.root.clone().map(|r| (r, opts.dir.clone())),
             envs: envs.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
             out: base.join("log/server.out"),
             log: base.join(format!("log/{node}.log")),
@@ -384,7 +473,7 @@ impl LocalEnv {
         epmd_port: u16,
     ) -> Result<()> {
         // Our own epmd, in the foreground: otherwise beam starts `epmd -daemon`, which outlives us.
-        let mut epmd = Command::new(&bins.epmd);
+        let mut epmd = rooted(bins.root.as_deref(), &opts.dir, &bins.epmd);
         // A cluster's nodes each have their own loopback address (so that
         // iptables can cut one off): epmd answers on all of them.
         let mut addresses = vec!["127.0.0.1".to_string()];
@@ -508,50 +597,39 @@ impl LocalEnv {
         Ok(())
     }
 
+    /// Node 1 answers AMQP by `deadline`; its version.
     async fn rabbit_ready(&self, deadline: Instant) -> Result<String> {
+        self.rabbit_answers(deadline).await?;
+        amqp::broker_version(&self.endpoints.amqp_host, self.endpoints.amqp_port).await
+    }
+
+    /// Node 1 answers AMQP by `deadline`, or the error shows its log's end.
+    async fn rabbit_answers(&self, deadline: Instant) -> Result<()> {
+        let url = self.endpoints.amqp_url(&self.ready_probe.0);
+        if nodes::answers_amqp(&url, deadline).await {
+            return Ok(());
+        }
         let log = self
             .rabbit_launch
             .as_ref()
             .map(|l| l.log.as_path())
             .unwrap_or(Path::new(""));
-        let url = self.endpoints.amqp_url(&self.ready_probe.0);
-        let logs = || {
-            format!(
-                "{}\n{}",
-                process::tail(log, 15),
-                process::tail(&log.with_file_name("server.out"), 5)
-            )
-        };
-        loop {
-            if let Ok(conn) = amqp::connect(&url).await {
-                let _ = conn.close(200, "ready".into()).await;
-                break;
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "RabbitMQ did not become ready within {} s; last lines of its log:\n{}",
-                    self.ready_probe.1.as_secs(),
-                    logs()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        amqp::broker_version(&self.endpoints.amqp_host, self.endpoints.amqp_port).await
+        bail!(
+            "RabbitMQ did not become ready within {} s; last lines of its log:\n{}\n{}",
+            self.ready_probe.1.as_secs(),
+            process::tail(log, 15),
+            process::tail(&log.with_file_name("server.out"), 5)
+        )
     }
 
     async fn postgres_ready(&self, root: &Path, deadline: Instant) -> Result<String> {
         let url = self.endpoints.pg_url(&self.endpoints.pg_admin);
-        loop {
-            if let Ok(mut c) = store::connect(&url).await {
-                return store::server_version(&mut c).await;
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "PostgreSQL did not become ready; last lines of its log:\n{}",
-                    process::tail(&root.join("pg.log"), 15)
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        match nodes::answers_postgres(&url, deadline).await? {
+            Some(version) => Ok(version),
+            None => bail!(
+                "PostgreSQL did not become ready; last lines of its log:\n{}",
+                process::tail(&root.join("pg.log"), 15)
+            ),
         }
     }
 
@@ -588,21 +666,6 @@ impl LocalEnv {
         Ok(())
     }
 
-    pub async fn restart_broker(&mut self) -> Result<()> {
-        if self.rabbit.is_some() || self.rabbit_pid.is_some() {
-            self.kill_broker().await?;
-        }
-        self.launch_rabbit()?;
-        if self.attached {
-            // At once, not at the end: a run that dies later must not leave
-            // the next one a stale pid.
-            self.save_pids()?;
-        }
-        self.rabbit_ready(Instant::now() + self.ready_probe.1)
-            .await?;
-        Ok(())
-    }
-
     /// The mark the node and its holder carry: the kept directory.
     fn mark(&self) -> &std::ffi::OsStr {
         self.rabbit_launch
@@ -620,6 +683,24 @@ impl LocalEnv {
         kept.rabbit_pid = fresh.rabbit_pid;
         kept.holder_pid = fresh.holder_pid;
         kept.write()
+    }
+
+    /// Pauses and kills signal the node's pid: it must be `beam.smp` itself,
+    /// not a wrapper (a stopped wrapper would let the broker answer on).
+    /// The exec chain keeps it so (`RABBITMQ_ALLOW_INPUT` makes the start
+    /// script exec the VM; the 4.0 root's wrappers exec too): checked here.
+    fn check_node_pid(&self) -> Result<()> {
+        let Some(pid) = self.rabbit.as_ref().and_then(|c| c.id()) else {
+            return Ok(());
+        };
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if comm.trim() != "beam.smp" {
+            bail!(
+                "the broker's process {pid} is `{}`, not beam.smp: a pause or a kill of it would miss the node",
+                comm.trim()
+            );
+        }
+        Ok(())
     }
 
     /// SIGSTOP, and the node seen stopped: it answers nothing until resumed.
@@ -698,21 +779,10 @@ impl LocalEnv {
     pub(super) async fn node_ready(&self, port: u16, deadline: Instant) -> Result<()> {
         let mut e = self.endpoints.clone();
         e.amqp_port = port;
-        let url = e.amqp_url(&self.ready_probe.0);
-        loop {
-            if let Ok(conn) = amqp::connect(&url).await {
-                let _ = conn.close(200, "ready".into()).await;
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                bail!("RabbitMQ node on port {port} did not become ready in time");
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        if nodes::answers_amqp(&e.amqp_url(&self.ready_probe.0), deadline).await {
+            return Ok(());
         }
-    }
-
-    pub(super) fn ready_timeout(&self) -> Duration {
-        self.ready_probe.1
+        bail!("RabbitMQ node on port {port} did not become ready in time")
     }
 
     /// What `--env-dir` needs to reach this environment again.
@@ -823,7 +893,7 @@ impl Nodes for LocalEnv {
     }
 
     async fn ready(&self, _n: usize, deadline: Instant) -> Result<()> {
-        self.node_ready(self.endpoints.amqp_port, deadline).await
+        self.rabbit_answers(deadline).await
     }
 
     async fn stopped(&self, _n: usize) -> Result<bool> {
@@ -832,6 +902,32 @@ impl Nodes for LocalEnv {
                 .await
                 .is_err(),
         )
+    }
+
+    fn ready_timeout(&self) -> Duration {
+        self.ready_probe.1
+    }
+
+    async fn kill(&mut self, _n: usize) -> Result<()> {
+        self.kill_broker().await
+    }
+
+    /// A kept environment (`--keep`) records the new pids at once, not at
+    /// the end: a run that dies later must not leave the next one a stale pid.
+    async fn start(&mut self, _n: usize) -> Result<()> {
+        self.launch_rabbit()?;
+        if self.attached {
+            self.save_pids()?;
+        }
+        Ok(())
+    }
+
+    async fn cut(&mut self, _n: usize) -> Result<()> {
+        bail!("a partition needs a cluster (a lab with `nodes = 3`)")
+    }
+
+    async fn uncut(&mut self) -> Result<Vec<usize>> {
+        Ok(Vec::new())
     }
 }
 
@@ -948,7 +1044,7 @@ impl super::Environment for LocalEnv {
     }
 
     fn restart_broker(&mut self) -> super::EnvFuture<'_, ()> {
-        Box::pin(LocalEnv::restart_broker(self))
+        Box::pin(nodes::restart(self, 1))
     }
 
     fn pause_broker(&self) -> super::EnvFuture<'_, ()> {
@@ -957,6 +1053,13 @@ impl super::Environment for LocalEnv {
 
     fn resume_broker(&self) -> super::EnvFuture<'_, ()> {
         Box::pin(std::future::ready(LocalEnv::resume_broker(self)))
+    }
+
+    fn broker_setting(&self, s: crate::vocab::BrokerSetting) -> super::EnvFuture<'_, String> {
+        Box::pin(async move {
+            let answer = super::nodes::Nodes::eval(self, 1, &s.expression()).await?;
+            Ok(s.value_of(&answer))
+        })
     }
 
     fn sync_metadata(&self, n: usize) -> super::EnvFuture<'_, ()> {

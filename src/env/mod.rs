@@ -158,10 +158,43 @@ impl std::fmt::Debug for Progress {
     }
 }
 
+/// The RabbitMQ generation a local node or a container runs: 3.10 from the
+/// machine's own Debian packages, 4.0 from a Debian trixie root
+/// (`scripts/rabbitmq-4-root.sh`; its binaries need trixie's libraries) or
+/// its image. The broker's exact version is read from the server, as always.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Generation {
+    #[default]
+    #[value(name = "3.10")]
+    V3_10,
+    #[value(name = "4.0")]
+    V4_0,
+}
+
+impl Generation {
+    pub fn name(self) -> &'static str {
+        match self {
+            Generation::V3_10 => "3.10",
+            Generation::V4_0 => "4.0",
+        }
+    }
+}
+
+/// Where the 4.0 root is: `MQLAB_RABBITMQ_4_ROOT`, or where
+/// `scripts/rabbitmq-4-root.sh` builds it.
+pub fn rabbitmq_4_root() -> std::path::PathBuf {
+    std::env::var_os("MQLAB_RABBITMQ_4_ROOT")
+        .map(Into::into)
+        .unwrap_or_else(|| "/var/tmp/mqlab-images/rabbitmq-4.0".into())
+}
+
 #[derive(Clone, Debug)]
 pub struct EnvOptions {
     /// The run directory: the environment keeps its servers' files under `env/`.
     pub dir: std::path::PathBuf,
+    /// The RabbitMQ generation asked for (`--rabbitmq`; None: a local
+    /// node's default, a container's image's). The server must report it.
+    pub rabbitmq: Option<Generation>,
     pub ready_timeout: Duration,
     /// Leave the servers running after mqlab exits (`--keep`).
     pub keep: bool,
@@ -186,21 +219,84 @@ pub const AMQP_PASSWORD: &str = "mqlab";
 /// `rabbit_password_hashing_sha256` format for the definitions file.
 const AMQP_PASSWORD_HASH: &str = "bXFsYqOmh5m7bntlzLoTNCAJ+VXuXuQBgrO3dSCfBLDxX2PX";
 
-/// Free loopback ports, distinct, outside the range `rabbitmqctl` uses for itself.
+/// Free loopback ports, distinct, for servers this process is about to start.
+///
+/// A port the kernel hands out for `bind(0)` lies in its ephemeral range,
+/// which is also where every outgoing connection takes its source port: a
+/// client connecting anywhere in the seconds before RabbitMQ binds could take
+/// it (seen in CI: `eaddrinuse` on a port chosen free). So the ports are
+/// drawn below that range, from a random start, and each is leased by an
+/// abstract unix socket (`@mqlab-port-<port>`, no file) bound until this
+/// process exits, so that two mqlab processes starting at once never choose
+/// the same one. Each is also checked free by binding it.
 pub fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
-    let mut held = Vec::new();
-    while held.len() < n {
-        let l = std::net::TcpListener::bind("127.0.0.1:0")
-            .map_err(|e| anyhow::anyhow!("no free port on 127.0.0.1: {e}"))?;
-        let port = l.local_addr()?.port();
-        if !(35672..=35682).contains(&port) {
-            held.push(l);
+    let range = lease_range(&std::fs::read_to_string(EPHEMERAL_RANGE).unwrap_or_default());
+    let span = u32::from(range.end - range.start);
+    let start = random_u32() % span;
+    let mut leases = LEASES.lock().unwrap_or_else(|p| p.into_inner());
+    let mut ports = Vec::new();
+    for i in 0..span {
+        if ports.len() == n {
+            break;
+        }
+        let port = range.start + ((start + i) % span) as u16;
+        if let Some(lease) = lease(port) {
+            leases.push(lease);
+            ports.push(port);
         }
     }
-    Ok(held
-        .iter()
-        .map(|l| l.local_addr().unwrap().port())
-        .collect())
+    if ports.len() < n {
+        anyhow::bail!(
+            "no {n} free ports on 127.0.0.1 in {}..{}",
+            range.start,
+            range.end
+        );
+    }
+    Ok(ports)
+}
+
+/// The kernel's ephemeral port range: `low high`.
+const EPHEMERAL_RANGE: &str = "/proc/sys/net/ipv4/ip_local_port_range";
+
+/// Ports leased by this process, held (locked) until it exits.
+static LEASES: std::sync::Mutex<Vec<std::os::unix::net::UnixListener>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Where ports are drawn: from 10000 up to the start of the ephemeral range
+/// (Linux's default starts it at 32768), or, when that range starts too low
+/// to leave room, from its end to 65535.
+fn lease_range(ephemeral: &str) -> std::ops::Range<u16> {
+    let mut bounds = ephemeral.split_whitespace().map(|w| w.parse::<u16>().ok());
+    match (bounds.next().flatten(), bounds.next().flatten()) {
+        (Some(low), _) if low >= 12_000 => 10_000..low,
+        (Some(_), Some(high)) if high <= 63_000 => high + 1..65_535,
+        _ => 10_000..32_768,
+    }
+}
+
+/// The port's lease, if no other process holds it, it is not one `rabbitmqctl`
+/// uses for itself, and nothing listens on it now.
+/// (The kernel frees an abstract socket when its process exits, however it
+/// exits: nothing is left behind, in the temp dir or elsewhere.)
+fn lease(port: u16) -> Option<std::os::unix::net::UnixListener> {
+    use std::os::linux::net::SocketAddrExt;
+    if (35672..=35682).contains(&port) {
+        return None;
+    }
+    let name =
+        std::os::unix::net::SocketAddr::from_abstract_name(format!("mqlab-port-{port}")).ok()?;
+    let held = std::os::unix::net::UnixListener::bind_addr(&name).ok()?;
+    std::net::TcpListener::bind(("127.0.0.1", port)).ok()?;
+    Some(held)
+}
+
+/// A random number from the standard library's per-process hash keys: enough
+/// to spread concurrent processes over the range (the lease settles ties).
+fn random_u32() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.finish() as u32
 }
 
 /// `advanced.config` for the lab node: a quorum queue's at-least-once
@@ -274,6 +370,15 @@ pub trait Environment {
     /// The broker's metadata (declared queues) on disk now, before a lab
     /// kills it (see [`nodes::sync_metadata`]); in a cluster, node n's.
     fn sync_metadata(&self, n: usize) -> EnvFuture<'_, ()>;
+    /// A broker setting as node 1 has it (`rabbitmqctl eval`), or why it
+    /// cannot be read (a broker that is not mqlab's).
+    fn broker_setting(&self, s: crate::vocab::BrokerSetting) -> EnvFuture<'_, String> {
+        Box::pin(async move {
+            anyhow::bail!(
+                "mqlab cannot read `{s}` from a broker it did not start (it reads it with rabbitmqctl eval)"
+            )
+        })
+    }
     /// A quorum queue has a leader on a node other than `gone` (a cluster's
     /// node killed mid-stream); one node: nothing to wait for.
     fn await_leader<'a>(
@@ -318,5 +423,24 @@ mod tests {
     fn vhost_names_are_escaped() {
         assert_eq!(super::percent_encode("/"), "%2F");
         assert_eq!(super::percent_encode("consumer-crash"), "consumer-crash");
+    }
+
+    #[test]
+    fn ports_are_drawn_outside_the_ephemeral_range() {
+        assert_eq!(super::lease_range("32768\t60999\n"), 10_000..32_768);
+        assert_eq!(super::lease_range("1024 60999"), 61_000..65_535);
+        // Every port ephemeral: nothing to avoid, the default range it is.
+        assert_eq!(super::lease_range("1024 65535"), 10_000..32_768);
+        assert_eq!(super::lease_range(""), 10_000..32_768);
+    }
+
+    #[test]
+    fn leased_ports_are_distinct_and_not_leased_twice() {
+        let a = super::free_ports(5).unwrap();
+        let b = super::free_ports(5).unwrap();
+        let all: std::collections::BTreeSet<_> = a.iter().chain(&b).collect();
+        assert_eq!(all.len(), 10);
+        let range = std::fs::read_to_string(super::EPHEMERAL_RANGE).unwrap_or_default();
+        assert!(all.iter().all(|p| super::lease_range(&range).contains(*p)));
     }
 }

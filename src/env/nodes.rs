@@ -2,8 +2,11 @@
 //! or a cluster's three (local processes, containers). What a node is
 //! (a child process, a container) is each environment's own; what the
 //! harness waits for on nodes (metadata on disk, a quorum leader elsewhere,
-//! a node paused by its minority, nodes answering again) is written here,
-//! once, over [`Nodes`].
+//! a node paused by its minority, nodes answering again) and what the
+//! node faults do in order (restart: kill if it runs, start, wait; a
+//! partition: record and cut, wait until paused; heal: uncut, wait) are
+//! written here, once, over [`Nodes`]; an environment implements only the
+//! primitives.
 
 use std::time::{Duration, Instant};
 
@@ -27,6 +30,80 @@ pub trait Nodes {
     /// says `rabbit:is_running()` is false (a container's port mapping
     /// accepts connections whatever the broker does).
     async fn stopped(&self, n: usize) -> Result<bool>;
+    /// How long a node may take to answer after it starts (`--ready-timeout`).
+    fn ready_timeout(&self) -> Duration;
+    /// SIGKILLs node n, as `docker kill` does; reaped before it returns (a
+    /// dying beam still accepts for a moment).
+    async fn kill(&mut self, n: usize) -> Result<()>;
+    /// Starts node n again with its data and port; does not wait.
+    async fn start(&mut self, n: usize) -> Result<()>;
+    /// Drops node n's traffic to and from every other node; AMQP from the
+    /// harness still reaches it. What it adds is recorded first, so a
+    /// failure half way is still removed by [`Nodes::uncut`].
+    async fn cut(&mut self, n: usize) -> Result<()>;
+    /// Removes every cut; the nodes that were cut off.
+    async fn uncut(&mut self) -> Result<Vec<usize>>;
+}
+
+fn in_range(nodes: &impl Nodes, n: usize) -> Result<()> {
+    if n < 1 || n > nodes.count() {
+        bail!("no node {n} in a {}-node cluster", nodes.count());
+    }
+    Ok(())
+}
+
+/// Kills node n if it runs, starts it again, and waits until it answers.
+pub async fn restart(nodes: &mut impl Nodes, n: usize) -> Result<()> {
+    in_range(nodes, n)?;
+    if nodes.running(n).await {
+        nodes.kill(n).await?;
+    }
+    nodes.start(n).await?;
+    let deadline = Instant::now() + nodes.ready_timeout();
+    nodes.ready(n, deadline).await
+}
+
+/// Cuts node n off from the others and waits until it has paused.
+pub async fn partition(nodes: &mut impl Nodes, n: usize) -> Result<()> {
+    in_range(nodes, n)?;
+    nodes.cut(n).await?;
+    await_paused(nodes, n).await
+}
+
+/// Ends every cut and waits until the nodes that were cut off answer again.
+pub async fn heal(nodes: &mut impl Nodes) -> Result<()> {
+    let cut = nodes.uncut().await?;
+    let deadline = Instant::now() + nodes.ready_timeout();
+    await_healed(nodes, &cut, deadline).await
+}
+
+/// Whether `url` takes an AMQP connection by `deadline`, asked every
+/// 100 ms: how every environment waits for a node to answer.
+pub async fn answers_amqp(url: &str, deadline: Instant) -> bool {
+    loop {
+        if let Ok(conn) = crate::amqp::connect(url).await {
+            let _ = conn.close(200, "ready".into()).await;
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// PostgreSQL's version once `url` takes a connection, asked every 50 ms;
+/// `None` by `deadline`.
+pub async fn answers_postgres(url: &str, deadline: Instant) -> Result<Option<String>> {
+    loop {
+        if let Ok(mut c) = crate::store::connect(url).await {
+            return crate::store::server_version(&mut c).await.map(Some);
+        }
+        if Instant::now() > deadline {
+            return Ok(None);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Node n writes its metadata log (mnesia's, where a queue's declaration

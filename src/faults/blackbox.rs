@@ -7,13 +7,23 @@
 //! kill: the kill lands with the window exact, and no race between the kill
 //! and the program's next step can change what the broker and the database
 //! saw. With prefetch 1, every `COMMIT` between the delivery of message M
-//! and the next delivery belongs to M.
+//! and the next delivery belongs to M; a program may commit more than once
+//! per message, and each `COMMIT` is a window of its own (`before-commit`
+//! with `commit = k` holds M's k-th). A program that consumes with autoAck
+//! (the no-ack bit of its `basic.consume`) has each message settled by the
+//! broker when it is sent: its delivery counts as its ack.
+//!
+//! Armed for a rendezvous instead ([`BlackBox::arm_rendezvous`], competing
+//! instances of the program), the window does not freeze: it *pauses* the
+//! program's database connection (frames held, not dropped; the AMQP
+//! connection left alone) until the runner resumes it, and the held
+//! `COMMIT` then goes on to the database.
 
 use std::collections::BTreeSet;
 
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{mpsc, watch, Notify};
 
 use crate::vocab::Window;
 
@@ -23,6 +33,8 @@ pub enum Seen {
     Delivered {
         message: String,
         redelivered: bool,
+        /// Sent to an autoAck consumer: the broker settled it as it sent it.
+        auto_ack: bool,
     },
     /// Its `COMMIT` passed to the database and the database answered.
     Committed {
@@ -39,10 +51,12 @@ pub enum Seen {
     Settled {
         message: String,
     },
-    /// A frame of the program's held at the window (`commit` or `ack`).
+    /// A frame of the program's held at the window (`commit` or `ack`);
+    /// a commit's ordinal among the message's when it is not the first.
     Held {
         message: String,
         what: &'static str,
+        commit: Option<usize>,
     },
     /// The window was reached: both connections are frozen; kill now.
     Fire {
@@ -65,6 +79,25 @@ pub enum Pass {
 
 pub struct BlackBox {
     target: Option<(Window, String)>,
+    /// A rendezvous: the window is reached with any of these messages (the
+    /// copies of one event), and it pauses instead of freezing.
+    copies: Vec<String>,
+    /// `true` while the database connection is paused (a rendezvous): the
+    /// PostgreSQL proxy holds frames both ways and passes them on resume.
+    paused: watch::Sender<bool>,
+    /// The target `COMMIT`'s ordinal among its message's (1: the first).
+    commit: usize,
+    /// `COMMIT`s the current message's program sent so far.
+    commits: usize,
+    /// The program consumes with autoAck (seen in its `basic.consume`).
+    auto_ack: bool,
+    /// The program's order, learned at its first `COMMIT` for a delivered
+    /// message (kept across restarts: the same program): `true` when it
+    /// commits before it acks. Such a program is done with a message at
+    /// its ack, so one it acks with no transaction (a duplicate skipped in
+    /// memory, a type it filters) is settled there; a program that acks
+    /// first still has its `COMMIT` to come.
+    commits_first: Option<bool>,
     /// The message whose effects come now (the last delivered).
     current: Option<String>,
     committed: BTreeSet<String>,
@@ -90,6 +123,12 @@ impl BlackBox {
     pub fn new(seen: mpsc::UnboundedSender<Seen>) -> BlackBox {
         BlackBox {
             target: None,
+            copies: Vec::new(),
+            paused: watch::Sender::new(false),
+            commit: 1,
+            commits: 0,
+            auto_ack: false,
+            commits_first: None,
             current: None,
             committed: BTreeSet::new(),
             acked: BTreeSet::new(),
@@ -103,10 +142,75 @@ impl BlackBox {
         }
     }
 
-    /// Selects the window for one message (None: only observe).
-    pub fn arm(&mut self, window: Window, message: &str) {
+    /// Selects the window for one message; `commit`: which of its
+    /// `COMMIT`s `before-commit` holds (1: the first).
+    pub fn arm(&mut self, window: Window, message: &str, commit: usize) {
         self.target = Some((window, message.to_string()));
+        self.commit = commit.max(1);
         self.fired = false;
+    }
+
+    /// Selects the window for a rendezvous: reached with any of `copies`
+    /// (the copies of one event), it pauses the database connection.
+    pub fn arm_rendezvous(&mut self, window: Window, copies: &[String], commit: usize) {
+        let first = copies.first().cloned().unwrap_or_default();
+        self.arm(window, &first, commit);
+        self.copies = copies.to_vec();
+    }
+
+    /// Holds the database connection's frames both ways (a rendezvous's
+    /// instance waiting on another's row lock, or at its window).
+    pub fn pause(&mut self) {
+        self.paused.send_replace(true);
+    }
+
+    /// Passes what the database connection held, and what follows. A
+    /// rendezvous holds an instance once: released, it is not held again
+    /// (one parked on a lock would otherwise stop at its COMMIT after it).
+    pub fn resume(&mut self) {
+        self.fired = true;
+        self.paused.send_replace(false);
+    }
+
+    pub fn paused(&self) -> bool {
+        *self.paused.borrow()
+    }
+
+    /// Changes of [`BlackBox::paused`], for the proxy waiting to pass what it held.
+    pub fn paused_changes(&self) -> watch::Receiver<bool> {
+        self.paused.subscribe()
+    }
+
+    /// The program's `basic.consume` asked for autoAck.
+    pub fn on_consume(&mut self, no_ack: bool) {
+        self.auto_ack |= no_ack;
+    }
+
+    pub fn auto_ack(&self) -> bool {
+        self.auto_ack
+    }
+
+    /// The window armed and never reached, once the program is done with
+    /// the message: why (a `COMMIT` it never sent, a message it never got).
+    pub fn never_fired(&self) -> Option<String> {
+        let (w, _) = self.target.as_ref().filter(|_| !self.fired)?;
+        Some(match w {
+            Window::BeforeCommit if self.commit > 1 => {
+                format!("it sent fewer than {} COMMITs for it", self.commit)
+            }
+            Window::BeforeCommit => "it sent no COMMIT for it".into(),
+            _ => "the program settled every message and the window never came".into(),
+        })
+    }
+
+    /// The armed window's name (`after-commit-1-before-commit-2` for a
+    /// second COMMIT), for the transcript's errors.
+    pub fn window_name(&self) -> String {
+        match &self.target {
+            Some((Window::BeforeCommit, _)) => commit_window_name(self.commit),
+            Some((w, _)) => w.name().to_string(),
+            None => "?".into(),
+        }
     }
 
     /// After the kill: nothing is frozen, nothing armed; a new process
@@ -114,6 +218,7 @@ impl BlackBox {
     pub fn reset(&mut self) {
         self.target = None;
         self.current = None;
+        self.commits = 0;
         self.frozen = false;
         self.commit_pending = false;
         self.awaiting_tx_end = false;
@@ -121,6 +226,18 @@ impl BlackBox {
 
     pub fn frozen(&self) -> bool {
         self.frozen
+    }
+
+    /// Why the program's next delivery is held with no end in sight, for a
+    /// deadline's error: its message was acked with no transaction before
+    /// the program showed whether it commits before it acks.
+    pub fn stuck(&self) -> Option<String> {
+        let m = self.current.as_ref()?;
+        (self.awaiting_tx_end && self.acked.contains(m) && self.commits_first.is_none()).then(|| {
+            format!(
+                "mqlab holds the next delivery: {m} was acked with no transaction, before the program committed any message, so mqlab cannot tell a skip from an ack-first program whose COMMIT is still to come (a program is followed through messages it settles without a database statement once it has committed one; docs/byo.md)"
+            )
+        })
     }
 
     /// The next delivery must wait for the current message's transaction to end.
@@ -151,33 +268,69 @@ impl BlackBox {
         let _ = self.seen.send(s);
     }
 
+    /// The armed message (or, for a rendezvous, the copy) the program is at,
+    /// when `w` is the armed window and it has not been reached yet.
     fn targets(&self, w: Window) -> Option<String> {
+        let current = self.current.as_ref()?;
         match &self.target {
-            Some((tw, m)) if *tw == w && !self.fired && self.current.as_deref() == Some(m) => {
-                Some(m.clone())
+            Some((tw, m))
+                if *tw == w && !self.fired && (m == current || self.copies.contains(current)) =>
+            {
+                Some(current.clone())
             }
             _ => None,
         }
     }
 
+    /// The window: frozen for the kill, or, for a rendezvous, paused.
     fn fire(&mut self, message: String) {
-        self.frozen = true;
+        match self.copies.is_empty() {
+            true => self.frozen = true,
+            false => self.pause(),
+        }
         self.fired = true;
         self.say(Seen::Fire { message });
     }
 
     /// The broker delivers a message to the program (the frame passes; at
     /// `on-deliver` everything after it is held).
-    pub fn on_deliver(&mut self, message: &str, redelivered: bool) -> Pass {
+    pub fn on_deliver(&mut self, message: &str, redelivered: bool, auto_ack: bool) -> Pass {
         if self.frozen {
             return Pass::Hold;
         }
+        // The message before, acked and followed by another: its k-th
+        // COMMIT never came (a redelivery of it may still commit).
+        let done = self
+            .current
+            .as_deref()
+            .is_some_and(|m| m != message && self.acked.contains(m));
+        if let Some(why) = self
+            .targets(Window::BeforeCommit)
+            .filter(|_| done)
+            .and_then(|_| self.never_fired())
+        {
+            let m = self.current.clone().unwrap_or_default();
+            self.fired = true;
+            self.say(Seen::Unreachable { message: m, why });
+        }
         self.current = Some(message.to_string());
+        self.commits = 0;
         self.awaiting_tx_end = true;
         self.say(Seen::Delivered {
             message: message.to_string(),
             redelivered,
+            auto_ack,
         });
+        if auto_ack {
+            self.acked.insert(message.to_string());
+            if self.targets(Window::AfterCommitBeforeAck).is_some() {
+                self.fired = true;
+                self.say(Seen::Unreachable {
+                    message: message.to_string(),
+                    why: "it consumes with autoAck: the broker settled the message when it sent it, there is no ack to hold".into(),
+                });
+            }
+        }
         if let Some(m) = self.targets(Window::OnDeliver) {
             self.fire(m);
         }
@@ -192,11 +345,19 @@ impl BlackBox {
         let Some(m) = self.current.clone() else {
             return Pass::Forward;
         };
-        if self.targets(Window::BeforeCommit).is_some() {
+        self.commits += 1;
+        if self.commits_first.is_none() {
+            self.commits_first = Some(!self.acked.contains(&m));
+        }
+        if self.targets(Window::BeforeCommit).is_some() && self.commits == self.commit {
             self.say(Seen::Held {
                 message: m.clone(),
                 what: "commit",
+                commit: (self.commits > 1).then_some(self.commits),
             });
+            // Paused, not frozen: the COMMIT passes at resume, and its
+            // answer is the answer to this one.
+            self.commit_pending = !self.copies.is_empty();
             self.fire(m);
             return Pass::Hold;
         }
@@ -205,6 +366,7 @@ impl BlackBox {
                 self.say(Seen::Held {
                     message: m.clone(),
                     what: "commit",
+                    commit: None,
                 });
                 self.fire(m);
                 return Pass::Hold;
@@ -252,6 +414,7 @@ impl BlackBox {
                 self.say(Seen::Held {
                     message: m.clone(),
                     what: "ack",
+                    commit: None,
                 });
                 self.fire(m);
                 return Pass::Hold;
@@ -265,12 +428,27 @@ impl BlackBox {
         self.acked.insert(m.clone());
         self.say(Seen::Acked { message: m.clone() });
         if self.current.as_deref() == Some(m.as_str()) {
+            // Acked with no transaction ended since its delivery, by a
+            // program that commits before it acks: it skipped the message.
+            if self.commits_first == Some(true) && std::mem::take(&mut self.awaiting_tx_end) {
+                self.ended.insert(m.clone());
+                self.release.notify_one();
+            }
             self.settle(&m);
         }
         if is_target(Window::AfterAck, self) && self.committed.contains(&m) {
             self.fire(m);
         }
         Pass::Forward
+    }
+}
+
+/// The window that holds a message's k-th `COMMIT`, as explore's rows and
+/// the errors name it: `before-commit`, then `after-commit-1-before-commit-2`...
+pub fn commit_window_name(k: usize) -> String {
+    match k {
+        0 | 1 => Window::BeforeCommit.name().to_string(),
+        k => format!("after-commit-{}-before-commit-{k}", k - 1),
     }
 }
 
@@ -281,6 +459,13 @@ mod tests {
     fn bb() -> (BlackBox, mpsc::UnboundedReceiver<Seen>) {
         let (tx, rx) = mpsc::unbounded_channel();
         (BlackBox::new(tx), rx)
+    }
+
+    /// The program's COMMIT passes and is answered.
+    fn commit(b: &mut BlackBox) {
+        b.on_commit_request();
+        b.on_commit_done(true);
+        b.on_tx_end();
     }
 
     fn drain(rx: &mut mpsc::UnboundedReceiver<Seen>) -> Vec<Seen> {
@@ -295,27 +480,27 @@ mod tests {
     #[test]
     fn commit_then_ack() {
         let (mut b, mut rx) = bb();
-        b.arm(Window::AfterCommitBeforeAck, "mid-1");
-        assert_eq!(b.on_deliver("mid-1", false), Pass::Forward);
+        b.arm(Window::AfterCommitBeforeAck, "mid-1", 1);
+        assert_eq!(b.on_deliver("mid-1", false, false), Pass::Forward);
         assert_eq!(b.on_commit_request(), Pass::Forward);
         b.on_commit_done(true);
         assert_eq!(b.on_ack("mid-1"), Pass::Hold);
         assert!(b.frozen());
-        assert_eq!(b.on_deliver("mid-2", false), Pass::Hold);
+        assert_eq!(b.on_deliver("mid-2", false, false), Pass::Hold);
         let seen = drain(&mut rx);
         assert!(matches!(seen.last(), Some(Seen::Fire { message }) if message == "mid-1"));
 
         let (mut b, mut rx) = bb();
-        b.arm(Window::BeforeCommit, "mid-1");
-        b.on_deliver("mid-1", false);
+        b.arm(Window::BeforeCommit, "mid-1", 1);
+        b.on_deliver("mid-1", false, false);
         assert_eq!(b.on_commit_request(), Pass::Hold);
         assert!(b.frozen());
         drain(&mut rx);
 
         // This program never acks before it commits.
         let (mut b, mut rx) = bb();
-        b.arm(Window::AfterAckBeforeCommit, "mid-1");
-        b.on_deliver("mid-1", false);
+        b.arm(Window::AfterAckBeforeCommit, "mid-1", 1);
+        b.on_deliver("mid-1", false, false);
         assert_eq!(b.on_commit_request(), Pass::Forward);
         assert!(drain(&mut rx)
             .iter()
@@ -328,16 +513,16 @@ mod tests {
     #[test]
     fn ack_then_commit() {
         let (mut b, mut rx) = bb();
-        b.arm(Window::AfterAckBeforeCommit, "mid-1");
-        b.on_deliver("mid-1", false);
+        b.arm(Window::AfterAckBeforeCommit, "mid-1", 1);
+        b.on_deliver("mid-1", false, false);
         assert_eq!(b.on_ack("mid-1"), Pass::Forward);
         assert_eq!(b.on_commit_request(), Pass::Hold);
         assert!(b.frozen());
         drain(&mut rx);
 
         let (mut b, mut rx) = bb();
-        b.arm(Window::AfterCommitBeforeAck, "mid-1");
-        b.on_deliver("mid-1", false);
+        b.arm(Window::AfterCommitBeforeAck, "mid-1", 1);
+        b.on_deliver("mid-1", false, false);
         assert_eq!(b.on_ack("mid-1"), Pass::Forward);
         assert!(drain(&mut rx)
             .iter()
@@ -347,20 +532,105 @@ mod tests {
     #[test]
     fn on_deliver_and_after_ack() {
         let (mut b, _rx) = bb();
-        b.arm(Window::OnDeliver, "mid-2");
-        b.on_deliver("mid-1", false);
+        b.arm(Window::OnDeliver, "mid-2", 1);
+        b.on_deliver("mid-1", false, false);
         assert!(!b.frozen());
-        b.on_deliver("mid-2", false);
+        b.on_deliver("mid-2", false, false);
         assert!(b.frozen());
         assert_eq!(b.on_commit_request(), Pass::Hold);
 
         let (mut b, _rx) = bb();
-        b.arm(Window::AfterAck, "mid-1");
-        b.on_deliver("mid-1", false);
+        b.arm(Window::AfterAck, "mid-1", 1);
+        b.on_deliver("mid-1", false, false);
         b.on_commit_request();
         b.on_commit_done(true);
         assert!(!b.frozen());
         assert_eq!(b.on_ack("mid-1"), Pass::Forward);
         assert!(b.frozen());
+    }
+
+    /// Two transactions per message: `before-commit` with `commit = 2`
+    /// holds the second, after the first passed; a program with one
+    /// `COMMIT` never reaches it, said at the next delivery.
+    #[test]
+    fn the_kth_commit() {
+        let (mut b, mut rx) = bb();
+        b.arm(Window::BeforeCommit, "mid-1", 2);
+        b.on_deliver("mid-1", false, false);
+        assert_eq!(b.on_commit_request(), Pass::Forward);
+        b.on_commit_done(true);
+        b.on_tx_end();
+        assert_eq!(b.on_commit_request(), Pass::Hold);
+        assert!(b.frozen());
+        assert!(drain(&mut rx).iter().any(|s| matches!(
+            s,
+            Seen::Held {
+                commit: Some(2),
+                ..
+            }
+        )));
+
+        let (mut b, mut rx) = bb();
+        b.arm(Window::BeforeCommit, "mid-1", 2);
+        b.on_deliver("mid-1", false, false);
+        commit(&mut b);
+        b.on_ack("mid-1");
+        b.on_deliver("mid-2", false, false);
+        assert!(!b.frozen());
+        assert!(drain(&mut rx)
+            .iter()
+            .any(|s| matches!(s, Seen::Unreachable { message, .. } if message == "mid-1")));
+        assert_eq!(commit_window_name(2), "after-commit-1-before-commit-2");
+    }
+
+    /// autoAck: the delivery is the ack; a message settles when its
+    /// transaction ends; there is no ack to hold.
+    #[test]
+    fn auto_ack() {
+        let (mut b, mut rx) = bb();
+        b.on_consume(true);
+        b.on_deliver("mid-1", false, true);
+        commit(&mut b);
+        assert!(drain(&mut rx)
+            .iter()
+            .any(|s| matches!(s, Seen::Settled { message } if message == "mid-1")));
+
+        let (mut b, mut rx) = bb();
+        b.arm(Window::AfterCommitBeforeAck, "mid-1", 1);
+        b.on_deliver("mid-1", false, true);
+        assert!(drain(&mut rx)
+            .iter()
+            .any(|s| matches!(s, Seen::Unreachable { .. })));
+
+        let (mut b, _rx) = bb();
+        b.arm(Window::AfterAck, "mid-1", 1);
+        b.on_deliver("mid-1", false, true);
+        b.on_commit_request();
+        b.on_commit_done(true);
+        assert!(b.frozen());
+    }
+
+    /// A program that commits before it acks is done with a message at its
+    /// ack: one acked with no transaction (skipped in memory) settles there
+    /// and frees the next delivery. Before its order is known, it does not.
+    #[test]
+    fn a_skip_without_a_statement() {
+        let (mut b, mut rx) = bb();
+        b.on_deliver("mid-1", false, false);
+        commit(&mut b);
+        b.on_ack("mid-1");
+        b.on_deliver("mid-2", false, false);
+        assert!(b.holds_next_delivery());
+        b.on_ack("mid-2");
+        assert!(!b.holds_next_delivery());
+        assert!(drain(&mut rx)
+            .iter()
+            .any(|s| matches!(s, Seen::Settled { message } if message == "mid-2")));
+
+        let (mut b, _rx) = bb();
+        b.on_deliver("mid-1", false, false);
+        b.on_ack("mid-1");
+        assert!(b.holds_next_delivery());
+        assert!(b.stuck().is_some());
     }
 }

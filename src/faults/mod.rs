@@ -5,7 +5,8 @@
 //! acts on one message's frames (drops an ack and cuts the connection, holds
 //! a confirm). A family that sequences its own fault does it through a
 //! [`Run`] (between steps: [`broker`], [`node`]) or a [`Stage`] (on a
-//! publish step: [`pause`], [`node`]), which the runner implements:
+//! publish step: [`pause`], [`node`]; on a consume step with several
+//! instances, a [`rendezvous::Crowd`]), which the runner implements:
 //! where a family goes is a [`crate::vocab::PLACEMENTS`] entry, what it does
 //! is its module.
 
@@ -16,6 +17,7 @@ pub mod pause;
 pub mod pgproxy;
 pub mod point;
 pub mod proxy;
+pub mod rendezvous;
 
 use anyhow::Result;
 

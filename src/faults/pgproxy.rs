@@ -4,7 +4,8 @@
 //! parsed as an extended-protocol statement) and the server's answer to it
 //! (`CommandComplete` with tag `COMMIT`, or `ROLLBACK` for a failed
 //! transaction). Those go to the [`BlackBox`], which may hold the `COMMIT`
-//! or freeze the connection.
+//! or freeze the connection (frames dropped: the kill comes), or pause it
+//! (frames held both ways, passed in order when the black box resumes).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -73,16 +74,25 @@ async fn client_to_server(
 ) {
     let mut buf: Vec<u8> = Vec::new();
     let mut chunk = vec![0u8; 64 * 1024];
+    let mut changes = bb.lock().expect("black box").paused_changes();
     // Before the startup message, messages have no type byte.
     let mut started = false;
-    // Once a frame is held, everything after it is held too (order).
-    let mut holding = false;
+    // Frozen (the kill comes): nothing passes any more, ever.
+    let mut dropping = false;
+    // Paused (a rendezvous): what came since, passed on resume, in order.
+    let mut held: Vec<u8> = Vec::new();
     loop {
-        let n = match from.read(&mut chunk).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        buf.extend_from_slice(&chunk[..n]);
+        tokio::select! {
+            n = from.read(&mut chunk) => match n {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            },
+            changed = changes.changed(), if !held.is_empty() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+        }
         let mut out = Vec::new();
         let mut used = 0;
         loop {
@@ -102,6 +112,7 @@ async fn client_to_server(
                 break;
             }
             let msg = &rest[..len];
+            used += len;
             if !started {
                 let code = u32::from_be_bytes([msg[4], msg[5], msg[6], msg[7]]);
                 if code == SSL_REQUEST || code == GSSENC_REQUEST {
@@ -109,19 +120,30 @@ async fn client_to_server(
                 } else {
                     started = true;
                 }
-            } else if !holding && is_commit(msg) {
-                if bb.lock().expect("black box").on_commit_request() == Pass::Hold {
-                    holding = true;
-                }
-            } else if !holding && bb.lock().expect("black box").frozen() {
-                holding = true;
+                out.extend_from_slice(msg);
+                continue;
             }
-            if !holding {
+            if dropping {
+                continue;
+            }
+            let mut b = bb.lock().expect("black box");
+            // Behind a held frame, every later one waits too (order).
+            let pass = match held.is_empty() && is_commit(msg) {
+                true => b.on_commit_request(),
+                false => Pass::Forward,
+            };
+            if b.frozen() {
+                dropping = true;
+            } else if pass == Pass::Hold || b.paused() || !held.is_empty() {
+                held.extend_from_slice(msg);
+            } else {
                 out.extend_from_slice(msg);
             }
-            used += len;
         }
         buf.drain(..used);
+        if !held.is_empty() && !bb.lock().expect("black box").paused() && !dropping {
+            out.append(&mut held);
+        }
         if !out.is_empty() && to.write_all(&out).await.is_err() {
             return;
         }
@@ -136,13 +158,22 @@ async fn server_to_client(
 ) {
     let mut buf: Vec<u8> = Vec::new();
     let mut chunk = vec![0u8; 64 * 1024];
+    let mut changes = bb.lock().expect("black box").paused_changes();
+    // Paused (a rendezvous): the server's answers, passed on resume, each
+    // seen by the black box as it passes (when the program can read it).
+    let mut held: Vec<Vec<u8>> = Vec::new();
     loop {
-        let n = match from.read(&mut chunk).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        buf.extend_from_slice(&chunk[..n]);
-        let mut out = Vec::new();
+        tokio::select! {
+            n = from.read(&mut chunk) => match n {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            },
+            changed = changes.changed(), if !held.is_empty() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+        }
         let mut used = 0;
         loop {
             let rest = &buf[used..];
@@ -163,31 +194,43 @@ async fn server_to_client(
             if rest.len() < len {
                 break;
             }
-            let msg = &rest[..len];
-            if len > 1 && msg[0] == b'C' {
-                match command_tag(msg) {
-                    Some("COMMIT") => {
-                        let mut b = bb.lock().expect("black box");
-                        b.on_commit_done(true);
-                        b.on_tx_end();
-                    }
-                    // A ROLLBACK, or the answer to a COMMIT of a failed transaction.
-                    Some("ROLLBACK") => {
-                        let mut b = bb.lock().expect("black box");
-                        b.on_commit_done(false);
-                        b.on_tx_end();
-                    }
-                    _ => {}
-                }
-            }
-            if !bb.lock().expect("black box").frozen() {
-                out.extend_from_slice(msg);
-            }
+            held.push(rest[..len].to_vec());
             used += len;
         }
         buf.drain(..used);
+        let mut out = Vec::new();
+        {
+            let mut b = bb.lock().expect("black box");
+            if !b.paused() || b.frozen() {
+                for msg in held.drain(..) {
+                    answered(&mut b, &msg);
+                    // Frozen (the kill comes): the program hears nothing more.
+                    if !b.frozen() {
+                        out.extend_from_slice(&msg);
+                    }
+                }
+            }
+        }
         if !out.is_empty() && to.write_all(&out).await.is_err() {
             return;
+        }
+    }
+}
+
+/// The server's answer `msg` as the black box sees it: a transaction's end.
+fn answered(b: &mut BlackBox, msg: &[u8]) {
+    if msg.len() > 1 && msg[0] == b'C' {
+        match command_tag(msg) {
+            Some("COMMIT") => {
+                b.on_commit_done(true);
+                b.on_tx_end();
+            }
+            // A ROLLBACK, or the answer to a COMMIT of a failed transaction.
+            Some("ROLLBACK") => {
+                b.on_commit_done(false);
+                b.on_tx_end();
+            }
+            _ => {}
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The role side of a fault: named windows on a role's path. Every role calls
 //! [`reach`] at each window it passes; only the window the lab selected for
-//! that message stops.
+//! that message stops (for good, to be killed; or, at a rendezvous, until
+//! the harness continues it).
 
 use std::future::Future;
 
@@ -24,14 +25,24 @@ pub async fn reach<B, E>(
     B: Future<Output = Result<(), E>>,
     E: std::fmt::Display,
 {
-    if !faults
+    let Some(point) = faults
         .iter()
-        .any(|f| f.window == window && f.message == meta.message_id)
-    {
+        .find(|f| f.window == window && f.message == meta.message_id)
+    else {
         return;
-    }
+    };
     if let Err(e) = barrier.await {
         tracing::warn!("window barrier failed: {e}");
+    }
+    if point.hold {
+        // A rendezvous: stopped here, with the transaction as it is, until
+        // the harness continues the process (SIGCONT); then on as if
+        // nothing happened.
+        emit(line.status(Status::AtRendezvous));
+        if let Err(e) = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP) {
+            tracing::warn!("cannot stop at the rendezvous: {e}");
+        }
+        return;
     }
     emit(line.status(Status::CrashInjected));
     std::future::pending::<()>().await;

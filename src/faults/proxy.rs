@@ -166,6 +166,12 @@ impl Proxy {
         self.shared.gate.send_replace(true);
     }
 
+    /// Another proxy to the same nodes, with no rule: one instance of a
+    /// program each, so that each one's frames reach its own black box.
+    pub async fn sibling(&self) -> Result<Proxy> {
+        Ok(Proxy::start(self.shared.upstreams.clone()).await?.0)
+    }
+
     /// Reports a program's deliveries and acks to `bb` (None: stop).
     pub fn watch(&self, bb: Option<Arc<Mutex<BlackBox>>>) {
         *self.shared.blackbox.lock().expect("proxy black box") = bb;
@@ -190,6 +196,8 @@ struct Conn {
     published: HashMap<(u16, u64), String>,
     /// A Basic.Publish held back until its header says which message it is.
     stashed: HashMap<u16, Vec<u8>>,
+    /// Channels whose consumer asked for autoAck (Basic.Consume no-ack).
+    no_ack: std::collections::HashSet<u16>,
 }
 
 impl Conn {
@@ -200,6 +208,7 @@ impl Conn {
         self.deliveries.retain(|(c, _), _| *c != ch);
         self.published.retain(|(c, _), _| *c != ch);
         self.stashed.remove(&ch);
+        self.no_ack.remove(&ch);
     }
 }
 
@@ -422,6 +431,17 @@ fn judge(dir: Dir, frame: &[u8], conn: &Mutex<Conn>, shared: &Shared) -> Verdict
                 }
             }
         }
+        (
+            Dir::ToBroker,
+            AMQPFrame::Method(ch, AMQPClass::Basic(basic::AMQPMethod::Consume(consume))),
+        ) => {
+            if consume.no_ack {
+                c.no_ack.insert(ch);
+            }
+            if let Some(b) = &bb {
+                b.lock().expect("black box").on_consume(consume.no_ack);
+            }
+        }
         (Dir::ToBroker, AMQPFrame::Method(ch, AMQPClass::Basic(basic::AMQPMethod::Ack(a)))) => {
             let acked = c.deliveries.get(&(ch, a.delivery_tag));
             if let (Some(b), Some(mid)) = (&bb, acked) {
@@ -453,7 +473,10 @@ fn judge(dir: Dir, frame: &[u8], conn: &Mutex<Conn>, shared: &Shared) -> Verdict
                     .map(|s| s.to_string())
                     .unwrap_or_default();
                 if let Some(b) = &bb {
-                    b.lock().expect("black box").on_deliver(&mid, redelivered);
+                    let auto_ack = c.no_ack.contains(&ch);
+                    b.lock()
+                        .expect("black box")
+                        .on_deliver(&mid, redelivered, auto_ack);
                 }
                 c.deliveries.insert((ch, tag), mid);
             }

@@ -94,6 +94,27 @@ pub enum ErrorKind {
     },
     #[error("`{0}` applies to a consumer kill only")]
     ConsumerOnly(&'static str),
+    #[error("`{name}` is no assertion of this lab (its assertions: {known})")]
+    UnknownFact { name: String, known: String },
+    #[error("`{name}` is falsified by the variant `{variant}`: it is evidence of the claim, not a harness fact")]
+    FactFalsified { name: String, variant: String },
+    #[error("`commit` picks which of a program's COMMITs for the message `before-commit` holds (1: the first): it needs `window = \"before-commit\"` on a consume step that runs a program, and a value of 1 or more")]
+    CommitOrdinal,
+    #[error("`instances = {0}` runs competing consumers, whose order only a `rendezvous` fault fixes: add one (`target = \"consumer\"`, `action = \"rendezvous\"`), or drop `instances`")]
+    InstancesNeedRendezvous(usize),
+    #[error("a rendezvous holds one copy of the event per instance: set `instances` to 2 or more on the step")]
+    RendezvousNeedsInstances,
+    #[error("`instances = {instances}` needs as many copies of `{message}`'s event published before this step (found {copies}: {found})")]
+    RendezvousCopies {
+        message: String,
+        instances: usize,
+        copies: usize,
+        found: String,
+    },
+    #[error(
+        "competing consumers under a rendezvous take one message at a time: set `prefetch = 1`"
+    )]
+    RendezvousPrefetch,
     #[error("the {0} is faulted inside a publish or consume step, not in a step of its own")]
     NotBetweenSteps(Target),
     #[error("a broker restart happens between steps: it has no window and no message")]
@@ -212,6 +233,9 @@ pub struct Checker<'a> {
     has_effects: bool,
     /// How many broker nodes the lab runs on.
     nodes: usize,
+    /// Each message published so far and its eventId: a rendezvous holds
+    /// the copies of one event.
+    events: Vec<(String, String)>,
 }
 
 fn span<T>(s: &Spanned<T>) -> Option<Range<usize>> {
@@ -225,6 +249,7 @@ impl<'a> Checker<'a> {
             fixtures,
             errs: Vec::new(),
             has_effects: false,
+            events: Vec::new(),
             nodes: 1,
         }
     }
@@ -277,9 +302,26 @@ impl<'a> Checker<'a> {
         let steps = self.steps(&raw, &topology, missing_ok.as_deref());
         self.counters(&raw, &steps);
         let violations = match &variant_def {
-            Some((name, def)) => self.variant(name, def, &steps),
+            Some((name, def)) => {
+                let named = def
+                    .arguments
+                    .keys()
+                    .map(|q| ("arguments", q))
+                    .chain(def.bind.keys().map(|q| ("bind", q)));
+                for (key, q) in named {
+                    if !raw.queues.iter().any(|r| r.name.get_ref() == q) {
+                        self.err(
+                            format!("variant.{name}.{key}.{q}"),
+                            None,
+                            ErrorKind::UnknownQueue(q.clone()),
+                        );
+                    }
+                }
+                self.variant(name, def, &steps)
+            }
             None => BTreeMap::new(),
         };
+        let facts = self.facts(&raw, &steps);
         if !self.errs.is_empty() {
             return Err(self.errs);
         }
@@ -293,7 +335,52 @@ impl<'a> Checker<'a> {
             violations,
             effects: raw.effects,
             nodes: self.nodes,
+            facts,
+            settings: raw.settings,
         })
+    }
+
+    /// `facts`: each names an assertion of the lab that no variant falsifies.
+    fn facts(&mut self, raw: &RawLab, steps: &[Step]) -> Vec<String> {
+        let named: Vec<&str> = steps
+            .iter()
+            .flat_map(|s| {
+                s.asserts
+                    .iter()
+                    .chain(s.fault.iter().flat_map(|f| &f.asserts))
+            })
+            .map(|a| a.name.as_str())
+            .collect();
+        let mut out = Vec::new();
+        for (i, f) in raw.facts.iter().enumerate() {
+            let name = f.get_ref();
+            if !named.contains(&name.as_str()) {
+                self.err(
+                    format!("facts[{i}]"),
+                    span(f),
+                    ErrorKind::UnknownFact {
+                        name: name.clone(),
+                        known: named.join(", "),
+                    },
+                );
+            }
+            if let Some((v, _)) = raw
+                .variant
+                .iter()
+                .find(|(_, v)| v.violations.contains_key(name))
+            {
+                self.err(
+                    format!("facts[{i}]"),
+                    span(f),
+                    ErrorKind::FactFalsified {
+                        name: name.clone(),
+                        variant: v.clone(),
+                    },
+                );
+            }
+            out.push(name.clone());
+        }
+        out
     }
 
     /// A `node = N` key: 1 by default, at most the lab's `nodes`.
@@ -480,7 +567,16 @@ impl<'a> Checker<'a> {
                     // still has one, so a fault naming it is not a second error.
                     let n: usize = p.messages.iter().map(|m| m.get_ref().count()).sum();
                     published.extend((0..n).map(|j| format!("mid-{}", next_id + j)));
-                    Action::Publish(self.publish(&key, p, raw, &mut next_id))
+                    let p = self.publish(&key, p, raw, &mut next_id);
+                    for m in &p.messages {
+                        // As the consumer reads it (the message id if there is none).
+                        let event = serde_json::from_str::<serde_json::Value>(&m.body)
+                            .ok()
+                            .and_then(|v| v.get("eventId")?.as_str().map(str::to_string))
+                            .unwrap_or_else(|| m.meta.message_id.clone());
+                        self.events.push((m.meta.message_id.clone(), event));
+                    }
+                    Action::Publish(p)
                 }
                 (None, Some(c), None) => {
                     Action::Consume(self.consume(&key, c, topology, missing_ok, &published))
@@ -513,6 +609,21 @@ impl<'a> Checker<'a> {
             } else {
                 self.fault(&key, s, &action, &published, raw)
             };
+            if let Action::Consume(c) = &action {
+                let rendezvous = fault
+                    .as_ref()
+                    .is_some_and(|f| f.action == FaultAction::Rendezvous);
+                if c.instances > 1 && !rendezvous {
+                    self.err(
+                        format!("{key}.consume.instances"),
+                        s.consume
+                            .as_ref()
+                            .and_then(|c| c.instances.as_ref())
+                            .and_then(span),
+                        ErrorKind::InstancesNeedRendezvous(c.instances),
+                    );
+                }
+            }
             let asserts = self.asserts(&format!("{key}.assert"), &s.assert, raw);
             steps.push(Step {
                 action,
@@ -746,6 +857,7 @@ impl<'a> Checker<'a> {
                 .map(|(m, n)| (m.clone(), n.get()))
                 .collect(),
             node: self.node(format!("{key}.consume.node"), &c.node),
+            instances: c.instances.as_ref().map_or(1, |n| n.get_ref().get()),
         }
     }
 
@@ -947,19 +1059,94 @@ impl<'a> Checker<'a> {
             }
             (None, _) => None,
         };
+        let program = matches!(action, Action::Consume(c) if c.command.is_some());
+        let commit = match &f.commit {
+            None => 1,
+            Some(k) if *k.get_ref() >= 1 && program && window_value == Window::BeforeCommit => {
+                *k.get_ref()
+            }
+            Some(k) => {
+                self.err(format!("{fkey}.commit"), span(k), ErrorKind::CommitOrdinal);
+                1
+            }
+        };
+        let copies = match action {
+            Action::Consume(c) if act == FaultAction::Rendezvous => {
+                self.rendezvous(&fkey, spanned, c, message)
+            }
+            _ => Vec::new(),
+        };
         let asserts = self.asserts(&format!("{fkey}.assert"), &f.assert, raw);
         Some(Fault {
             node,
             target,
             action: act,
             window: window_value,
+            commit,
             message: message.get_ref().clone(),
             then,
             kill_at_depth: f.kill_at_depth,
             restart_settle: f.restart_settle,
             restart_drain: false,
+            copies,
             asserts,
         })
+    }
+
+    /// A rendezvous's own rules: instances to hold, one message at a time
+    /// each, and a copy of the event for every instance. The copies, in
+    /// publish order from the named message on.
+    fn rendezvous(
+        &mut self,
+        fkey: &str,
+        spanned: &Spanned<RawFault>,
+        c: &Consume,
+        message: &Spanned<String>,
+    ) -> Vec<String> {
+        if c.instances < 2 {
+            self.err(
+                fkey.to_string(),
+                span(spanned),
+                ErrorKind::RendezvousNeedsInstances,
+            );
+            return Vec::new();
+        }
+        if c.prefetch != 1 {
+            self.err(
+                fkey.to_string(),
+                span(spanned),
+                ErrorKind::RendezvousPrefetch,
+            );
+        }
+        let Some(event) = self
+            .events
+            .iter()
+            .find(|(m, _)| m == message.get_ref())
+            .map(|(_, e)| e.clone())
+        else {
+            // Not published: said once, by the message check.
+            return Vec::new();
+        };
+        let copies: Vec<String> = self
+            .events
+            .iter()
+            .skip_while(|(m, _)| m != message.get_ref())
+            .filter(|(_, e)| *e == event)
+            .map(|(m, _)| m.clone())
+            .collect();
+        if copies.len() < c.instances {
+            self.err(
+                format!("{fkey}.message"),
+                span(message),
+                ErrorKind::RendezvousCopies {
+                    message: message.get_ref().clone(),
+                    instances: c.instances,
+                    copies: copies.len(),
+                    found: copies.join(", "),
+                },
+            );
+        }
+        copies.into_iter().take(c.instances).collect()
     }
 
     /// A fault step of its own: a cluster node's, between two steps.
@@ -989,6 +1176,7 @@ impl<'a> Checker<'a> {
         let whole = span(spanned);
         let extra = [
             f.window.as_ref().map(|w| ("window", span(w))),
+            f.commit.as_ref().map(|k| ("commit", span(k))),
             f.message.as_ref().map(|m| ("message", span(m))),
             f.then.as_ref().map(|t| ("then", span(t))),
             f.kill_at_depth.map(|_| ("kill_at_depth", whole.clone())),
@@ -1213,6 +1401,9 @@ fn apply_variant(mut raw: RawLab, v: &RawVariant) -> RawLab {
             if let Some(w) = &v.window {
                 inner.window = Some(w.clone());
             }
+            if let Some(k) = &v.commit {
+                inner.commit = Some(k.clone());
+            }
             if v.kill_at_depth.is_some() {
                 inner.kill_at_depth = v.kill_at_depth;
             }
@@ -1225,6 +1416,14 @@ fn apply_variant(mut raw: RawLab, v: &RawVariant) -> RawLab {
     if let Some(d) = v.durable {
         for q in &mut raw.queues {
             q.durable = d;
+        }
+    }
+    for q in &mut raw.queues {
+        if let Some(args) = v.arguments.get(q.name.get_ref()) {
+            q.arguments.extend(args.clone());
+        }
+        if let Some(bind) = v.bind.get(q.name.get_ref()) {
+            q.bind = bind.clone();
         }
     }
     if v.classic == Some(true) {
@@ -1500,7 +1699,67 @@ violations = { rows = 3 }
                 r#"fault = { target = "consumer", action = "kill""#,
                 r#"fault = { target = "network", action = "hold""#,
                 None,
-                "(producer: kill on a publish step; consumer: kill on a consume step; broker: pause on a publish step, restart in a step of its own; network: cut (built-in consumer) on a consume step, cut or hold on a publish step; node: kill on a publish step, kill, restart, partition or heal in a step of its own)",
+                "(producer: kill on a publish step; consumer: kill or rendezvous on a consume step; broker: pause on a publish step, restart in a step of its own; network: cut (built-in consumer) on a consume step, cut or hold on a publish step; node: kill on a publish step, kill, restart, partition or heal in a step of its own)",
+            ),
+            (
+                r#"settle = 2 }"#,
+                r#"settle = 2, instances = 2 }"#,
+                None,
+                "t.toml:12:50: step[1].consume.instances: `instances = 2` runs competing consumers, whose order only a `rendezvous` fault fixes",
+            ),
+            (
+                "settle = 2 }\nfault = { target = \"consumer\", action = \"kill\", window = \"after-commit-before-ack\", message = \"mid-1\", then = \"restart\",",
+                "settle = 2 }\nfault = { target = \"consumer\", action = \"rendezvous\", window = \"before-commit\", message = \"mid-1\",",
+                None,
+                "step[1].fault: a rendezvous holds one copy of the event per instance: set `instances` to 2 or more on the step",
+            ),
+            (
+                "settle = 2 }\nfault = { target = \"consumer\", action = \"kill\", window = \"after-commit-before-ack\", message = \"mid-1\", then = \"restart\",",
+                "settle = 2, instances = 2 }\nfault = { target = \"consumer\", action = \"rendezvous\", window = \"before-commit\", message = \"mid-1\",",
+                None,
+                "step[1].fault.message: `instances = 2` needs as many copies of `mid-1`'s event published before this step (found 1: mid-1)",
+            ),
+            (
+                "settle = 2 }\nfault = { target = \"consumer\", action = \"kill\", window = \"after-commit-before-ack\", message = \"mid-1\", then = \"restart\",",
+                "settle = 2, instances = 2, command = \"true\" }\nfault = { target = \"consumer\", action = \"rendezvous\", window = \"after-commit-before-ack\", message = \"mid-1\",",
+                None,
+                "t.toml:13:64: step[1].fault.window: `rendezvous` of the consumer never passes window `after-commit-before-ack` (it passes: before-commit)",
+            ),
+            (
+                "settle = 2 }\nfault = { target = \"consumer\", action = \"kill\", window = \"after-commit-before-ack\", message = \"mid-1\", then = \"restart\",",
+                "settle = 2, prefetch = 2, instances = 2 }\nfault = { target = \"consumer\", action = \"rendezvous\", window = \"before-commit\", message = \"mid-1\",",
+                None,
+                "step[1].fault: competing consumers under a rendezvous take one message at a time: set `prefetch = 1`",
+            ),
+            (
+                r#"pattern = "no-inbox""#,
+                "pattern = \"no-inbox\"\narguments = { \"nope\" = { \"x-overflow\" = \"drop-head\" } }",
+                Some("v"),
+                "variant.v.arguments.nope: no queue `nope` is declared",
+            ),
+            (
+                "pattern = \"no-inbox\"",
+                "pattern = \"no-inbox\"\nbind = { \"nope\" = [{ exchange = \"x\", key = \"k\" }] }",
+                Some("v"),
+                "variant.v.bind.nope: no queue `nope` is declared",
+            ),
+            (
+                r#"claim = "c""#,
+                "claim = \"c\"\nfacts = [\"nope\"]",
+                None,
+                "facts[0]: `nope` is no assertion of this lab (its assertions: rows, crashExitCode)",
+            ),
+            (
+                r#"claim = "c""#,
+                "claim = \"c\"\nfacts = [\"rows\"]",
+                None,
+                "facts[0]: `rows` is falsified by the variant `v`: it is evidence of the claim, not a harness fact",
+            ),
+            (
+                r#"window = "after-commit-before-ack", message"#,
+                r#"window = "after-commit-before-ack", commit = 2, message"#,
+                None,
+                "t.toml:13:94: step[1].fault.commit: `commit` picks which of a program's COMMITs for the message `before-commit` holds (1: the first): it needs `window = \"before-commit\"` on a consume step that runs a program, and a value of 1 or more",
             ),
             (
                 "consume = { queue = \"q\", settle = 2 }\nfault = { target = \"consumer\", action = \"kill\"",

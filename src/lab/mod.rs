@@ -33,6 +33,10 @@ pub struct Lab {
     pub effects: Option<String>,
     /// 1, or 3 for a cluster lab.
     pub nodes: usize,
+    /// Assertions fixed by how the lab runs: harness facts, not evidence.
+    pub facts: Vec<String>,
+    /// Broker settings the lab's bounds rely on.
+    pub settings: Vec<crate::vocab::BrokerSetting>,
 }
 
 impl Lab {
@@ -150,7 +154,8 @@ pub struct Publish {
     /// Where a returned message is published (confirmed).
     pub park: Option<String>,
     pub confirm_timeout_ms: Option<u64>,
-    /// A restarted producer sends again what it never saw confirmed.
+    /// A restarted producer sends again what it never saw confirmed, and a
+    /// producer whose confirm timed out sends again (false: taken as done).
     pub resend: bool,
     /// The cluster node it connects to, 1-based.
     pub node: usize,
@@ -231,6 +236,9 @@ pub struct Consume {
     pub transient_failures: BTreeMap<String, u32>,
     /// The cluster node it connects to, 1-based.
     pub node: usize,
+    /// Competing consumers of the service: more than one only under a
+    /// `rendezvous` fault.
+    pub instances: usize,
 }
 
 impl Consume {
@@ -247,9 +255,7 @@ impl Consume {
         use crate::vocab::Windows;
         match p.windows {
             Windows::These(ws) => ws.to_vec(),
-            Windows::ConsumerPath if self.command.is_some() => {
-                crate::vocab::PROGRAM_WINDOWS.to_vec()
-            }
+            Windows::ConsumerPath if self.command.is_some() => p.program_windows.to_vec(),
             Windows::ConsumerPath => self.pattern.def().windows_for(self.retry.is_some()),
             Windows::None => Vec::new(),
         }
@@ -264,6 +270,9 @@ pub struct Fault {
     pub node: Option<usize>,
     pub action: FaultAction,
     pub window: Window,
+    /// At `before-commit` of a program: which of the message's `COMMIT`s is
+    /// held (1: the first; 2: the window between its first and second).
+    pub commit: usize,
     pub message: String,
     pub then: Then,
     pub kill_at_depth: Option<u32>,
@@ -271,6 +280,9 @@ pub struct Fault {
     /// The consumer started after the kill settles what the queue holds then
     /// (`mqlab explore`, where a kill can come at any message).
     pub restart_drain: bool,
+    /// A rendezvous: the messages that carry the event of `message`
+    /// (itself first), one per instance.
+    pub copies: Vec<String>,
     pub asserts: Vec<Assertion>,
 }
 

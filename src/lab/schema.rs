@@ -38,6 +38,15 @@ pub struct RawLab {
     pub effects: Option<String>,
     /// 3: the lab runs on a three-node cluster (the `cluster` group).
     pub nodes: Option<Spanned<usize>>,
+    /// Assertions whose value is fixed by how the lab runs (the harness's
+    /// own SIGKILL status, a queue a drain empties): shown apart from the
+    /// claim's evidence, and falsified by no variant.
+    #[serde(default)]
+    pub facts: Vec<Spanned<String>>,
+    /// Broker settings the lab's bounds rely on (checked on the broker
+    /// before the lab runs).
+    #[serde(default)]
+    pub settings: Vec<crate::vocab::BrokerSetting>,
 }
 
 #[derive(Deserialize, Clone, Debug)]
@@ -185,6 +194,9 @@ pub struct RawConsume {
     pub transient_failures: BTreeMap<String, NonZeroU32>,
     /// The cluster node the consumer connects to (default 1).
     pub node: Option<Spanned<usize>>,
+    /// Competing consumers of the one service (default 1); more than one
+    /// needs a `rendezvous` fault, which sequences them.
+    pub instances: Option<Spanned<NonZeroUsize>>,
 }
 
 #[derive(Deserialize, Clone, Debug)]
@@ -257,6 +269,9 @@ pub struct RawFault {
     pub target: Spanned<Target>,
     pub action: Spanned<FaultAction>,
     pub window: Option<Spanned<Window>>,
+    /// `before-commit` of a program that commits more than once per
+    /// message: the k-th `COMMIT` is held (default 1).
+    pub commit: Option<Spanned<usize>>,
     pub message: Option<Spanned<String>>,
     /// Default: what follows the action (`kill` → restart, `cut` →
     /// reconnect, `hold` and a broker `restart` → none).
@@ -281,6 +296,8 @@ pub struct RawVariant {
     pub claim: String,
     pub pattern: Option<Spanned<Pattern>>,
     pub window: Option<Spanned<Window>>,
+    /// The fault's `commit` (a program's k-th `COMMIT` at `before-commit`).
+    pub commit: Option<Spanned<usize>>,
     pub settle: Option<NonZeroUsize>,
     pub max_deliveries: Option<NonZeroUsize>,
     /// A DLQ the consumer publishes to; may name a queue that does not exist.
@@ -299,6 +316,14 @@ pub struct RawVariant {
     /// `true`: every quorum queue becomes a classic queue (its quorum-only
     /// arguments dropped).
     pub classic: Option<bool>,
+    /// Sets queue arguments, queue by queue (`{ "q" = { "x-overflow" =
+    /// "drop-head" } }`): one setting changed, to show it necessary.
+    #[serde(default)]
+    pub arguments: BTreeMap<String, BTreeMap<String, Spanned<ArgValue>>>,
+    /// Replaces a queue's bindings, queue by queue (`{ "q" = [{ exchange =
+    /// "x", key = "order.*" }] }`): routing shown to follow the binding.
+    #[serde(default)]
+    pub bind: BTreeMap<String, Vec<RawBinding>>,
     /// Replaces the program of every consume step that runs one.
     pub command: Option<Spanned<String>>,
     #[serde(default)]

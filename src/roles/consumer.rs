@@ -49,11 +49,17 @@ struct Consumer {
 struct Progress {
     settled: BTreeSet<String>,
     received: usize,
+    /// SIGTERM, when it is one of several instances (`until_stopped`): the
+    /// harness counts what they settled together.
+    term: Option<tokio::signal::unix::Signal>,
+    stopped: bool,
 }
 
 impl Progress {
     fn more(&self, cfg: &ConsumerConfig) -> bool {
-        self.settled.len() < cfg.settle && cfg.max_deliveries.is_none_or(|m| self.received < m)
+        !self.stopped
+            && self.settled.len() < cfg.settle
+            && cfg.max_deliveries.is_none_or(|m| self.received < m)
     }
 }
 
@@ -63,6 +69,11 @@ const MAX_RECONNECTS: usize = 5;
 pub async fn run(cfg: ConsumerConfig) -> Result<i32> {
     let mut db = Some(store::connect(&cfg.database_url).await?);
     let mut progress = Progress::default();
+    if cfg.until_stopped {
+        progress.term = Some(tokio::signal::unix::signal(
+            tokio::signal::unix::SignalKind::terminate(),
+        )?);
+    }
     let mut reconnects = 0;
     while progress.more(&cfg) {
         let conn = amqp::connect(&cfg.amqp_url).await?;
@@ -147,15 +158,27 @@ impl Consumer {
             .await
             .with_context(|| format!("consuming from `{}`", self.cfg.queue))?;
         while progress.more(&self.cfg) {
-            let d = deliveries
-                .next()
-                .await
-                .context("the broker closed the consumer")??;
+            // SIGTERM is taken only here, between two deliveries.
+            let next = match progress.term.as_mut() {
+                Some(term) => tokio::select! {
+                    d = deliveries.next() => d,
+                    _ = term.recv() => {
+                        progress.stopped = true;
+                        break;
+                    }
+                },
+                None => deliveries.next().await,
+            };
+            let d = next.context("the broker closed the consumer")??;
             progress.received += 1;
             let meta = meta_of(&d);
             let headers = d.properties.headers().as_ref();
             let attempt = match self.def().on_failure {
                 OnFailure::Classified {
+                    attempts: AttemptsFrom::Header,
+                    ..
+                }
+                | OnFailure::RetryThenDlq {
                     attempts: AttemptsFrom::Header,
                     ..
                 } => amqp::header_str(headers, RETRY_ATTEMPT_HEADER)
@@ -305,7 +328,7 @@ impl Consumer {
                 let barrier = self
                     .ch
                     .basic_qos(self.cfg.prefetch, BasicQosOptions::default());
-                point::reach(&self.cfg.faults, w, meta, line(&self.cfg, meta), barrier).await;
+                point::reach(&self.cfg.faults, w, meta, marker(&self.cfg, meta), barrier).await;
             }
         }
         Ok(Outcome::Settled)
@@ -378,6 +401,7 @@ impl Consumer {
                 confirm,
                 mandatory,
                 dlq,
+                ..
             } => {
                 // The retry-dlq page: every failure takes the same loop.
                 store::rollback(&mut self.db).await?;
@@ -525,7 +549,7 @@ impl Consumer {
         let barrier = self
             .ch
             .basic_qos(self.cfg.prefetch, BasicQosOptions::default());
-        point::reach(&self.cfg.faults, w, meta, line(&self.cfg, meta), barrier).await;
+        point::reach(&self.cfg.faults, w, meta, marker(&self.cfg, meta), barrier).await;
     }
 
     /// Publishes a copy through the default exchange. `confirm`: wait for
@@ -654,6 +678,15 @@ async fn ack(def: &PatternDef, d: &Delivery) -> Result<()> {
         d.acker.ack(BasicAckOptions::default()).await?;
     }
     Ok(())
+}
+
+/// A window's marker line: with the instance's name when it is one of
+/// several (a rendezvous), so that the transcript says which one stopped.
+fn marker(cfg: &ConsumerConfig, meta: &MessageMeta) -> Record {
+    match cfg.until_stopped {
+        true => line(cfg, meta).with("consumer", &cfg.consumer),
+        false => line(cfg, meta),
+    }
 }
 
 fn line(cfg: &ConsumerConfig, meta: &MessageMeta) -> Record {

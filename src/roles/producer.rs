@@ -161,6 +161,13 @@ async fn send(
                 }
                 return Ok(status == Status::Confirmed);
             }
+            // A producer that does not resend takes a confirm that did not
+            // come in time as delivered: it cannot tell a lost publish from
+            // a lost confirm, and does not try.
+            Status::ConfirmTimeout if !cfg.resend => {
+                Journal::append(&cfg.journal, "done", base)?;
+                return Ok(false);
+            }
             Status::Returned => {
                 if let Some(park) = &cfg.park {
                     park_it(cfg, &link.1, m, &meta, park).await?;

@@ -21,6 +21,9 @@ impl Ctx<'_> {
         }
         let mut cfg = self.consumer_config(c, settle, None);
         match fault.map(|f| (f, f.target, f.action)) {
+            Some((f, Target::Consumer, FaultAction::Rendezvous)) => {
+                return self.consume_crowd(c, f, settle, d).await;
+            }
             Some((f, Target::Consumer, FaultAction::Kill)) => {
                 let killed = self.consumer_config(c, settle, Some(point_of(f)));
                 let mut proc = self.spawn_role(RoleConfig::Consumer(killed))?;
@@ -93,12 +96,13 @@ impl Ctx<'_> {
         }
     }
 
-    /// A message waiting in a retry tier is in transit by design: it comes
-    /// back to its work queue when its TTL ends. Queue state is read once no
-    /// tier holds one (each waits at most its TTL), so that no read can catch
-    /// a message between two queues.
+    /// A message waiting in a retry tier, or in any queue whose TTL
+    /// dead-letters it on (the seed's reject-TTL-back loop), is in transit
+    /// by design: it moves on when its TTL ends. Queue state is read once no
+    /// such queue holds one (each waits at most its TTL), so that no read can
+    /// catch a message between two queues.
     pub(super) async fn await_tiers_empty(&mut self) -> Result<()> {
-        let tiers: Vec<(String, u64)> = self
+        let mut tiers: Vec<(String, u64)> = self
             .lab
             .steps
             .iter()
@@ -108,6 +112,17 @@ impl Ctx<'_> {
             })
             .flat_map(|r| r.tiers.iter().cloned())
             .collect();
+        for q in &self.lab.topology.queues {
+            let ttl = match q.arguments.get("x-message-ttl") {
+                Some(crate::vocab::ArgValue::Int(ms)) => *ms as u64,
+                _ => continue,
+            };
+            if q.arguments.contains_key("x-dead-letter-exchange")
+                && !tiers.iter().any(|(t, _)| *t == q.name)
+            {
+                tiers.push((q.name.clone(), ttl));
+            }
+        }
         for (q, ttl) in tiers {
             let deadline = Instant::now() + Duration::from_millis(ttl) + Duration::from_secs(10);
             self.await_depth(&q, 0, "reading the retry tiers", deadline)
@@ -137,6 +152,9 @@ impl Ctx<'_> {
         if settle == 0 {
             return Ok(());
         }
+        if let Some(f) = fault.filter(|f| f.action == FaultAction::Rendezvous) {
+            return self.consume_programs(c, command, f, settle, d).await;
+        }
         let (tx, mut seen) = mpsc::unbounded_channel();
         let bb = Arc::new(Mutex::new(BlackBox::new(tx)));
         let upstream = format!("{}:{}", self.endpoints.pg_host, self.endpoints.pg_port)
@@ -145,22 +163,37 @@ impl Ctx<'_> {
         let pg = PgProxy::start(upstream, bb.clone()).await?;
         self.proxy().watch(Some(bb.clone()));
         match fault.map(|f| (f, f.target, f.action)) {
-            Some((f, Target::Consumer, FaultAction::Kill)) => {
-                bb.lock().expect("black box").arm(f.window, &f.message)
-            }
+            Some((f, Target::Consumer, FaultAction::Kill)) => bb
+                .lock()
+                .expect("black box")
+                .arm(f.window, &f.message, f.commit),
             Some((_, target, action)) => {
                 bail!("phase {phase}: `{action}` of the {target} has no runner on a program's consume step")
             }
             None => {}
         }
         let result = async {
-            let mut proc = self.spawn_program(c, command, pg.port)?;
+            let mut proc = self.spawn_program(c, command, pg.port, None)?;
             let mut acked = BTreeSet::new();
             loop {
-                match next_seen(&mut seen, &mut proc, (acked.len(), settle), d).await? {
+                match next_seen(&mut seen, &mut proc, (acked.len(), settle), d, &bb).await? {
                     Seen::Settled { message } => {
                         acked.insert(message);
                         if acked.len() >= settle {
+                            // Done with every message, and the window never came.
+                            let (missed, window) = {
+                                let b = bb.lock().expect("black box");
+                                (b.never_fired(), b.window_name())
+                            };
+                            if let (Some(why), Some(f)) = (missed, fault) {
+                                process::kill_now(&mut proc.child);
+                                let why = format!(
+                                    "window `{window}` is unreachable for this program at {}: {why}",
+                                    f.message
+                                );
+                                self.unreachable = Some(why.clone());
+                                bail!(why);
+                            }
                             process::stop(
                                 &mut proc.child,
                                 Signal::SIGTERM,
@@ -177,7 +210,7 @@ impl Ctx<'_> {
                     }
                     Seen::Unreachable { message, why } => {
                         process::kill_now(&mut proc.child);
-                        let window = fault.map(|f| f.window.name()).unwrap_or("?");
+                        let window = bb.lock().expect("black box").window_name();
                         let why = format!(
                             "window `{window}` is unreachable for this program at {message}: {why}"
                         );
@@ -185,11 +218,20 @@ impl Ctx<'_> {
                         bail!(why);
                     }
                     Seen::Fire { message } => {
-                        // The window: both connections are frozen.
+                        // The window: both connections are frozen. An
+                        // autoAck program is killed once the broker has
+                        // pushed it everything (no prefetch bounds it): the
+                        // loss is then what it is, not how far a race got.
+                        if bb.lock().expect("black box").auto_ack() {
+                            self.await_depth(&c.queue, 0, phase, deadline).await?;
+                        }
                         self.kill_program_at_window(&mut proc, &message, &c.queue, fault)
                             .await?;
                         self.await_consumers_gone(&c.queue, phase, deadline).await?;
-                        if fault.is_some_and(|f| f.restart_drain) {
+                        // autoAck: what the broker sent the killed program is
+                        // gone from the queue, never to come back.
+                        let auto_ack = bb.lock().expect("black box").auto_ack();
+                        if auto_ack || fault.is_some_and(|f| f.restart_drain) {
                             // What is left to settle: what the queue holds now.
                             let (left, _) =
                                 crate::amqp::queue_state(&self.conns().channel, &c.queue).await?;
@@ -200,9 +242,9 @@ impl Ctx<'_> {
                             }
                         }
                         bb.lock().expect("black box").reset();
-                        proc = self.spawn_program(c, command, pg.port)?;
+                        proc = self.spawn_program(c, command, pg.port, None)?;
                     }
-                    seen => self.observe(&seen, &c.queue),
+                    seen => self.observe(&seen, &c.queue, None),
                 }
             }
         }
@@ -212,27 +254,49 @@ impl Ctx<'_> {
         self.await_consumers_gone(&c.queue, phase, deadline).await
     }
 
-    /// What the proxies saw a program do, as an `[observe]` line.
-    fn observe(&mut self, seen: &Seen, queue: &str) {
+    /// What the proxies saw a program do, as an `[observe]` line; which
+    /// instance, when the step runs several.
+    pub(super) fn observe(&mut self, seen: &Seen, queue: &str, consumer: Option<&str>) {
+        let at = |me: &Self, message: &str| {
+            let line = me.observe_line(message, queue);
+            match consumer {
+                Some(name) => line.with("consumer", name),
+                None => line,
+            }
+        };
         let line = match seen {
             Seen::Delivered {
                 message,
                 redelivered,
-            } => self
-                .observe_line(message, queue)
-                .with("redelivered", redelivered)
-                .status(Status::Delivered),
-            Seen::Committed { message } => {
-                self.observe_line(message, queue).status(Status::Committed)
+                auto_ack,
+            } => {
+                let line = at(self, message).with("redelivered", redelivered);
+                // Said only of an autoAck program: the broker settled it here.
+                let line = match auto_ack {
+                    true => line.with("autoAck", true),
+                    false => line,
+                };
+                line.status(Status::Delivered)
             }
-            Seen::RolledBack { message } => {
-                self.observe_line(message, queue).status(Status::RolledBack)
+            Seen::Committed { message } => at(self, message).status(Status::Committed),
+            Seen::RolledBack { message } => at(self, message).status(Status::RolledBack),
+            Seen::Held {
+                message,
+                what,
+                commit,
+            } => {
+                let line = at(self, message).with("what", what);
+                let line = match commit {
+                    Some(k) => line.with("commit", k),
+                    None => line,
+                };
+                line.status(Status::Held)
             }
-            Seen::Held { message, what } => self
-                .observe_line(message, queue)
-                .with("what", what)
-                .status(Status::Held),
-            Seen::Acked { message } => self.observe_line(message, queue).status(Status::Acked),
+            Seen::Acked { message } => at(self, message).status(Status::Acked),
+            // A rendezvous's instance at its window: held there, not killed.
+            Seen::Fire { message } if consumer.is_some() => {
+                at(self, message).status(Status::AtRendezvous)
+            }
             Seen::Settled { .. } | Seen::Unreachable { .. } | Seen::Fire { .. } => return,
         };
         self.emit(Role::Observe, &line);
@@ -314,6 +378,7 @@ async fn next_seen(
     proc: &mut RoleProc,
     (settled, settle): (usize, usize),
     d: Deadline<'_>,
+    bb: &Mutex<BlackBox>,
 ) -> Result<Seen> {
     let phase = d.phase;
     tokio::select! {
@@ -327,8 +392,9 @@ async fn next_seen(
         }
         _ = tokio::time::sleep_until(d.at.into()) => {
             process::kill_now(&mut proc.child);
+            let why = bb.lock().expect("black box").stuck().map(|w| format!(" {w};")).unwrap_or_default();
             bail!(
-                "phase {phase} exceeded {} s: the program settled {settled} of {settle} messages (acked, transaction ended); last lines of its output:\n{}",
+                "phase {phase} exceeded {} s: the program settled {settled} of {settle} messages (acked, transaction ended);{why} last lines of its output:\n{}",
                 d.secs,
                 process::tail(&proc.log, 10)
             );

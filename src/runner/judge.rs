@@ -3,7 +3,6 @@
 use super::*;
 use crate::checker::{Owed, Queued};
 use crate::vocab::ORIGINAL_QUEUE;
-use std::collections::BTreeMap;
 
 impl Ctx<'_> {
     /// Ready messages and consumers of a queue; `None` when the broker says
@@ -13,7 +12,7 @@ impl Ctx<'_> {
     pub(super) async fn queue_state(&mut self, queue: &str) -> Result<Option<(u32, u32)>> {
         match crate::amqp::queue_state(&self.conns().channel, queue).await {
             Ok(s) => Ok(Some(s)),
-            Err(e) if format!("{e:#}").contains("is down or inaccessible") => {
+            Err(e) if e.downcast_ref::<crate::amqp::HomeNodeDown>().is_some() => {
                 let c = self.conns();
                 c.channel = c.amqp.create_channel().await?;
                 Ok(None)

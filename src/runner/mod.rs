@@ -11,7 +11,7 @@
 //! `broker` (the run as fault families see it), `judge` (probes,
 //! assertions, checks);
 //! this file holds the suite, one run's lifecycle and the step loop.
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -45,6 +45,7 @@ use crate::vocab::{Counter, FaultAction, Role, Status, Target, Window};
 
 mod broker;
 mod consume;
+mod crowd;
 mod judge;
 mod publish;
 mod roles;
@@ -68,6 +69,8 @@ pub struct Suite<'a> {
     /// concurrently, each in its own vhost and database; a lab with one
     /// has the environment to itself, after them.
     pub jobs: usize,
+    /// The broker settings the labs rely on, read once (`Default` to start).
+    pub settings: BTreeMap<crate::vocab::BrokerSetting, std::result::Result<String, String>>,
 }
 
 /// What one run needs besides its lab and the environment.
@@ -86,6 +89,9 @@ struct Params<'a> {
     prefix: String,
     /// Every node's AMQP port, node 1 first (one, but in a cluster).
     node_ports: Vec<u16>,
+    /// The broker settings the labs rely on, as read from the broker once
+    /// before the suite (or why they could not be read).
+    settings: BTreeMap<crate::vocab::BrokerSetting, std::result::Result<String, String>>,
 }
 
 impl<'a> Suite<'a> {
@@ -103,6 +109,21 @@ impl<'a> Suite<'a> {
             reused: self.env.reused(),
             prefix: self.env.prefix(),
             node_ports: self.env.amqp_ports(),
+            settings: self.settings.clone(),
+        }
+    }
+
+    /// The settings `labs` rely on, read from the broker once.
+    async fn read_settings(&mut self, labs: &[Lab]) {
+        for s in labs.iter().flat_map(|l| l.settings.iter().copied()) {
+            if !self.settings.contains_key(&s) {
+                let read = self
+                    .env
+                    .broker_setting(s)
+                    .await
+                    .map_err(|e| format!("{e:#}"));
+                self.settings.insert(s, read);
+            }
         }
     }
 
@@ -110,6 +131,7 @@ impl<'a> Suite<'a> {
     /// over (an interrupted suite keeps what ended), and the records end in
     /// the labs' order.
     pub async fn run(&mut self, labs: &[Lab], records: &mut Vec<RunRecord>, sink: &mut dyn Sink) {
+        self.read_settings(labs).await;
         let total = labs.len();
         let alone = Lab::has_broker_fault;
         let mut order: Vec<String> = labs.iter().map(Lab::run_name).collect();
@@ -180,9 +202,37 @@ impl<'a> Suite<'a> {
     /// One run, with the environment to itself: what `mqlab explore` calls
     /// for each point.
     pub async fn run_one(&mut self, lab: &Lab, sink: &mut dyn Sink) -> RunRecord {
+        self.read_settings(std::slice::from_ref(lab)).await;
         let params = self.params();
         execute(&params, Some(&mut *self.env), lab, sink).await
     }
+}
+
+/// The broker settings `lab` relies on, as read (name, value), and why the
+/// run is refused when one differs from what the lab's bounds need or could
+/// not be read: a lab never reports a loss that is the broker's delay.
+fn settings_of(
+    read_from_broker: &BTreeMap<crate::vocab::BrokerSetting, std::result::Result<String, String>>,
+    needed: &[crate::vocab::BrokerSetting],
+) -> (Vec<(String, String)>, Option<String>) {
+    let mut read = Vec::new();
+    for s in needed {
+        match read_from_broker.get(s) {
+            Some(Ok(v)) if v == s.required() => read.push((s.name().to_string(), v.clone())),
+            Some(Ok(v)) => {
+                return (
+                    read,
+                    Some(format!(
+                        "the broker's `{s}` is {v}; this lab's bounds rely on {} (mqlab sets it on its own brokers: see docs/environments.md)",
+                        s.required()
+                    )),
+                )
+            }
+            Some(Err(e)) => return (read, Some(format!("{e}; this lab's bounds rely on `{s}` = {}", s.required()))),
+            None => return (read, Some(format!("`{s}` was not read from the broker"))),
+        }
+    }
+    (read, None)
 }
 
 /// The events of one run, kept until it ends (`--jobs`).
@@ -235,9 +285,13 @@ async fn execute(
     let started = Instant::now();
     let run = lab.run_name();
     let mut ctx = Ctx::new(p, env, lab, &run, sink);
-    let mut error = match ctx.run_steps().await {
-        Ok(()) => None,
-        Err(e) => Some(format!("{e:#}")),
+    let (settings, refused) = settings_of(&p.settings, &lab.settings);
+    let mut error = match refused {
+        Some(why) => Some(why),
+        None => match ctx.run_steps().await {
+            Ok(()) => None,
+            Err(e) => Some(format!("{e:#}")),
+        },
     };
     // The next cluster lab starts on three healthy nodes, whatever this one
     // left cut off or down (and however it ended).
@@ -278,6 +332,8 @@ async fn execute(
         snapshot,
         duration: started.elapsed(),
         unreachable,
+        facts: lab.facts.clone(),
+        settings,
     }
 }
 
@@ -530,12 +586,14 @@ impl Ctx<'_> {
 
     /// A role's broker URL: the proxy's listener for its node.
     fn role_url(&self, node: usize) -> String {
+        self.role_url_via(node, None)
+    }
+
+    /// A role's broker URL through `proxy` (None: the harness's proxy).
+    fn role_url_via(&self, node: usize, proxy: Option<&Proxy>) -> String {
         let mut e = self.role_endpoints.clone();
-        if let Some(port) = self
-            .proxy
-            .as_ref()
-            .and_then(|(proxy, _)| proxy.ports.get(node.wrapping_sub(1)))
-        {
+        let proxy = proxy.or(self.proxy.as_ref().map(|(p, _)| p));
+        if let Some(port) = proxy.and_then(|p| p.ports.get(node.wrapping_sub(1))) {
             e.amqp_port = *port;
         }
         e.amqp_url(&self.vhost)
@@ -640,5 +698,40 @@ fn point_of(f: &Fault) -> FaultPoint {
     FaultPoint {
         window: f.window,
         message: f.message.clone(),
+        hold: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vocab::BrokerSetting::DeadLetterConfirmTimeout as T;
+
+    /// A lab relying on a setting runs only where the broker has it at the
+    /// value its bounds need; RabbitMQ's default, another value or an
+    /// unreadable broker refuse the run, with the value named.
+    #[test]
+    fn a_broker_setting_is_checked_before_the_lab() {
+        let with = |v: std::result::Result<&str, &str>| {
+            BTreeMap::from([(T, v.map(str::to_string).map_err(str::to_string))])
+        };
+        let (read, refused) = settings_of(&with(Ok("1000")), &[T]);
+        assert_eq!(read, [(T.name().to_string(), "1000".to_string())]);
+        assert_eq!(refused, None);
+        for (value, why) in [
+            (Ok("180000"), "is 180000; this lab's bounds rely on 1000"),
+            (
+                Ok("undefined (RabbitMQ's default)"),
+                "is undefined (RabbitMQ's default);",
+            ),
+            (Err("cannot read"), "cannot read; this lab's bounds rely on"),
+        ] {
+            let (_, refused) = settings_of(&with(value), &[T]);
+            let refused = refused.expect("refused");
+            assert!(refused.contains(why), "{refused}");
+        }
+        let (_, refused) = settings_of(&BTreeMap::new(), &[T]);
+        assert!(refused.is_some());
+        assert_eq!(settings_of(&BTreeMap::new(), &[]), (Vec::new(), None));
     }
 }

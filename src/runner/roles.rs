@@ -258,6 +258,7 @@ impl Ctx<'_> {
             faults,
             reconnect: false,
             transient_failures: c.transient_failures.clone(),
+            until_stopped: false,
         }
     }
 
@@ -268,6 +269,7 @@ impl Ctx<'_> {
         c: &Consume,
         command: &str,
         pg_port: u16,
+        amqp: Option<&Proxy>,
     ) -> Result<RoleProc> {
         self.role_seq += 1;
         let log = self.logs.join(format!("{}-program.log", self.role_seq));
@@ -282,7 +284,7 @@ impl Ctx<'_> {
                 "MQLAB_CONTRACT",
                 crate::protocol::PROGRAM_CONTRACT.to_string(),
             )
-            .env("MQLAB_AMQP_URL", self.role_url(c.node))
+            .env("MQLAB_AMQP_URL", self.role_url_via(c.node, amqp))
             .env("MQLAB_DATABASE_URL", db.pg_url(&self.database))
             .env("MQLAB_QUEUE", &c.queue)
             .env("MQLAB_SERVICE", &c.service)

@@ -1,0 +1,140 @@
+//! Every claim on a second RabbitMQ generation: the one-node labs on a 4.0
+//! node booted from its Debian trixie root (`scripts/rabbitmq-4-root.sh`,
+//! which `.ci/run` runs), and in a 4.0 container (the image
+//! `scripts/build-images.sh` makes of that root), against the same
+//! snapshots as on 3.10, and the evidence naming the version the server
+//! reported.
+
+mod common;
+use common::*;
+
+/// The 4.0 root, or a failure saying how to build it (never a silent pass).
+fn require_root() {
+    let root = mqlab::env::rabbitmq_4_root();
+    assert!(
+        root.join(".mqlab-ready").is_file(),
+        "this test needs the RabbitMQ 4.0 root at {} (scripts/rabbitmq-4-root.sh builds it; .ci/run runs it)",
+        root.display()
+    );
+}
+
+#[test]
+#[ignore = "needs the RabbitMQ 4.0 root (scripts/rabbitmq-4-root.sh; .ci/run builds it) and root for its chroot"]
+fn every_one_node_lab_holds_on_rabbitmq_4_0() {
+    require_root();
+    every_one_node_lab_holds(&["--env", "local"]);
+}
+
+#[test]
+#[ignore = "needs a container engine and the locally built images, MQLAB_RABBITMQ_4_IMAGE among them (.ci/run prepares them)"]
+fn every_one_node_lab_holds_in_a_rabbitmq_4_0_container() {
+    let (_, postgres) = require_images();
+    assert!(
+        std::env::var("MQLAB_RABBITMQ_4_IMAGE").is_ok_and(|i| !i.is_empty()),
+        "this test needs MQLAB_RABBITMQ_4_IMAGE (.ci/run exports it)"
+    );
+    every_one_node_lab_holds(&["--env", "containers", "--postgres-image", &postgres]);
+}
+
+/// Two whole suites at once on two cores would time them, not test them.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// `lab --all --rabbitmq 4.0` in the environment `env` passes against the
+/// stored snapshots, every evidence record naming a 4.0 broker.
+fn every_one_node_lab_holds(env: &[&str]) {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let evidence = tempfile::tempdir().unwrap();
+    let mut args = vec!["lab", "--all", "--rabbitmq", "4.0", "--evidence"];
+    args.push(evidence.path().to_str().unwrap());
+    args.extend(env);
+    let (code, stdout, stderr) = run(&mut mqlab(&args));
+    // Exit 0: every run passed as declared, its transcript equal to the
+    // snapshot the 3.10 runs are compared with.
+    assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let mut records = 0;
+    for e in std::fs::read_dir(evidence.path()).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "json") {
+            let record: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+            let version = record["broker"]["version"].as_str().unwrap_or_default();
+            assert!(
+                version.starts_with("RabbitMQ 4.0."),
+                "{}: {version}",
+                p.display()
+            );
+            records += 1;
+        }
+    }
+    let project = mqlab::lab::Project { root: root() };
+    let mut runs = 0;
+    for lab in project.lab_names().unwrap() {
+        for run in project.runs_of(&lab).unwrap() {
+            runs += usize::from(!project.load(&run).unwrap().is_cluster());
+        }
+    }
+    assert_eq!(records, runs, "one evidence record per one-node run");
+}
+
+/// `report merge` of the same runs on two generations: a matrix (a row per
+/// run, a column per broker version), each generation's pages in its own
+/// directory, one JUnit suite per run and generation.
+#[test]
+#[ignore = "needs the RabbitMQ 4.0 root (scripts/rabbitmq-4-root.sh; .ci/run builds it) and root for its chroot"]
+fn report_merge_joins_two_generations_as_a_matrix() {
+    require_root();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = |name: &str| tmp.path().join(name).to_string_lossy().into_owned();
+    for (generation, out) in [("3.10", "a"), ("4.0", "b")] {
+        let (code, stdout, stderr) = run(&mut mqlab(&[
+            "lab",
+            "consumer-crash",
+            "consumer-crash@no-inbox",
+            "--env",
+            "local",
+            "--rabbitmq",
+            generation,
+            "--evidence",
+            &dir(out),
+        ]));
+        assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    }
+    let (code, _, stderr) = run(&mut mqlab(&[
+        "report",
+        "merge",
+        &dir("a"),
+        &dir("b"),
+        "--out",
+        &dir("out"),
+    ]));
+    assert_eq!(code, 0, "{stderr}");
+    let index = std::fs::read_to_string(tmp.path().join("out/README.md")).unwrap();
+    let rows: Vec<Vec<String>> = index
+        .lines()
+        .filter(|l| l.starts_with("| consumer-crash"))
+        .map(|l| l.split('|').map(|c| c.trim().to_string()).collect())
+        .collect();
+    assert_eq!(rows.len(), 2, "{index}");
+    for row in &rows {
+        // | run | 3.10.8 cell | 4.0.x cell |
+        assert!(row[2].contains("(rabbitmq-3.10.8/"), "{row:?}");
+        assert!(row[3].contains("(rabbitmq-4.0."), "{row:?}");
+    }
+    let junit = std::fs::read_to_string(tmp.path().join("out/junit.xml")).unwrap();
+    let suites: Vec<&str> = junit
+        .split("<testsuite name=\"")
+        .skip(1)
+        .map(|s| s.split('"').next().unwrap())
+        .collect();
+    assert_eq!(suites.len(), 4, "{suites:?}");
+    assert!(
+        suites.contains(&"consumer-crash [RabbitMQ 3.10.8]"),
+        "{suites:?}"
+    );
+    assert!(
+        suites
+            .iter()
+            .any(|s| s.starts_with("consumer-crash@no-inbox [RabbitMQ 4.0.")),
+        "{suites:?}"
+    );
+}
