@@ -254,7 +254,33 @@ fn cell(s: &str) -> String {
     s.replace('|', "\\|").replace('\n', " ")
 }
 
+/// The evidence page of one run: its facts, assertions, diagram and log.
 pub fn markdown(r: &Record) -> String {
+    let mut md = header(r);
+    md.push_str(&assertions_section(r));
+    if let Some(e) = &r.error {
+        md.push_str(&format!("\n**The lab stopped early:** {}\n", cell(e)));
+    }
+    md.push_str("\n## Sequence\n\n");
+    if r.diagram_image {
+        md.push_str(&format!(
+            "![sequence diagram of {}]({}.png)\n\n",
+            r.run, r.run
+        ));
+    }
+    md.push_str("```mermaid\n");
+    md.push_str(&mermaid(&r.transcript));
+    md.push_str("```\n\n## Normalized log\n\n```\n");
+    for l in &r.transcript {
+        md.push_str(l);
+        md.push('\n');
+    }
+    md.push_str("```\n");
+    md
+}
+
+/// The page's title, claim and the table of what ran.
+fn header(r: &Record) -> String {
     let mut md = String::new();
     md.push_str(&format!("# {}\n\n> {}\n\n", r.run, r.claim));
     md.push_str("| | |\n|---|---|\n");
@@ -298,6 +324,12 @@ pub fn markdown(r: &Record) -> String {
             cell(value)
         ));
     }
+    md
+}
+
+/// The claim's assertions, then the harness facts apart.
+fn assertions_section(r: &Record) -> String {
+    let mut md = String::new();
     md.push_str(
         "\n## Assertions\n\n| kind | name | expected | actual | result |\n|---|---|---|---|---|\n",
     );
@@ -334,24 +366,6 @@ pub fn markdown(r: &Record) -> String {
             ));
         }
     }
-    if let Some(e) = &r.error {
-        md.push_str(&format!("\n**The lab stopped early:** {}\n", cell(e)));
-    }
-    md.push_str("\n## Sequence\n\n");
-    if r.diagram_image {
-        md.push_str(&format!(
-            "![sequence diagram of {}]({}.png)\n\n",
-            r.run, r.run
-        ));
-    }
-    md.push_str("```mermaid\n");
-    md.push_str(&mermaid(&r.transcript));
-    md.push_str("```\n\n## Normalized log\n\n```\n");
-    for l in &r.transcript {
-        md.push_str(l);
-        md.push('\n');
-    }
-    md.push_str("```\n");
     md
 }
 

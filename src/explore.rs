@@ -162,13 +162,7 @@ pub fn points(lab: &Lab) -> Vec<Point> {
             Action::Consume(c) => {
                 // The lab's rendezvous, as it is: the one point where its
                 // instances hold copies at once (a crash point runs one).
-                if let Some(f) = lab.steps[i]
-                    .fault
-                    .as_ref()
-                    .filter(|f| f.action == crate::vocab::FaultAction::Rendezvous)
-                {
-                    let mut f = f.clone();
-                    f.asserts.clear();
+                if let Some(f) = rendezvous_of(lab, i) {
                     at(
                         format!("consumer/rendezvous-{}", f.window),
                         f.message.clone(),
@@ -197,6 +191,17 @@ pub fn points(lab: &Lab) -> Vec<Point> {
     }
     out.extend(between_points(&base, own));
     out
+}
+
+/// Step `i`'s rendezvous, as the lab declares it, without its assertions
+/// (a point is judged by the checker alone).
+fn rendezvous_of(lab: &Lab, i: usize) -> Option<Fault> {
+    let mut f = lab.steps[i]
+        .fault
+        .clone()
+        .filter(|f| f.action == crate::vocab::FaultAction::Rendezvous)?;
+    f.asserts.clear();
+    Some(f)
 }
 
 /// The lab with no fault, run before the points when a consume step runs

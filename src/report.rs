@@ -21,48 +21,7 @@ pub struct Merged {
 /// two inputs is an error: the shares of a partition are disjoint, so it
 /// means two reports of different suites.
 pub fn merge(inputs: &[PathBuf], out: &Path, junit: Option<&Path>) -> Result<Merged> {
-    // Keyed by (run, broker version): the same run from two generations is
-    // a matrix; from one generation twice, two reports of different suites.
-    let mut records: BTreeMap<(String, String), (Record, PathBuf)> = BTreeMap::new();
-    for dir in inputs {
-        let entries = std::fs::read_dir(dir)
-            .with_context(|| format!("cannot read evidence directory `{}`", dir.display()))?;
-        for e in entries.flatten() {
-            let path = e.path();
-            if path.extension().is_none_or(|x| x != "json") {
-                continue;
-            }
-            let text = std::fs::read_to_string(&path)?;
-            let value: serde_json::Value = match serde_json::from_str(&text) {
-                Ok(v) => v,
-                Err(_) => continue,
-            };
-            if value.get("schemaVersion").is_none() {
-                continue; // schema.json and other files
-            }
-            let record: Record = serde_path_to_error::deserialize(value)
-                .with_context(|| format!("`{}` is not an mqlab run record", path.display()))?;
-            if record.schema_version != evidence::SCHEMA_VERSION {
-                bail!(
-                    "`{}` has schema version {} (this mqlab reads {})",
-                    path.display(),
-                    record.schema_version,
-                    evidence::SCHEMA_VERSION
-                );
-            }
-            let key = (record.run.clone(), record.broker.version.clone());
-            if let Some((_, first)) = records.get(&key) {
-                bail!(
-                    "run `{}` on {} is in both `{}` and `{}`: not shares of one partitioned suite",
-                    record.run,
-                    record.broker.version,
-                    first.display(),
-                    dir.display()
-                );
-            }
-            records.insert(key, (record, dir.clone()));
-        }
-    }
+    let records = read_records(inputs)?;
     // One share may hold no run (more shares than runs); all of them, none.
     if records.is_empty() {
         bail!("no run evidence in these directories (written by `mqlab lab --evidence DIR`)");
@@ -76,22 +35,7 @@ pub fn merge(inputs: &[PathBuf], out: &Path, junit: Option<&Path>) -> Result<Mer
         true => out.join(slug(version)),
         false => out.to_path_buf(),
     };
-    for ((run, version), (_, dir)) in &records {
-        let to_dir = dir_of(version);
-        std::fs::create_dir_all(&to_dir)?;
-        for ext in ["json", "md", "png"] {
-            let from = dir.join(format!("{run}.{ext}"));
-            let to = to_dir.join(format!("{run}.{ext}"));
-            let same = match (from.canonicalize(), to.canonicalize()) {
-                (Ok(a), Ok(b)) => a == b,
-                _ => false,
-            };
-            if from.exists() && !same {
-                std::fs::copy(&from, &to)
-                    .with_context(|| format!("cannot copy `{}`", from.display()))?;
-            }
-        }
-    }
+    copy_runs(&records, &dir_of)?;
     match matrix {
         false => evidence::write_index(out)?,
         true => {
@@ -128,6 +72,85 @@ pub fn merge(inputs: &[PathBuf], out: &Path, junit: Option<&Path>) -> Result<Mer
     })
 }
 
+/// Each run's record, keyed by (run, broker version): the same run from
+/// two generations is a matrix; from one generation twice, two reports of
+/// different suites (an error).
+type Records = BTreeMap<(String, String), (Record, PathBuf)>;
+
+/// The run records (`<run>.json` with a `schemaVersion`) in `inputs`.
+fn read_records(inputs: &[PathBuf]) -> Result<Records> {
+    let mut records = Records::new();
+    for dir in inputs {
+        let entries = std::fs::read_dir(dir)
+            .with_context(|| format!("cannot read evidence directory `{}`", dir.display()))?;
+        for e in entries.flatten() {
+            let path = e.path();
+            if path.extension().is_none_or(|x| x != "json") {
+                continue;
+            }
+            let Some(record) = read_record(&path)? else {
+                continue; // schema.json and other files
+            };
+            let key = (record.run.clone(), record.broker.version.clone());
+            if let Some((_, first)) = records.get(&key) {
+                bail!(
+                    "run `{}` on {} is in both `{}` and `{}`: not shares of one partitioned suite",
+                    record.run,
+                    record.broker.version,
+                    first.display(),
+                    dir.display()
+                );
+            }
+            records.insert(key, (record, dir.clone()));
+        }
+    }
+    Ok(records)
+}
+
+/// One JSON file as a run record; None for JSON that is not one.
+fn read_record(path: &Path) -> Result<Option<Record>> {
+    let text = std::fs::read_to_string(path)?;
+    let value: serde_json::Value = match serde_json::from_str(&text) {
+        Ok(v) => v,
+        Err(_) => return Ok(None),
+    };
+    if value.get("schemaVersion").is_none() {
+        return Ok(None);
+    }
+    let record: Record = serde_path_to_error::deserialize(value)
+        .with_context(|| format!("`{}` is not an mqlab run record", path.display()))?;
+    if record.schema_version != evidence::SCHEMA_VERSION {
+        bail!(
+            "`{}` has schema version {} (this mqlab reads {})",
+            path.display(),
+            record.schema_version,
+            evidence::SCHEMA_VERSION
+        );
+    }
+    Ok(Some(record))
+}
+
+/// Each run's files (`.json`, `.md`, `.png`) into its generation's directory.
+fn copy_runs(records: &Records, dir_of: &dyn Fn(&str) -> PathBuf) -> Result<()> {
+    for ((run, version), (_, dir)) in records {
+        let to_dir = dir_of(version);
+        std::fs::create_dir_all(&to_dir)?;
+        for ext in ["json", "md", "png"] {
+            let from = dir.join(format!("{run}.{ext}"));
+            let to = to_dir.join(format!("{run}.{ext}"));
+            let same = match (from.canonicalize(), to.canonicalize()) {
+                (Ok(a), Ok(b)) => a == b,
+                _ => false,
+            };
+            if from.exists() && !same {
+                std::fs::copy(&from, &to)
+                    .with_context(|| format!("cannot copy `{}`", from.display()))?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A directory name for a broker version: `RabbitMQ 4.0.5` → `rabbitmq-4.0.5`.
 fn slug(version: &str) -> String {
     version
@@ -147,7 +170,7 @@ fn slug(version: &str) -> String {
 /// column per broker version, each cell its verdict linking to its page.
 fn write_matrix(
     out: &Path,
-    records: &BTreeMap<(String, String), (Record, PathBuf)>,
+    records: &Records,
     versions: &std::collections::BTreeSet<&str>,
 ) -> Result<()> {
     let mut md = String::from(

@@ -66,6 +66,22 @@ async fn serve(upstream: SocketAddr, client: TcpStream, bb: Arc<Mutex<BlackBox>>
 const SSL_REQUEST: u32 = 80877103;
 const GSSENC_REQUEST: u32 = 80877104;
 
+/// The length of the whole message at the start of `rest`, once all of it
+/// has arrived: a type byte and a length after the startup message, a
+/// length alone before it (the startup message, SSL and GSS requests).
+fn frame_len(rest: &[u8], started: bool) -> Option<usize> {
+    let len = match started {
+        true if rest.len() >= 5 => {
+            1 + u32::from_be_bytes([rest[1], rest[2], rest[3], rest[4]]) as usize
+        }
+        false if rest.len() >= 8 => {
+            u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize
+        }
+        _ => return None,
+    };
+    (rest.len() >= len).then_some(len)
+}
+
 async fn client_to_server(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
@@ -95,23 +111,8 @@ async fn client_to_server(
         }
         let mut out = Vec::new();
         let mut used = 0;
-        loop {
-            let rest = &buf[used..];
-            let len = if started {
-                if rest.len() < 5 {
-                    break;
-                }
-                1 + u32::from_be_bytes([rest[1], rest[2], rest[3], rest[4]]) as usize
-            } else {
-                if rest.len() < 8 {
-                    break;
-                }
-                u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize
-            };
-            if rest.len() < len {
-                break;
-            }
-            let msg = &rest[..len];
+        while let Some(len) = frame_len(&buf[used..], started) {
+            let msg = &buf[used..used + len];
             used += len;
             if !started {
                 let code = u32::from_be_bytes([msg[4], msg[5], msg[6], msg[7]]);
@@ -293,6 +294,24 @@ mod tests {
         m.extend_from_slice(&((4 + body.len()) as u32).to_be_bytes());
         m.extend_from_slice(&body);
         m
+    }
+
+    /// Messages are cut where the protocol says, whatever the reads: the
+    /// startup message by its length alone, then a type byte and a length;
+    /// a message split over two reads waits for its rest.
+    #[test]
+    fn messages_are_framed_by_their_length() {
+        let mut startup = 8u32.to_be_bytes().to_vec();
+        startup.extend_from_slice(&SSL_REQUEST.to_be_bytes());
+        assert_eq!(frame_len(&startup, false), Some(8));
+        assert_eq!(frame_len(&startup[..7], false), None);
+        let q = query("COMMIT");
+        assert_eq!(frame_len(&q, true), Some(q.len()));
+        assert_eq!(frame_len(&q[..q.len() - 1], true), None);
+        assert_eq!(frame_len(&q[..4], true), None);
+        let mut two = q.clone();
+        two.extend_from_slice(&query("SELECT 1"));
+        assert_eq!(frame_len(&two, true), Some(q.len()));
     }
 
     #[test]

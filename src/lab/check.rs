@@ -8,8 +8,8 @@ use std::path::Path;
 use toml::Spanned;
 
 use super::schema::{
-    RawConsume, RawFault, RawFullMessage, RawLab, RawMessage, RawPublish, RawStep, RawVariant,
-    Settle as RawSettle,
+    RawConsume, RawFault, RawFullMessage, RawLab, RawMessage, RawPublish, RawQueue, RawStep,
+    RawVariant, Settle as RawSettle,
 };
 use super::{
     Action, Assertion, Consume, Fault, Lab, LabError, LabErrors, Message, Publish, Retry, Settle,
@@ -1356,45 +1356,14 @@ fn asserted(steps: &[Step]) -> BTreeSet<&str> {
         .collect()
 }
 
-/// Applies a variant's overrides to every consume step and fault.
+/// Applies a variant's overrides to every step and queue.
 fn apply_variant(mut raw: RawLab, v: &RawVariant) -> RawLab {
     for step in &mut raw.steps {
         if let Some(c) = &mut step.consume {
-            if let Some(p) = &v.pattern {
-                c.pattern = Some(p.clone());
-            }
-            if let (Some(cmd), true) = (&v.command, c.command.is_some()) {
-                c.command = Some(cmd.clone());
-            }
-            if let Some(n) = v.settle {
-                c.settle = RawSettle::Count(n);
-            }
-            if v.max_deliveries.is_some() {
-                c.max_deliveries = v.max_deliveries;
-            }
-            if let (Some(r), Some(dlq)) = (&mut c.retry, &v.dlq) {
-                r.dlq = dlq.clone();
-            }
+            vary_consume(c, v);
         }
         if let Some(p) = &mut step.publish {
-            if let Some(x) = v.persistent {
-                p.persistent = x;
-            }
-            if let Some(x) = v.confirm {
-                p.confirm = x;
-            }
-            if let Some(x) = v.mandatory {
-                p.mandatory = x;
-                if !x {
-                    p.park = None;
-                }
-            }
-            if let Some(x) = v.resend {
-                p.resend = x;
-            }
-            if v.park == Some(false) {
-                p.park = None;
-            }
+            vary_publish(p, v);
         }
         if let Some(f) = &mut step.fault {
             let (span, mut inner) = (f.span(), f.get_ref().clone());
@@ -1413,12 +1382,58 @@ fn apply_variant(mut raw: RawLab, v: &RawVariant) -> RawLab {
             *f = Spanned::new(span, inner);
         }
     }
+    vary_queues(&mut raw.queues, v);
+    raw.claim = v.claim.clone();
+    raw
+}
+
+fn vary_consume(c: &mut RawConsume, v: &RawVariant) {
+    if let Some(p) = &v.pattern {
+        c.pattern = Some(p.clone());
+    }
+    if let (Some(cmd), true) = (&v.command, c.command.is_some()) {
+        c.command = Some(cmd.clone());
+    }
+    if let Some(n) = v.settle {
+        c.settle = RawSettle::Count(n);
+    }
+    if v.max_deliveries.is_some() {
+        c.max_deliveries = v.max_deliveries;
+    }
+    if let (Some(r), Some(dlq)) = (&mut c.retry, &v.dlq) {
+        r.dlq = dlq.clone();
+    }
+}
+
+fn vary_publish(p: &mut RawPublish, v: &RawVariant) {
+    if let Some(x) = v.persistent {
+        p.persistent = x;
+    }
+    if let Some(x) = v.confirm {
+        p.confirm = x;
+    }
+    if let Some(x) = v.mandatory {
+        p.mandatory = x;
+        if !x {
+            p.park = None;
+        }
+    }
+    if let Some(x) = v.resend {
+        p.resend = x;
+    }
+    if v.park == Some(false) {
+        p.park = None;
+    }
+}
+
+/// Durability, arguments, bindings, and the classic variant of a quorum queue.
+fn vary_queues(queues: &mut [RawQueue], v: &RawVariant) {
     if let Some(d) = v.durable {
-        for q in &mut raw.queues {
+        for q in queues.iter_mut() {
             q.durable = d;
         }
     }
-    for q in &mut raw.queues {
+    for q in queues.iter_mut() {
         if let Some(args) = v.arguments.get(q.name.get_ref()) {
             q.arguments.extend(args.clone());
         }
@@ -1427,7 +1442,7 @@ fn apply_variant(mut raw: RawLab, v: &RawVariant) -> RawLab {
         }
     }
     if v.classic == Some(true) {
-        for q in &mut raw.queues {
+        for q in queues.iter_mut() {
             let quorum = q
                 .arguments
                 .get("x-queue-type")
@@ -1444,8 +1459,6 @@ fn apply_variant(mut raw: RawLab, v: &RawVariant) -> RawLab {
             }
         }
     }
-    raw.claim = v.claim.clone();
-    raw
 }
 
 /// Reads `fixtures/<name>.json`. The envelope fields the transcript shows must

@@ -239,70 +239,6 @@ impl Consumer {
             match step {
                 // The caller took and logged the delivery.
                 Step::Receive => {}
-                Step::SkipRedelivered => {
-                    if d.redelivered {
-                        ack(def, d).await?;
-                        return settled(&self.cfg, meta, attempt, Status::DuplicateSkipped);
-                    }
-                }
-                Step::InboxSelect => {
-                    begin(&mut open, &mut self.db).await?;
-                    if store::inbox_has(&mut self.db, &self.cfg.service, &event_id).await? {
-                        store::rollback(&mut self.db).await?;
-                        ack(def, d).await?;
-                        return settled(&self.cfg, meta, attempt, Status::DuplicateSkipped);
-                    }
-                }
-                Step::InboxInsertIgnoring => {
-                    begin(&mut open, &mut self.db).await?;
-                    store::insert_inbox(&mut self.db, &self.cfg.service, &event_id).await?;
-                }
-                Step::InboxOwnTx => {
-                    if !store::insert_inbox_autocommit(&mut self.db, &self.cfg.service, &event_id)
-                        .await?
-                    {
-                        ack(def, d).await?;
-                        return settled(&self.cfg, meta, attempt, Status::DuplicateSkipped);
-                    }
-                }
-                Step::InboxInsert => {
-                    begin(&mut open, &mut self.db).await?;
-                    let content = store::content(&d.data);
-                    match store::insert_inbox_checked(
-                        &mut self.db,
-                        &self.cfg.service,
-                        &event_id,
-                        &content,
-                    )
-                    .await?
-                    {
-                        InboxRow::New => {}
-                        InboxRow::Duplicate => {
-                            store::rollback(&mut self.db).await?;
-                            ack(def, d).await?;
-                            return settled(&self.cfg, meta, attempt, Status::DuplicateSkipped);
-                        }
-                        InboxRow::Conflict => {
-                            let error = "another business content under an eventId already applied";
-                            return self
-                                .failed(d, meta, attempt, &event_id, FailureClass::Conflict, error)
-                                .await;
-                        }
-                    }
-                }
-                Step::InboxInsertBlind | Step::InboxInsertByEvent => {
-                    begin(&mut open, &mut self.db).await?;
-                    // Keyed by the eventId alone: one row for every service.
-                    let key = match step {
-                        Step::InboxInsertByEvent => store::ANY_SERVICE,
-                        _ => self.cfg.service.as_str(),
-                    };
-                    if !store::insert_inbox(&mut self.db, key, &event_id).await? {
-                        store::rollback(&mut self.db).await?;
-                        ack(def, d).await?;
-                        return settled(&self.cfg, meta, attempt, Status::DuplicateSkipped);
-                    }
-                }
                 Step::Write => {
                     begin(&mut open, &mut self.db).await?;
                     let write = self.write(d, meta, attempt).await;
@@ -323,6 +259,14 @@ impl Consumer {
                     );
                 }
                 Step::Ack => ack(def, d).await?,
+                dedup => {
+                    let seen = self
+                        .dedup(dedup, d, meta, attempt, &event_id, &mut open)
+                        .await?;
+                    if let Some(outcome) = seen {
+                        return Ok(outcome);
+                    }
+                }
             }
             if let Some(w) = def.window_after(i) {
                 let barrier = self
@@ -332,6 +276,91 @@ impl Consumer {
             }
         }
         Ok(Outcome::Settled)
+    }
+
+    /// A deduplication step (the inbox row, or a shortcut that replaces
+    /// it): Some(outcome) when the message is settled here (a duplicate
+    /// skipped, a conflict isolated), None when the pattern goes on.
+    async fn dedup(
+        &mut self,
+        step: &Step,
+        d: &Delivery,
+        meta: &MessageMeta,
+        attempt: u32,
+        event_id: &str,
+        open: &mut bool,
+    ) -> Result<Option<Outcome>> {
+        let def = self.def();
+        match step {
+            Step::SkipRedelivered => {
+                if d.redelivered {
+                    ack(def, d).await?;
+                    return settled(&self.cfg, meta, attempt, Status::DuplicateSkipped).map(Some);
+                }
+            }
+            Step::InboxSelect => {
+                begin(open, &mut self.db).await?;
+                if store::inbox_has(&mut self.db, &self.cfg.service, event_id).await? {
+                    store::rollback(&mut self.db).await?;
+                    ack(def, d).await?;
+                    return settled(&self.cfg, meta, attempt, Status::DuplicateSkipped).map(Some);
+                }
+            }
+            Step::InboxInsertIgnoring => {
+                begin(open, &mut self.db).await?;
+                store::insert_inbox(&mut self.db, &self.cfg.service, event_id).await?;
+            }
+            Step::InboxOwnTx => {
+                if !store::insert_inbox_autocommit(&mut self.db, &self.cfg.service, event_id)
+                    .await?
+                {
+                    ack(def, d).await?;
+                    return settled(&self.cfg, meta, attempt, Status::DuplicateSkipped).map(Some);
+                }
+            }
+            Step::InboxInsert => {
+                begin(open, &mut self.db).await?;
+                let content = store::content(&d.data);
+                match store::insert_inbox_checked(
+                    &mut self.db,
+                    &self.cfg.service,
+                    event_id,
+                    &content,
+                )
+                .await?
+                {
+                    InboxRow::New => {}
+                    InboxRow::Duplicate => {
+                        store::rollback(&mut self.db).await?;
+                        ack(def, d).await?;
+                        return settled(&self.cfg, meta, attempt, Status::DuplicateSkipped)
+                            .map(Some);
+                    }
+                    InboxRow::Conflict => {
+                        let error = "another business content under an eventId already applied";
+                        return self
+                            .failed(d, meta, attempt, event_id, FailureClass::Conflict, error)
+                            .await
+                            .map(Some);
+                    }
+                }
+            }
+            Step::InboxInsertBlind | Step::InboxInsertByEvent => {
+                begin(open, &mut self.db).await?;
+                // Keyed by the eventId alone: one row for every service.
+                let key = match step {
+                    Step::InboxInsertByEvent => store::ANY_SERVICE,
+                    _ => self.cfg.service.as_str(),
+                };
+                if !store::insert_inbox(&mut self.db, key, event_id).await? {
+                    store::rollback(&mut self.db).await?;
+                    ack(def, d).await?;
+                    return settled(&self.cfg, meta, attempt, Status::DuplicateSkipped).map(Some);
+                }
+            }
+            Step::Receive | Step::Write | Step::Commit | Step::Ack => {}
+        }
+        Ok(None)
     }
 
     /// The business write of the order in `d`, or why it failed: the lab's
