@@ -26,6 +26,11 @@ pub struct Observed {
     /// Queues read without consuming (for `dlqHeader`): each message's headers.
     #[serde(default)]
     pub dlq: BTreeMap<String, Vec<BTreeMap<String, String>>>,
+    /// The TTL of each retry tier of the lab, in order: the wait attempt k
+    /// owes (tier k, the last one after that), read from the lab, not from
+    /// the tier the consumer chose.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retry_tiers: Vec<u64>,
 }
 
 /// Message id → eventId for the messages a lab publishes. A resend carries
@@ -238,8 +243,16 @@ pub fn evaluate(c: &CounterRef, entries: &[Entry], obs: &Observed) -> Result<Str
         Counter::Rejections => consumer(Status::BusinessRejected).count().to_string(),
         Counter::RejectionRows => obs.ground.rejected.len().to_string(),
         Counter::RetryDelaysHonoured => {
-            // Each redelivery of the message that waited at least the TTL of
-            // the tier its previous attempt was scheduled into.
+            // Each redelivery of the message that waited at least the TTL
+            // its previous attempt owed: the lab's tier for that attempt
+            // (a run stored without the tiers: the tier the line names).
+            let owed = |e: &Entry| -> Option<u128> {
+                let k: usize = e.get("attempt")?.parse().ok()?;
+                let last = obs.retry_tiers.len().checked_sub(1)?;
+                obs.retry_tiers
+                    .get(k.saturating_sub(1).min(last))
+                    .map(|t| u128::from(*t))
+            };
             let mut ttl: Option<u128> = None;
             let mut honoured = 0;
             for e in entries
@@ -247,7 +260,7 @@ pub fn evaluate(c: &CounterRef, entries: &[Entry], obs: &Observed) -> Result<Str
                 .filter(|e| e.role == Role::Consumer.name() && e.get("messageId") == q)
             {
                 if e.is(Role::Consumer, Status::RetryScheduled) {
-                    ttl = e.get("ttlMs").and_then(|t| t.parse().ok());
+                    ttl = owed(e).or_else(|| e.get("ttlMs").and_then(|t| t.parse().ok()));
                 } else if e.is(Role::Consumer, Status::Received) {
                     let delay = e.get("delayMs").and_then(|d| d.parse::<u128>().ok());
                     if let (Some(t), Some(d)) = (ttl.take(), delay) {
@@ -565,6 +578,32 @@ mod tests {
             assert_line("crashExitCode", "137", &Err("no crash was observed".into()));
         assert!(!pass);
         assert!(line.contains("FAIL"));
+    }
+
+    /// A wait is owed by the lab's tier for its attempt, not by the tier
+    /// the consumer chose: a consumer that always uses the first tier
+    /// honours the first wait only.
+    #[test]
+    fn retry_delays_are_owed_by_the_labs_tier_for_the_attempt() {
+        let lines = entries(&[
+            "[consumer] messageId=mid-2 attempt=1 tier=t1 ttlMs=200 status=retry_scheduled",
+            "[consumer] messageId=mid-2 attempt=2 delayMs=210 status=received",
+            "[consumer] messageId=mid-2 attempt=2 tier=t1 ttlMs=200 status=retry_scheduled",
+            "[consumer] messageId=mid-2 attempt=3 delayMs=205 status=received",
+            "[consumer] messageId=mid-2 attempt=3 tier=t1 ttlMs=200 status=retry_scheduled",
+            "[consumer] messageId=mid-2 attempt=4 delayMs=820 status=received",
+        ]);
+        let c: CounterRef = "retryDelaysHonoured:mid-2".parse().unwrap();
+        let mut obs = Observed::default();
+        assert_eq!(
+            evaluate(&c, &lines, &obs).unwrap(),
+            "3",
+            "no tiers stored: the line's"
+        );
+        obs.retry_tiers = vec![200, 400, 800];
+        assert_eq!(evaluate(&c, &lines, &obs).unwrap(), "2");
+        obs.retry_tiers = vec![200, 400, 900];
+        assert_eq!(evaluate(&c, &lines, &obs).unwrap(), "1");
     }
 
     /// Jepsen-style: literal histories for each verdict.

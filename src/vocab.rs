@@ -518,6 +518,7 @@ names! {
         AttemptsFromHeader = "attempts-from-header": "retry-dlq's reject loop, but counts attempts from a retry-attempt header only a republish sets: the broker's dead-lettering never sets it, so the count stays 1 and the poison message never reaches the DLQ",
         DlqAckFirst = "dlq-ack-first": "retry-dlq's DLQ move in the wrong order: acks the original, then publishes the copy; a crash between the two loses the message",
         InboxByEvent = "inbox-by-event": "inbox, but the inbox is keyed by eventId alone, not (service, eventId): a second subscribing service skips what the first applied",
+        NoBackoff = "no-backoff": "classified, but republishes every retry to the first tier: each waits the shortest delay, with no back-off",
     }
 }
 
@@ -547,6 +548,9 @@ pub enum OnFailure {
         dlq: DlqOrder,
         /// `false`: every failure is taken as transient (retried, then dead-lettered).
         by_class: bool,
+        /// `true`: attempt k is republished to tier k (the last tier
+        /// after that); `false`: always to the first tier.
+        backoff: bool,
     },
 }
 
@@ -669,6 +673,7 @@ pub const PATTERNS: &[PatternDef] = &[
             attempts: AttemptsFrom::Header,
             dlq: DlqOrder::ConfirmThenAck,
             by_class: true,
+            backoff: true,
         },
     },
     PatternDef {
@@ -680,6 +685,7 @@ pub const PATTERNS: &[PatternDef] = &[
             attempts: AttemptsFrom::XDeath,
             dlq: DlqOrder::ConfirmThenAck,
             by_class: true,
+            backoff: true,
         },
     },
     PatternDef {
@@ -691,6 +697,7 @@ pub const PATTERNS: &[PatternDef] = &[
             attempts: AttemptsFrom::Header,
             dlq: DlqOrder::AckThenPublish,
             by_class: true,
+            backoff: true,
         },
     },
     PatternDef {
@@ -716,6 +723,19 @@ pub const PATTERNS: &[PatternDef] = &[
             attempts: AttemptsFrom::Header,
             dlq: DlqOrder::ConfirmThenAck,
             by_class: false,
+            backoff: true,
+        },
+    },
+    PatternDef {
+        pattern: Pattern::NoBackoff,
+        safe: false,
+        steps: SAFE_PATH,
+        auto_ack: false,
+        on_failure: OnFailure::Classified {
+            attempts: AttemptsFrom::Header,
+            dlq: DlqOrder::ConfirmThenAck,
+            by_class: true,
+            backoff: false,
         },
     },
     PatternDef {
@@ -902,7 +922,7 @@ names! {
         Retries = "retries": "transient failures republished to a retry tier",
         Rejections = "rejections": "business rejections the consumer recorded and acked",
         RejectionRows = "rejectionRows": "business rejection rows in PostgreSQL",
-        RetryDelaysHonoured = "retryDelaysHonoured": "redeliveries of a message that waited at least their tier's TTL (measured, not printed)",
+        RetryDelaysHonoured = "retryDelaysHonoured": "redeliveries of a message that waited at least the TTL its attempt owes: the lab's tier k for attempt k, the last after that (measured, not printed)",
         DlqHeader = "dlqHeader": "`dlqHeader:<queue>/<header>`: that diagnostic header of each message in the queue, read without consuming",
         Returned = "returned": "publishes the broker returned as unroutable (mandatory)",
         Published = "published": "publishes the producer made, first sends and resends",

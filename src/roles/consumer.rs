@@ -507,7 +507,17 @@ impl Consumer {
             .clone()
             .context("a classified consumer without a retry policy")?;
         if class == FailureClass::Transient && attempt < retry.max_attempts {
-            let tier = &retry.tiers[(attempt as usize - 1).min(retry.tiers.len() - 1)];
+            // Attempt k waits in tier k (the last one after that); without
+            // back-off, always in the first.
+            let backoff = matches!(
+                self.def().on_failure,
+                OnFailure::Classified { backoff: true, .. }
+            );
+            let k = match backoff {
+                true => (attempt as usize - 1).min(retry.tiers.len() - 1),
+                false => 0,
+            };
+            let tier = &retry.tiers[k];
             let mut properties = diagnostics(&self.cfg, d, meta, attempt, class, error);
             let mut headers = properties.headers().clone().unwrap_or_default();
             set_header(

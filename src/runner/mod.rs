@@ -534,6 +534,17 @@ impl Ctx<'_> {
                 })
                 .collect(),
         );
+        // The waits a retried message owes, as the lab declares its tiers.
+        self.observed.retry_tiers = self
+            .lab
+            .steps
+            .iter()
+            .find_map(|s| match &s.action {
+                Action::Consume(c) => c.retry.as_ref().filter(|r| !r.tiers.is_empty()),
+                _ => None,
+            })
+            .map(|r| r.tiers.iter().map(|(_, ttl)| *ttl).collect())
+            .unwrap_or_default();
         Ok(())
     }
 
