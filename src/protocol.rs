@@ -185,6 +185,11 @@ pub struct ConsumerConfig {
     /// deliveries (its own `settle` is the step's, never reached alone).
     #[serde(default)]
     pub until_stopped: bool,
+    /// A drain: `settle` counts the queue's entries, each ending once, not
+    /// message ids: the queue may hold two copies of one message (a retried
+    /// copy beside the original an unclean broker restart brought back).
+    #[serde(default)]
+    pub settle_copies: bool,
 }
 
 #[cfg(test)]

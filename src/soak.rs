@@ -208,6 +208,7 @@ impl Soak<'_> {
             reconnect: false,
             transient_failures: Default::default(),
             until_stopped: false,
+            settle_copies: false,
         }
     }
 

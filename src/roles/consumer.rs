@@ -48,6 +48,8 @@ struct Consumer {
 #[derive(Default)]
 struct Progress {
     settled: BTreeSet<String>,
+    /// Final outcomes, one per delivery that reached one (`settle_copies`).
+    copies: usize,
     received: usize,
     /// SIGTERM, when it is one of several instances (`until_stopped`): the
     /// harness counts what they settled together.
@@ -57,9 +59,12 @@ struct Progress {
 
 impl Progress {
     fn more(&self, cfg: &ConsumerConfig) -> bool {
-        !self.stopped
-            && self.settled.len() < cfg.settle
-            && cfg.max_deliveries.is_none_or(|m| self.received < m)
+        let done = if cfg.settle_copies {
+            self.copies
+        } else {
+            self.settled.len()
+        };
+        !self.stopped && done < cfg.settle && cfg.max_deliveries.is_none_or(|m| self.received < m)
     }
 }
 
@@ -205,6 +210,7 @@ impl Consumer {
             );
             if let Outcome::Settled = self.handle(&d, &meta, attempt).await? {
                 progress.settled.insert(meta.message_id);
+                progress.copies += 1;
             }
         }
         Ok(())

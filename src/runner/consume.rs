@@ -9,7 +9,7 @@ impl Ctx<'_> {
         let deadline = d.at;
         let settle = match c.settle {
             Settle::Count(n) => n,
-            // What the queue holds now, each message once.
+            // What the queue holds now, each entry once (`settle_copies`).
             Settle::Drain => {
                 crate::amqp::queue_state(&self.conns().channel, &c.queue)
                     .await?
@@ -20,6 +20,7 @@ impl Ctx<'_> {
             return self.consume_program(c, command, settle, fault, d).await;
         }
         let mut cfg = self.consumer_config(c, settle, None);
+        cfg.settle_copies = c.settle == Settle::Drain;
         match fault.map(|f| (f, f.target, f.action)) {
             Some((f, Target::Consumer, FaultAction::Rendezvous)) => {
                 return self.consume_crowd(c, f, settle, d).await;
@@ -42,6 +43,7 @@ impl Ctx<'_> {
                     cfg.settle = crate::amqp::queue_state(&self.conns().channel, &c.queue)
                         .await?
                         .0 as usize;
+                    cfg.settle_copies = true;
                 }
             }
             Some((f, Target::Network, FaultAction::Cut)) => {

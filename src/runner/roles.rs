@@ -259,6 +259,7 @@ impl Ctx<'_> {
             reconnect: false,
             transient_failures: c.transient_failures.clone(),
             until_stopped: false,
+            settle_copies: false,
         }
     }
 
