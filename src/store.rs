@@ -141,13 +141,16 @@ pub async fn insert_inbox(conn: &mut PgConnection, consumer: &str, event_id: &st
 }
 
 /// What the inbox says of a copy it is shown.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum InboxRow {
     New,
     /// The same business content again.
     Duplicate,
     /// Another business content under a known eventId.
     Conflict,
+    /// The database refused the statement after a caught unique violation
+    /// (its SQLSTATE): the transaction was aborted, nothing could be read.
+    Aborted(String),
 }
 
 /// The event's content, canonical: its JSON with the keys in order (a
@@ -194,6 +197,63 @@ pub async fn insert_inbox_checked(
     Ok(match same {
         Some(true) => InboxRow::Duplicate,
         _ => InboxRow::Conflict,
+    })
+}
+
+/// The inbox row inserted without ON CONFLICT: a copy of a known event
+/// raises unique_violation (23505), caught here, and the stored digest is
+/// then read as [`insert_inbox_checked`] reads it. `savepoint`: the INSERT
+/// runs under a savepoint the catch rolls back to. Without one PostgreSQL
+/// has aborted the whole transaction at the violation and answers the
+/// SELECT with 25P02 (article 000: do not go on in the original
+/// transaction after catching the exception).
+pub async fn insert_inbox_catching(
+    conn: &mut PgConnection,
+    consumer: &str,
+    event_id: &str,
+    content: &[u8],
+    savepoint: bool,
+) -> Result<InboxRow> {
+    if savepoint {
+        sqlx::query("SAVEPOINT inbox_row")
+            .execute(&mut *conn)
+            .await?;
+    }
+    let inserted = sqlx::query(
+        "INSERT INTO inbox_messages (consumer_name, event_id, processed_at, digest) \
+         VALUES ($1, $2, now(), md5($3::bytea))",
+    )
+    .bind(consumer)
+    .bind(event_id)
+    .bind(content)
+    .execute(&mut *conn)
+    .await;
+    match inserted {
+        Ok(_) => return Ok(InboxRow::New),
+        Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {}
+        Err(e) => return Err(e.into()),
+    }
+    if savepoint {
+        sqlx::query("ROLLBACK TO SAVEPOINT inbox_row")
+            .execute(&mut *conn)
+            .await?;
+    }
+    let same: std::result::Result<(Option<bool>,), _> = sqlx::query_as(
+        "SELECT digest = md5($3::bytea) FROM inbox_messages WHERE consumer_name = $1 AND event_id = $2",
+    )
+    .bind(consumer)
+    .bind(event_id)
+    .bind(content)
+    .fetch_one(&mut *conn)
+    .await;
+    Ok(match same {
+        Ok((Some(true),)) => InboxRow::Duplicate,
+        Ok(_) => InboxRow::Conflict,
+        Err(sqlx::Error::Database(e)) => InboxRow::Aborted(format!(
+            "SQLSTATE {} on the SELECT after the caught unique violation",
+            e.code().unwrap_or_default()
+        )),
+        Err(e) => return Err(e.into()),
     })
 }
 

@@ -486,6 +486,8 @@ names! {
         InboxInsert = "inbox-insert": "BEGIN; INSERT the inbox row with the digest of the business content ON CONFLICT DO NOTHING (no row: a duplicate if the stored digest is the same, else a conflict)",
         InboxInsertBlind = "inbox-insert-blind": "as inbox-insert, without the digest of the business content: a changed payload under a known eventId is skipped as a duplicate",
         InboxInsertByEvent = "inbox-insert-by-event": "as inbox-insert, the row keyed by the eventId alone (not by service): another service's row reads as a duplicate",
+        InboxInsertSavepoint = "inbox-insert-savepoint": "BEGIN; SAVEPOINT; INSERT the inbox row with the digest, no ON CONFLICT; a unique violation is caught, rolled back to the savepoint, and the stored digest read (a duplicate or a conflict)",
+        InboxInsertCatching = "inbox-insert-catching": "as inbox-insert-savepoint without the savepoint: after the caught unique violation PostgreSQL has aborted the transaction, and the digest SELECT fails (25P02)",
         InboxOwnTx = "inbox-own-tx": "INSERT the inbox row and COMMIT it in a transaction of its own",
         SkipRedelivered = "skip-redelivered": "a delivery flagged redelivered is acked as a duplicate, unprocessed",
         InboxSelect = "inbox-select": "BEGIN; SELECT the inbox row (found: a duplicate, rolled back and acked)",
@@ -519,6 +521,8 @@ names! {
         DlqAckFirst = "dlq-ack-first": "retry-dlq's DLQ move in the wrong order: acks the original, then publishes the copy; a crash between the two loses the message",
         InboxByEvent = "inbox-by-event": "inbox, but the inbox is keyed by eventId alone, not (service, eventId): a second subscribing service skips what the first applied",
         NoBackoff = "no-backoff": "classified, but republishes every retry to the first tier: each waits the shortest delay, with no back-off",
+        InboxSavepoint = "inbox-savepoint": "inbox, but the row is inserted without ON CONFLICT under a savepoint: a caught unique violation rolls back to it, and the transaction goes on",
+        CatchUniqueViolation = "catch-unique-violation": "inbox-savepoint without the savepoint: it catches the unique violation and goes on in the aborted transaction, so a duplicate fails (25P02) into the retry loop and the DLQ",
     }
 }
 
@@ -777,6 +781,20 @@ pub const PATTERNS: &[PatternDef] = &[
         on_failure: SEED_FAILURE,
     },
     PatternDef {
+        pattern: Pattern::InboxSavepoint,
+        safe: true,
+        steps: &[Receive, InboxInsertSavepoint, Write, Commit, Ack],
+        auto_ack: false,
+        on_failure: SEED_FAILURE,
+    },
+    PatternDef {
+        pattern: Pattern::CatchUniqueViolation,
+        safe: false,
+        steps: &[Receive, InboxInsertCatching, Write, Commit, Ack],
+        auto_ack: false,
+        on_failure: SEED_FAILURE,
+    },
+    PatternDef {
         pattern: Pattern::DedupByRedelivered,
         safe: false,
         steps: &[Receive, SkipRedelivered, Write, Commit, Ack],
@@ -805,8 +823,8 @@ impl PatternDef {
         match self.steps[i] {
             Receive => Some(Window::AfterReceive),
             InboxOwnTx => Some(Window::AfterInboxCommit),
-            InboxInsert | InboxInsertBlind | InboxInsertByEvent | SkipRedelivered | InboxSelect
-            | InboxInsertIgnoring => None,
+            InboxInsert | InboxInsertBlind | InboxInsertByEvent | InboxInsertSavepoint
+            | InboxInsertCatching | SkipRedelivered | InboxSelect | InboxInsertIgnoring => None,
             Write | Commit | Ack => Some(match (committed, acked) {
                 (false, false) => Window::BeforeCommit,
                 (false, true) => Window::AfterAckBeforeCommit,

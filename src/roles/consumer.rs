@@ -324,17 +324,21 @@ impl Consumer {
                     return settled(&self.cfg, meta, attempt, Status::DuplicateSkipped).map(Some);
                 }
             }
-            Step::InboxInsert => {
+            Step::InboxInsert | Step::InboxInsertSavepoint | Step::InboxInsertCatching => {
                 begin(open, &mut self.db).await?;
                 let content = store::content(&d.data);
-                match store::insert_inbox_checked(
-                    &mut self.db,
-                    &self.cfg.service,
-                    event_id,
-                    &content,
-                )
-                .await?
-                {
+                let (db, service) = (&mut self.db, self.cfg.service.as_str());
+                let row = match step {
+                    Step::InboxInsert => {
+                        store::insert_inbox_checked(db, service, event_id, &content).await?
+                    }
+                    _ => {
+                        let savepoint = *step == Step::InboxInsertSavepoint;
+                        store::insert_inbox_catching(db, service, event_id, &content, savepoint)
+                            .await?
+                    }
+                };
+                match row {
                     InboxRow::New => {}
                     InboxRow::Duplicate => {
                         store::rollback(&mut self.db).await?;
@@ -346,6 +350,13 @@ impl Consumer {
                         let error = "another business content under an eventId already applied";
                         return self
                             .failed(d, meta, attempt, event_id, FailureClass::Conflict, error)
+                            .await
+                            .map(Some);
+                    }
+                    // The consumer's error path, as for any failed statement.
+                    InboxRow::Aborted(error) => {
+                        return self
+                            .failed(d, meta, attempt, event_id, FailureClass::Transient, &error)
                             .await
                             .map(Some);
                     }
