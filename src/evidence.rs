@@ -634,6 +634,14 @@ pub fn mermaid(lines: &[String]) -> String {
                     _ => {}
                 }
             }
+            Role::Job => {
+                has_db = true;
+                body.push(format!(
+                    "    Note over DB: inbox purge: rows older than {} ms deleted ({})",
+                    e.get("retentionMs").unwrap_or("?"),
+                    e.get("purged").unwrap_or("?")
+                ));
+            }
             Role::Inspect | Role::Assert | Role::Check => {}
         }
     }

@@ -186,7 +186,8 @@ pub fn points(lab: &Lab) -> Vec<Point> {
             | Action::Broker(_)
             | Action::Node { .. }
             | Action::Declare(_)
-            | Action::Await { .. } => {}
+            | Action::Await { .. }
+            | Action::PurgeInbox { .. } => {}
         }
     }
     out.extend(between_points(&base, own));

@@ -257,6 +257,18 @@ pub async fn insert_inbox_catching(
     })
 }
 
+/// The inbox purge: deletes every row processed longer ago than
+/// `retention_ms`; how many it deleted.
+pub async fn purge_inbox(conn: &mut PgConnection, retention_ms: u64) -> Result<u64> {
+    let r = sqlx::query(
+        "DELETE FROM inbox_messages WHERE processed_at < now() - make_interval(secs => $1::float8 / 1000)",
+    )
+    .bind(retention_ms as f64)
+    .execute(&mut *conn)
+    .await?;
+    Ok(r.rows_affected())
+}
+
 /// Whether the inbox holds (consumer, event): a check that two concurrent
 /// copies of one event both pass (the `check-then-insert` pattern).
 pub async fn inbox_has(conn: &mut PgConnection, consumer: &str, event_id: &str) -> Result<bool> {

@@ -125,6 +125,7 @@ names! {
         Check = "check": "a total-queue check every lab ends with",
         Fault = "fault": "a fault the harness injected (broker, network) and its end",
         Observe = "observe": "what the harness saw a black-box program do (through its proxies)",
+        Job = "job": "a job of the service's the harness runs between steps (the inbox purge)",
     }
 }
 
@@ -160,6 +161,7 @@ names! {
         Healed = "healed": "fault: what the fault broke is back (the broker is ready, the network passes again)",
         Done = "done": "a role's closing line, with its totals",
         Snapshot = "snapshot": "inspect: the fields read from PostgreSQL",
+        InboxPurged = "inbox_purged": "job: the inbox rows older than the retention deleted, with how many",
     }
 }
 

@@ -58,7 +58,7 @@ pub enum ErrorKind {
     #[error("a quorum queue is always durable")]
     QuorumNotDurable,
     #[error(
-        "a step has exactly one of `publish`, `consume`, `inspect`, `declare`, `await` (or only a broker `fault`)"
+        "a step has exactly one of `publish`, `consume`, `inspect`, `declare`, `await`, `purge_inbox` (or only a broker `fault`)"
     )]
     StepActions,
     #[error("an inspect step reads state; a fault belongs on a publish or consume step")]
@@ -498,6 +498,27 @@ impl<'a> Checker<'a> {
         let mut steps = Vec::new();
         for (i, s) in raw.steps.iter().enumerate() {
             let key = format!("step[{i}]");
+            if let Some(p) = &s.purge_inbox {
+                if s.publish.is_some()
+                    || s.consume.is_some()
+                    || s.inspect.is_some()
+                    || s.declare.is_some()
+                    || s.await_depth.is_some()
+                    || s.fault.is_some()
+                {
+                    self.err(key, None, ErrorKind::StepActions);
+                    continue;
+                }
+                let asserts = self.asserts(&format!("{key}.assert"), &s.assert, raw);
+                steps.push(Step {
+                    action: Action::PurgeInbox {
+                        retention_ms: p.retention_ms,
+                    },
+                    fault: None,
+                    asserts,
+                });
+                continue;
+            }
             if let Some(names) = &s.declare {
                 if s.publish.is_some()
                     || s.consume.is_some()
@@ -1364,6 +1385,9 @@ fn apply_variant(mut raw: RawLab, v: &RawVariant) -> RawLab {
         }
         if let Some(p) = &mut step.publish {
             vary_publish(p, v);
+        }
+        if let (Some(p), Some(r)) = (&mut step.purge_inbox, v.retention_ms) {
+            p.retention_ms = r;
         }
         if let Some(f) = &mut step.fault {
             let (span, mut inner) = (f.span(), f.get_ref().clone());

@@ -126,6 +126,12 @@ pub enum Action {
         depth: u32,
         within_secs: u64,
     },
+    /// The consuming service's inbox purge: deletes the rows processed
+    /// longer ago than the retention (article 002: the retention must cover
+    /// the time in which an event can be replayed).
+    PurgeInbox {
+        retention_ms: u64,
+    },
 }
 
 impl Action {
@@ -139,6 +145,7 @@ impl Action {
             Action::Node { node, action } => format!("node{node}({action})"),
             Action::Declare(names) => format!("declare({})", names.join(", ")),
             Action::Await { queue, .. } => format!("await({queue})"),
+            Action::PurgeInbox { .. } => "purge-inbox".into(),
         }
     }
 }

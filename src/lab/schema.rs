@@ -99,9 +99,18 @@ pub struct RawStep {
     /// Waits until a queue holds `depth` ready messages, or `within_secs` passed.
     #[serde(rename = "await")]
     pub await_depth: Option<RawAwait>,
+    /// The service's inbox purge: deletes the rows older than a retention.
+    pub purge_inbox: Option<RawPurgeInbox>,
     pub fault: Option<Spanned<RawFault>>,
     #[serde(default)]
     pub assert: Vec<Spanned<String>>,
+}
+
+#[derive(Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct RawPurgeInbox {
+    /// Inbox rows processed longer ago than this are deleted.
+    pub retention_ms: u64,
 }
 
 #[derive(Deserialize, Clone, Debug)]
@@ -326,6 +335,8 @@ pub struct RawVariant {
     pub bind: BTreeMap<String, Vec<RawBinding>>,
     /// Replaces the program of every consume step that runs one.
     pub command: Option<Spanned<String>>,
+    /// Overrides every inbox purge's retention.
+    pub retention_ms: Option<u64>,
     #[serde(default)]
     pub violations: BTreeMap<String, Spanned<Expected>>,
 }

@@ -99,6 +99,18 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// The service's inbox purge, run by the harness as the service's
+    /// scheduled job would run it.
+    pub(super) async fn purge_inbox(&mut self, retention_ms: u64) -> Result<()> {
+        let purged = store::purge_inbox(&mut self.conns().db, retention_ms).await?;
+        let line = Record::new(&self.lab.name)
+            .with("retentionMs", retention_ms)
+            .with("purged", purged)
+            .status(Status::InboxPurged);
+        self.emit(Role::Job, &line);
+        Ok(())
+    }
+
     /// Re-reads the broker and PostgreSQL, then evaluates: every value comes
     /// from an observation taken now.
     pub(super) async fn assert(&mut self, asserts: &[Assertion]) -> Result<()> {
