@@ -760,6 +760,12 @@ fn steps(lab: &crate::lab::Lab) -> String {
             Action::Publish(p) if lab.is_cluster() => {
                 line.push_str(&format!(", on node {}", p.node));
             }
+            Action::PurgeInbox {
+                service,
+                retention_ms,
+            } => line.push_str(&format!(
+                ", `{service}`'s rows older than {retention_ms} ms"
+            )),
             _ => {}
         }
         if let Some(f) = &step.fault {

@@ -249,20 +249,26 @@ pub async fn insert_inbox_catching(
     Ok(match same {
         Ok((Some(true),)) => InboxRow::Duplicate,
         Ok(_) => InboxRow::Conflict,
-        Err(sqlx::Error::Database(e)) => InboxRow::Aborted(format!(
-            "SQLSTATE {} on the SELECT after the caught unique violation",
-            e.code().unwrap_or_default()
-        )),
+        // in_failed_sql_transaction; any other error is no finding.
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("25P02") => InboxRow::Aborted(
+            "SQLSTATE 25P02 on the SELECT after the caught unique violation".to_string(),
+        ),
         Err(e) => return Err(e.into()),
     })
 }
 
-/// The inbox purge: deletes every row processed longer ago than
+/// A service's inbox purge: deletes its rows processed longer ago than
 /// `retention_ms`; how many it deleted.
-pub async fn purge_inbox(conn: &mut PgConnection, retention_ms: u64) -> Result<u64> {
+pub async fn purge_inbox(
+    conn: &mut PgConnection,
+    consumer: &str,
+    retention_ms: u64,
+) -> Result<u64> {
     let r = sqlx::query(
-        "DELETE FROM inbox_messages WHERE processed_at < now() - make_interval(secs => $1::float8 / 1000)",
+        "DELETE FROM inbox_messages WHERE consumer_name = $1 \
+         AND processed_at < now() - make_interval(secs => $2::float8 / 1000)",
     )
+    .bind(consumer)
     .bind(retention_ms as f64)
     .execute(&mut *conn)
     .await?;

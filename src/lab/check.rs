@@ -41,6 +41,8 @@ pub enum ErrorKind {
     UnknownExchange(String),
     #[error("no queue `{0}` is declared")]
     UnknownQueue(String),
+    #[error("queue `{queue}` sets no argument `{argument}` to remove")]
+    NotAnArgument { queue: String, argument: String },
     #[error("queue `{0}` is declared twice")]
     DuplicateQueue(String),
     #[error("only a `mandatory` publish is ever returned: nothing would be parked")]
@@ -263,6 +265,8 @@ impl<'a> Checker<'a> {
     }
 
     pub fn lab(mut self, raw: RawLab, variant: Option<&str>) -> Result<Lab, Vec<LabError>> {
+        // The queues as written, before a variant's overrides.
+        let written = raw.queues.clone();
         let (raw, variant_def) = match variant {
             None => (raw, None),
             Some(v) => match raw.variant.get(v).cloned() {
@@ -307,13 +311,31 @@ impl<'a> Checker<'a> {
                     .arguments
                     .keys()
                     .map(|q| ("arguments", q))
-                    .chain(def.bind.keys().map(|q| ("bind", q)));
+                    .chain(def.bind.keys().map(|q| ("bind", q)))
+                    .chain(def.unset.keys().map(|q| ("unset", q)));
                 for (key, q) in named {
                     if !raw.queues.iter().any(|r| r.name.get_ref() == q) {
                         self.err(
                             format!("variant.{name}.{key}.{q}"),
                             None,
                             ErrorKind::UnknownQueue(q.clone()),
+                        );
+                    }
+                }
+                // In the lab as written: an argument it does not set cannot
+                // be shown necessary by removing it.
+                for (q, args) in &def.unset {
+                    let Some(declared) = written.iter().find(|r| r.name.get_ref() == q) else {
+                        continue;
+                    };
+                    for a in args.iter().filter(|a| !declared.arguments.contains_key(*a)) {
+                        self.err(
+                            format!("variant.{name}.unset.{q}"),
+                            None,
+                            ErrorKind::NotAnArgument {
+                                queue: q.clone(),
+                                argument: a.clone(),
+                            },
                         );
                     }
                 }
@@ -512,6 +534,7 @@ impl<'a> Checker<'a> {
                 let asserts = self.asserts(&format!("{key}.assert"), &s.assert, raw);
                 steps.push(Step {
                     action: Action::PurgeInbox {
+                        service: p.service.clone(),
                         retention_ms: p.retention_ms,
                     },
                     fault: None,
@@ -1464,6 +1487,9 @@ fn vary_queues(queues: &mut [RawQueue], v: &RawVariant) {
         if let Some(bind) = v.bind.get(q.name.get_ref()) {
             q.bind = bind.clone();
         }
+        for a in v.unset.get(q.name.get_ref()).into_iter().flatten() {
+            q.arguments.remove(a);
+        }
     }
     if v.classic == Some(true) {
         for q in queues.iter_mut() {
@@ -1779,6 +1805,24 @@ violations = { rows = 3 }
                 "pattern = \"no-inbox\"\nbind = { \"nope\" = [{ exchange = \"x\", key = \"k\" }] }",
                 Some("v"),
                 "variant.v.bind.nope: no queue `nope` is declared",
+            ),
+            (
+                "pattern = \"no-inbox\"",
+                "pattern = \"no-inbox\"\nunset = { \"q\" = [\"x-max-length\"] }",
+                Some("v"),
+                "variant.v.unset.q: queue `q` sets no argument `x-max-length` to remove",
+            ),
+            (
+                "pattern = \"no-inbox\"",
+                "pattern = \"no-inbox\"\nunset = { \"nope\" = [\"x-max-length\"] }",
+                Some("v"),
+                "variant.v.unset.nope: no queue `nope` is declared",
+            ),
+            (
+                "[[step]]\nconsume",
+                "[[step]]\npurge_inbox = { retention_ms = 0 }\nconsume",
+                None,
+                "step[1]: a step has exactly one of `publish`, `consume`, `inspect`, `declare`, `await`, `purge_inbox` (or only a broker `fault`)",
             ),
             (
                 r#"claim = "c""#,

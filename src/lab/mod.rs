@@ -130,6 +130,7 @@ pub enum Action {
     /// longer ago than the retention (article 002: the retention must cover
     /// the time in which an event can be replayed).
     PurgeInbox {
+        service: String,
         retention_ms: u64,
     },
 }

@@ -111,6 +111,9 @@ pub struct RawStep {
 pub struct RawPurgeInbox {
     /// Inbox rows processed longer ago than this are deleted.
     pub retention_ms: u64,
+    /// Whose rows: the service the purge belongs to.
+    #[serde(default = "default_service")]
+    pub service: String,
 }
 
 #[derive(Deserialize, Clone, Debug)]
@@ -333,6 +336,10 @@ pub struct RawVariant {
     /// "x", key = "order.*" }] }`): routing shown to follow the binding.
     #[serde(default)]
     pub bind: BTreeMap<String, Vec<RawBinding>>,
+    /// Removes queue arguments, queue by queue (`{ "q" = ["x-dead-letter-exchange"] }`):
+    /// a setting shown necessary by its absence.
+    #[serde(default)]
+    pub unset: BTreeMap<String, Vec<String>>,
     /// Replaces the program of every consume step that runs one.
     pub command: Option<Spanned<String>>,
     /// Overrides every inbox purge's retention.

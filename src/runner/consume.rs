@@ -20,7 +20,6 @@ impl Ctx<'_> {
             return self.consume_program(c, command, settle, fault, d).await;
         }
         let mut cfg = self.consumer_config(c, settle, None);
-        cfg.settle_copies = c.settle == Settle::Drain;
         match fault.map(|f| (f, f.target, f.action)) {
             Some((f, Target::Consumer, FaultAction::Rendezvous)) => {
                 return self.consume_crowd(c, f, settle, d).await;
@@ -58,6 +57,9 @@ impl Ctx<'_> {
             }
             None => {}
         }
+        // Not across a cut: the process that reconnects gets a redelivery of
+        // what it settled (its ack lost), which is no entry of the queue.
+        cfg.settle_copies = (c.settle == Settle::Drain || cfg.settle_copies) && !cfg.reconnect;
         let mut proc = self.spawn_role(RoleConfig::Consumer(cfg))?;
         self.follow(&mut proc, Role::Consumer, d, None).await?;
         let code = self.wait_exit(&mut proc, d).await?;

@@ -101,9 +101,10 @@ impl Ctx<'_> {
 
     /// The service's inbox purge, run by the harness as the service's
     /// scheduled job would run it.
-    pub(super) async fn purge_inbox(&mut self, retention_ms: u64) -> Result<()> {
-        let purged = store::purge_inbox(&mut self.conns().db, retention_ms).await?;
+    pub(super) async fn purge_inbox(&mut self, service: &str, retention_ms: u64) -> Result<()> {
+        let purged = store::purge_inbox(&mut self.conns().db, service, retention_ms).await?;
         let line = Record::new(&self.lab.name)
+            .with("consumer", service)
             .with("retentionMs", retention_ms)
             .with("purged", purged)
             .status(Status::InboxPurged);

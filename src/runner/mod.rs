@@ -673,7 +673,10 @@ impl Ctx<'_> {
                     depth,
                     within_secs,
                 } => self.await_at_least(queue, *depth, *within_secs).await?,
-                Action::PurgeInbox { retention_ms } => self.purge_inbox(*retention_ms).await?,
+                Action::PurgeInbox {
+                    service,
+                    retention_ms,
+                } => self.purge_inbox(service, *retention_ms).await?,
             }
             if let Some(rule) = self.proxy().armed() {
                 self.proxy().disarm();
