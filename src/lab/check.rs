@@ -514,95 +514,109 @@ impl<'a> Checker<'a> {
 
     /// Long because it checks one section of the file key by key, in the
     /// file's order, so that errors come out in that order.
+    /// A step of its own kind, not a role's (`purge_inbox`, `declare`,
+    /// `await`): None when `s` is none of them; Some(None) when it is one
+    /// and has an error.
+    fn standalone(
+        &mut self,
+        key: &str,
+        s: &RawStep,
+        raw: &RawLab,
+        topology: &Topology,
+    ) -> Option<Option<Step>> {
+        if let Some(p) = &s.purge_inbox {
+            if s.publish.is_some()
+                || s.consume.is_some()
+                || s.inspect.is_some()
+                || s.declare.is_some()
+                || s.await_depth.is_some()
+                || s.fault.is_some()
+            {
+                self.err(key.to_string(), None, ErrorKind::StepActions);
+                return Some(None);
+            }
+            let asserts = self.asserts(&format!("{key}.assert"), &s.assert, raw);
+            return Some(Some(Step {
+                action: Action::PurgeInbox {
+                    service: p.service.clone(),
+                    retention_ms: p.retention_ms,
+                },
+                fault: None,
+                asserts,
+            }));
+        }
+        if let Some(names) = &s.declare {
+            if s.publish.is_some()
+                || s.consume.is_some()
+                || s.inspect.is_some()
+                || s.await_depth.is_some()
+                || s.fault.is_some()
+            {
+                self.err(key.to_string(), None, ErrorKind::StepActions);
+                return Some(None);
+            }
+            for (j, n) in names.iter().enumerate() {
+                let later = topology
+                    .queues
+                    .iter()
+                    .any(|q| q.later && &q.name == n.get_ref())
+                    || topology
+                        .exchanges
+                        .iter()
+                        .any(|x| x.later && &x.name == n.get_ref());
+                if !later {
+                    self.err(
+                        format!("{key}.declare[{j}]"),
+                        span(n),
+                        ErrorKind::NotLater(n.get_ref().clone()),
+                    );
+                }
+            }
+            let asserts = self.asserts(&format!("{key}.assert"), &s.assert, raw);
+            return Some(Some(Step {
+                action: Action::Declare(names.iter().map(|n| n.get_ref().clone()).collect()),
+                fault: None,
+                asserts,
+            }));
+        }
+        if let Some(a) = &s.await_depth {
+            if s.publish.is_some()
+                || s.consume.is_some()
+                || s.inspect.is_some()
+                || s.fault.is_some()
+            {
+                self.err(key.to_string(), None, ErrorKind::StepActions);
+                return Some(None);
+            }
+            if !topology.queues.iter().any(|q| &q.name == a.queue.get_ref()) {
+                self.err(
+                    format!("{key}.await.queue"),
+                    span(&a.queue),
+                    ErrorKind::UnknownQueue(a.queue.get_ref().clone()),
+                );
+            }
+            let asserts = self.asserts(&format!("{key}.assert"), &s.assert, raw);
+            return Some(Some(Step {
+                action: Action::Await {
+                    queue: a.queue.get_ref().clone(),
+                    depth: a.depth,
+                    within_secs: a.within_secs.get(),
+                },
+                fault: None,
+                asserts,
+            }));
+        }
+        None
+    }
+
     fn steps(&mut self, raw: &RawLab, topology: &Topology, missing_ok: Option<&str>) -> Vec<Step> {
         let mut published: Vec<String> = Vec::new();
         let mut next_id = 1;
         let mut steps = Vec::new();
         for (i, s) in raw.steps.iter().enumerate() {
             let key = format!("step[{i}]");
-            if let Some(p) = &s.purge_inbox {
-                if s.publish.is_some()
-                    || s.consume.is_some()
-                    || s.inspect.is_some()
-                    || s.declare.is_some()
-                    || s.await_depth.is_some()
-                    || s.fault.is_some()
-                {
-                    self.err(key, None, ErrorKind::StepActions);
-                    continue;
-                }
-                let asserts = self.asserts(&format!("{key}.assert"), &s.assert, raw);
-                steps.push(Step {
-                    action: Action::PurgeInbox {
-                        service: p.service.clone(),
-                        retention_ms: p.retention_ms,
-                    },
-                    fault: None,
-                    asserts,
-                });
-                continue;
-            }
-            if let Some(names) = &s.declare {
-                if s.publish.is_some()
-                    || s.consume.is_some()
-                    || s.inspect.is_some()
-                    || s.await_depth.is_some()
-                    || s.fault.is_some()
-                {
-                    self.err(key, None, ErrorKind::StepActions);
-                    continue;
-                }
-                for (j, n) in names.iter().enumerate() {
-                    let later = topology
-                        .queues
-                        .iter()
-                        .any(|q| q.later && &q.name == n.get_ref())
-                        || topology
-                            .exchanges
-                            .iter()
-                            .any(|x| x.later && &x.name == n.get_ref());
-                    if !later {
-                        self.err(
-                            format!("{key}.declare[{j}]"),
-                            span(n),
-                            ErrorKind::NotLater(n.get_ref().clone()),
-                        );
-                    }
-                }
-                let asserts = self.asserts(&format!("{key}.assert"), &s.assert, raw);
-                steps.push(Step {
-                    action: Action::Declare(names.iter().map(|n| n.get_ref().clone()).collect()),
-                    fault: None,
-                    asserts,
-                });
-                continue;
-            }
-            if let Some(a) = &s.await_depth {
-                if s.publish.is_some()
-                    || s.consume.is_some()
-                    || s.inspect.is_some()
-                    || s.fault.is_some()
-                {
-                    self.err(key, None, ErrorKind::StepActions);
-                    continue;
-                }
-                if !topology.queues.iter().any(|q| &q.name == a.queue.get_ref()) {
-                    self.err(
-                        format!("{key}.await.queue"),
-                        span(&a.queue),
-                        ErrorKind::UnknownQueue(a.queue.get_ref().clone()),
-                    );
-                }
-                let asserts = self.asserts(&format!("{key}.assert"), &s.assert, raw);
-                steps.push(Step {
-                    action: Action::Await {
-                        queue: a.queue.get_ref().clone(),
-                        depth: a.depth,
-                        within_secs: a.within_secs.get(),
-                    },
-                    fault: None,
-                    asserts,
-                });
+            if let Some(step) = self.standalone(&key, s, raw, topology) {
+                steps.extend(step);
                 continue;
             }
             let action = match (&s.publish, &s.consume, &s.inspect) {

@@ -326,41 +326,7 @@ impl Consumer {
             }
             Step::InboxInsert | Step::InboxInsertSavepoint | Step::InboxInsertCatching => {
                 begin(open, &mut self.db).await?;
-                let content = store::content(&d.data);
-                let (db, service) = (&mut self.db, self.cfg.service.as_str());
-                let row = match step {
-                    Step::InboxInsert => {
-                        store::insert_inbox_checked(db, service, event_id, &content).await?
-                    }
-                    _ => {
-                        let savepoint = *step == Step::InboxInsertSavepoint;
-                        store::insert_inbox_catching(db, service, event_id, &content, savepoint)
-                            .await?
-                    }
-                };
-                match row {
-                    InboxRow::New => {}
-                    InboxRow::Duplicate => {
-                        store::rollback(&mut self.db).await?;
-                        ack(def, d).await?;
-                        return settled(&self.cfg, meta, attempt, Status::DuplicateSkipped)
-                            .map(Some);
-                    }
-                    InboxRow::Conflict => {
-                        let error = "another business content under an eventId already applied";
-                        return self
-                            .failed(d, meta, attempt, event_id, FailureClass::Conflict, error)
-                            .await
-                            .map(Some);
-                    }
-                    // The consumer's error path, as for any failed statement.
-                    InboxRow::Aborted(error) => {
-                        return self
-                            .failed(d, meta, attempt, event_id, FailureClass::Transient, &error)
-                            .await
-                            .map(Some);
-                    }
-                }
+                return self.inbox_row(step, d, meta, attempt, event_id).await;
             }
             Step::InboxInsertBlind | Step::InboxInsertByEvent => {
                 begin(open, &mut self.db).await?;
@@ -378,6 +344,48 @@ impl Consumer {
             Step::Receive | Step::Write | Step::Commit | Step::Ack => {}
         }
         Ok(None)
+    }
+
+    /// The inbox row with the digest of the business content, in the open
+    /// transaction: None for a new event (the pattern goes on), else the
+    /// outcome of a duplicate (skipped), a conflict (isolated) or a
+    /// transaction PostgreSQL aborted at a caught violation (the error path).
+    async fn inbox_row(
+        &mut self,
+        step: &Step,
+        d: &Delivery,
+        meta: &MessageMeta,
+        attempt: u32,
+        event_id: &str,
+    ) -> Result<Option<Outcome>> {
+        let content = store::content(&d.data);
+        let (db, service) = (&mut self.db, self.cfg.service.as_str());
+        let row = match step {
+            Step::InboxInsert => {
+                store::insert_inbox_checked(db, service, event_id, &content).await?
+            }
+            _ => {
+                let savepoint = *step == Step::InboxInsertSavepoint;
+                store::insert_inbox_catching(db, service, event_id, &content, savepoint).await?
+            }
+        };
+        let (class, error) = match row {
+            InboxRow::New => return Ok(None),
+            InboxRow::Duplicate => {
+                store::rollback(&mut self.db).await?;
+                ack(self.def(), d).await?;
+                return settled(&self.cfg, meta, attempt, Status::DuplicateSkipped).map(Some);
+            }
+            InboxRow::Conflict => (
+                FailureClass::Conflict,
+                "another business content under an eventId already applied".to_string(),
+            ),
+            // The consumer's error path, as for any failed statement.
+            InboxRow::Aborted(error) => (FailureClass::Transient, error),
+        };
+        self.failed(d, meta, attempt, event_id, class, &error)
+            .await
+            .map(Some)
     }
 
     /// The business write of the order in `d`, or why it failed: the lab's
