@@ -634,6 +634,13 @@ pub fn mermaid(lines: &[String]) -> String {
                     _ => {}
                 }
             }
+            Role::Job if status == Status::PolicySet => {
+                let q = queue(e.get("queue").unwrap_or("?"), &mut queues);
+                body.push(format!(
+                    "    Note over {q}: policy {} set",
+                    e.get("policy").unwrap_or("?")
+                ));
+            }
             Role::Job => {
                 has_db = true;
                 body.push(format!(
@@ -766,6 +773,9 @@ fn steps(lab: &crate::lab::Lab) -> String {
             } => line.push_str(&format!(
                 ", `{service}`'s rows older than {retention_ms} ms"
             )),
+            Action::Policy {
+                queue, definition, ..
+            } => line.push_str(&format!(" on `{queue}`: `{definition}`")),
             _ => {}
         }
         if let Some(f) = &step.fault {

@@ -187,7 +187,8 @@ pub fn points(lab: &Lab) -> Vec<Point> {
             | Action::Node { .. }
             | Action::Declare(_)
             | Action::Await { .. }
-            | Action::PurgeInbox { .. } => {}
+            | Action::PurgeInbox { .. }
+            | Action::Policy { .. } => {}
         }
     }
     out.extend(between_points(&base, own));

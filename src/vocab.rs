@@ -125,7 +125,7 @@ names! {
         Check = "check": "a total-queue check every lab ends with",
         Fault = "fault": "a fault the harness injected (broker, network) and its end",
         Observe = "observe": "what the harness saw a black-box program do (through its proxies)",
-        Job = "job": "a job of the service's the harness runs between steps (the inbox purge)",
+        Job = "job": "an operator's or a service's job the harness runs between steps (an inbox purge, a policy set)",
     }
 }
 
@@ -162,6 +162,7 @@ names! {
         Done = "done": "a role's closing line, with its totals",
         Snapshot = "snapshot": "inspect: the fields read from PostgreSQL",
         InboxPurged = "inbox_purged": "job: the inbox rows older than the retention deleted, with how many",
+        PolicySet = "policy_set": "job: a policy set on the running broker, in force on its queue",
     }
 }
 

@@ -415,6 +415,10 @@ impl super::Environment for ClusterEnv {
         Box::pin(nodes::sync_metadata(self, n))
     }
 
+    fn set_policy<'a>(&'a self, p: &'a super::PolicyRequest<'a>) -> super::EnvFuture<'a, ()> {
+        Box::pin(nodes::set_policy(self, p))
+    }
+
     fn await_leader<'a>(
         &'a self,
         gone: usize,

@@ -805,6 +805,10 @@ impl super::Environment for ContainersEnv {
         Box::pin(nodes::sync_metadata(self, n))
     }
 
+    fn set_policy<'a>(&'a self, p: &'a super::PolicyRequest<'a>) -> super::EnvFuture<'a, ()> {
+        Box::pin(nodes::set_policy(self, p))
+    }
+
     fn await_leader<'a>(
         &'a self,
         gone: usize,

@@ -1065,4 +1065,8 @@ impl super::Environment for LocalEnv {
     fn sync_metadata(&self, n: usize) -> super::EnvFuture<'_, ()> {
         Box::pin(super::nodes::sync_metadata(self, n))
     }
+
+    fn set_policy<'a>(&'a self, p: &'a super::PolicyRequest<'a>) -> super::EnvFuture<'a, ()> {
+        Box::pin(super::nodes::set_policy(self, p))
+    }
 }

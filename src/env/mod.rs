@@ -410,6 +410,24 @@ pub trait Environment {
     fn heal(&mut self) -> EnvFuture<'_, ()> {
         needs_cluster("healing a partition")
     }
+    /// Sets a policy for one queue of `vhost` on the running broker and
+    /// waits until the queue has it in force (see [`nodes::set_policy`]).
+    fn set_policy<'a>(&'a self, p: &'a PolicyRequest<'a>) -> EnvFuture<'a, ()> {
+        let e = anyhow::anyhow!(
+            "mqlab cannot set the policy `{}` on a broker it did not start (it sets policies with rabbitmqctl eval)",
+            p.name
+        );
+        Box::pin(async move { Err(e) })
+    }
+}
+
+/// A policy a lab sets: its name, the one queue it applies to, and its
+/// definition as JSON (`{"dead-letter-exchange":""}`).
+pub struct PolicyRequest<'a> {
+    pub vhost: &'a str,
+    pub name: &'a str,
+    pub queue: &'a str,
+    pub definition: &'a str,
 }
 
 fn needs_cluster<'a>(what: &str) -> EnvFuture<'a, ()> {

@@ -52,6 +52,60 @@ fn in_range(nodes: &impl Nodes, n: usize) -> Result<()> {
     Ok(())
 }
 
+/// Sets a policy as `rabbitmqctl set_policy` does (`rabbit_policy:parse_set`,
+/// the definition as JSON) with a pattern that matches exactly one queue,
+/// then waits until that queue reports the policy: a queue learns of a new
+/// or changed policy after the call returns.
+pub async fn set_policy(nodes: &impl Nodes, p: &super::PolicyRequest<'_>) -> Result<()> {
+    let bin = |s: &str| format!("<<\"{}\">>", s.replace('\\', "\\\\").replace('"', "\\\""));
+    let pattern = format!("^{}$", regex_escaped(p.queue));
+    let set = format!(
+        "rabbit_policy:parse_set({}, {}, {}, {}, 0, <<\"queues\">>, <<\"mqlab\">>).",
+        bin(p.vhost),
+        bin(p.name),
+        bin(&pattern),
+        bin(p.definition)
+    );
+    let answer = nodes.eval(1, &set).await?;
+    if answer != "ok" {
+        bail!("setting the policy `{}` on `{}`: {answer}", p.name, p.queue);
+    }
+    // The queue's process reports the definition in force (a map on 4.0,
+    // a list on 3.10): every key set must have the value set.
+    let in_force = format!(
+        "{{ok, Q}} = rabbit_amqqueue:lookup(rabbit_misc:r({}, queue, {})), \
+         [{{effective_policy_definition, D}}] = rabbit_amqqueue:info(Q, [effective_policy_definition]), \
+         Have = case D of M when is_map(M) -> M; L -> maps:from_list(L) end, \
+         Want = rabbit_json:decode({}), \
+         maps:with(maps:keys(Want), Have) =:= Want.",
+        bin(p.vhost),
+        bin(p.queue),
+        bin(p.definition)
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    super::poll_eval(deadline, "true", || nodes.eval(1, &in_force))
+        .await
+        .map_err(|last| {
+            anyhow::anyhow!(
+                "the policy `{}` was not in force on `{}` within 10 s: {last}",
+                p.name,
+                p.queue
+            )
+        })
+}
+
+/// `name` as a regular expression that matches only itself.
+fn regex_escaped(name: &str) -> String {
+    name.chars()
+        .flat_map(|c| match c {
+            '.' | '^' | '$' | '|' | '?' | '*' | '+' | '(' | ')' | '[' | ']' | '{' | '}' | '\\' => {
+                vec!['\\', c]
+            }
+            c => vec![c],
+        })
+        .collect()
+}
+
 /// Kills node n if it runs, starts it again, and waits until it answers.
 pub async fn restart(nodes: &mut impl Nodes, n: usize) -> Result<()> {
     in_range(nodes, n)?;

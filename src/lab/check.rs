@@ -60,7 +60,7 @@ pub enum ErrorKind {
     #[error("a quorum queue is always durable")]
     QuorumNotDurable,
     #[error(
-        "a step has exactly one of `publish`, `consume`, `inspect`, `declare`, `await`, `purge_inbox` (or only a broker `fault`)"
+        "a step has exactly one of `publish`, `consume`, `inspect`, `declare`, `await`, `purge_inbox`, `policy` (or only a broker `fault`)"
     )]
     StepActions,
     #[error("an inspect step reads state; a fault belongs on a publish or consume step")]
@@ -524,6 +524,37 @@ impl<'a> Checker<'a> {
         raw: &RawLab,
         topology: &Topology,
     ) -> Option<Option<Step>> {
+        if let Some(p) = &s.policy {
+            if s.publish.is_some()
+                || s.consume.is_some()
+                || s.inspect.is_some()
+                || s.declare.is_some()
+                || s.await_depth.is_some()
+                || s.purge_inbox.is_some()
+                || s.fault.is_some()
+            {
+                self.err(key.to_string(), None, ErrorKind::StepActions);
+                return Some(None);
+            }
+            if !topology.queues.iter().any(|q| &q.name == p.queue.get_ref()) {
+                self.err(
+                    format!("{key}.policy.queue"),
+                    span(&p.queue),
+                    ErrorKind::UnknownQueue(p.queue.get_ref().clone()),
+                );
+            }
+            let asserts = self.asserts(&format!("{key}.assert"), &s.assert, raw);
+            return Some(Some(Step {
+                action: Action::Policy {
+                    name: p.name.clone(),
+                    queue: p.queue.get_ref().clone(),
+                    definition: serde_json::to_string(&p.definition)
+                        .expect("a map of strings, numbers and booleans"),
+                },
+                fault: None,
+                asserts,
+            }));
+        }
         if let Some(p) = &s.purge_inbox {
             if s.publish.is_some()
                 || s.consume.is_some()
@@ -531,6 +562,7 @@ impl<'a> Checker<'a> {
                 || s.declare.is_some()
                 || s.await_depth.is_some()
                 || s.fault.is_some()
+                || s.policy.is_some()
             {
                 self.err(key.to_string(), None, ErrorKind::StepActions);
                 return Some(None);
@@ -1443,6 +1475,9 @@ fn apply_variant(mut raw: RawLab, v: &RawVariant) -> RawLab {
             *f = Spanned::new(span, inner);
         }
     }
+    if v.policy == Some(false) {
+        raw.steps.retain(|s| s.policy.is_none());
+    }
     vary_queues(&mut raw.queues, v);
     raw.claim = v.claim.clone();
     raw
@@ -1836,7 +1871,19 @@ violations = { rows = 3 }
                 "[[step]]\nconsume",
                 "[[step]]\npurge_inbox = { retention_ms = 0 }\nconsume",
                 None,
-                "step[1]: a step has exactly one of `publish`, `consume`, `inspect`, `declare`, `await`, `purge_inbox` (or only a broker `fault`)",
+                "step[1]: a step has exactly one of `publish`, `consume`, `inspect`, `declare`, `await`, `purge_inbox`, `policy` (or only a broker `fault`)",
+            ),
+            (
+                "[[step]]\nconsume",
+                "[[step]]\npolicy = { name = \"p\", queue = \"nope\", definition = { \"dead-letter-exchange\" = \"\" } }\n\n[[step]]\nconsume",
+                None,
+                "step[1].policy.queue: no queue `nope` is declared",
+            ),
+            (
+                "[[step]]\nconsume",
+                "[[step]]\npolicy = { name = \"p\", queue = \"q\", definition = { \"dead-letter-exchange\" = \"\" } }\nconsume",
+                None,
+                "step[1]: a step has exactly one of",
             ),
             (
                 r#"claim = "c""#,

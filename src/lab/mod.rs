@@ -58,6 +58,14 @@ impl Lab {
     /// A step kills, restarts or pauses the broker: such a run has the
     /// broker to itself (`--jobs`), and cannot run on a broker that is not
     /// mqlab's (`--env external`).
+    /// Sets a policy on the broker (with `rabbitmqctl eval`: not on a
+    /// broker mqlab did not start).
+    pub fn has_policy(&self) -> bool {
+        self.steps
+            .iter()
+            .any(|s| matches!(s.action, Action::Policy { .. }))
+    }
+
     pub fn has_broker_fault(&self) -> bool {
         self.steps.iter().any(|s| {
             matches!(s.action, Action::Broker(_) | Action::Node { .. })
@@ -133,6 +141,13 @@ pub enum Action {
         service: String,
         retention_ms: u64,
     },
+    /// A policy set (or changed) on the running broker for one queue, its
+    /// definition as JSON: the queue's own arguments stay as declared.
+    Policy {
+        name: String,
+        queue: String,
+        definition: String,
+    },
 }
 
 impl Action {
@@ -147,6 +162,7 @@ impl Action {
             Action::Declare(names) => format!("declare({})", names.join(", ")),
             Action::Await { queue, .. } => format!("await({queue})"),
             Action::PurgeInbox { .. } => "purge-inbox".into(),
+            Action::Policy { name, .. } => format!("policy({name})"),
         }
     }
 }

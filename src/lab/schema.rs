@@ -101,9 +101,21 @@ pub struct RawStep {
     pub await_depth: Option<RawAwait>,
     /// The service's inbox purge: deletes the rows older than a retention.
     pub purge_inbox: Option<RawPurgeInbox>,
+    /// A policy set (or changed) on the running broker for one queue.
+    pub policy: Option<RawPolicy>,
     pub fault: Option<Spanned<RawFault>>,
     #[serde(default)]
     pub assert: Vec<Spanned<String>>,
+}
+
+#[derive(Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct RawPolicy {
+    pub name: String,
+    /// The one queue it applies to (the pattern is its name, anchored).
+    pub queue: Spanned<String>,
+    /// Policy keys and values, as `rabbitmqctl set_policy` takes them.
+    pub definition: BTreeMap<String, ArgValue>,
 }
 
 #[derive(Deserialize, Clone, Debug)]
@@ -344,6 +356,8 @@ pub struct RawVariant {
     pub command: Option<Spanned<String>>,
     /// Overrides every inbox purge's retention.
     pub retention_ms: Option<u64>,
+    /// `false`: the lab's policy steps are left out.
+    pub policy: Option<bool>,
     #[serde(default)]
     pub violations: BTreeMap<String, Spanned<Expected>>,
 }

@@ -112,6 +112,29 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// A policy for one queue, set on the running broker as an operator
+    /// would set it, in force on the queue before the next step.
+    pub(super) async fn set_policy(&mut self, name: &str, queue: &str, definition: &str) -> Result<()> {
+        let vhost = self.vhost.clone();
+        let request = crate::env::PolicyRequest {
+            vhost: &vhost,
+            name,
+            queue,
+            definition,
+        };
+        self.env
+            .as_deref()
+            .context("a policy step needs the environment to itself (it sets the policy with rabbitmqctl eval): this run shares it")?
+            .set_policy(&request)
+            .await?;
+        let line = Record::new(&self.lab.name)
+            .with("policy", name)
+            .with("queue", queue)
+            .status(Status::PolicySet);
+        self.emit(Role::Job, &line);
+        Ok(())
+    }
+
     /// Re-reads the broker and PostgreSQL, then evaluates: every value comes
     /// from an observation taken now.
     pub(super) async fn assert(&mut self, asserts: &[Assertion]) -> Result<()> {

@@ -677,6 +677,11 @@ impl Ctx<'_> {
                     service,
                     retention_ms,
                 } => self.purge_inbox(service, *retention_ms).await?,
+                Action::Policy {
+                    name,
+                    queue,
+                    definition,
+                } => self.set_policy(name, queue, definition).await?,
             }
             if let Some(rule) = self.proxy().armed() {
                 self.proxy().disarm();
