@@ -58,6 +58,12 @@ impl Lab {
     /// A step kills, restarts or pauses the broker: such a run has the
     /// broker to itself (`--jobs`), and cannot run on a broker that is not
     /// mqlab's (`--env external`).
+    /// Runs with the environment to itself, never beside another run: it
+    /// faults the broker, or sets a policy through the environment.
+    pub fn needs_environment(&self) -> bool {
+        self.has_broker_fault() || self.has_policy()
+    }
+
     /// Sets a policy on the broker (with `rabbitmqctl eval`: not on a
     /// broker mqlab did not start).
     pub fn has_policy(&self) -> bool {

@@ -114,7 +114,12 @@ impl Ctx<'_> {
 
     /// A policy for one queue, set on the running broker as an operator
     /// would set it, in force on the queue before the next step.
-    pub(super) async fn set_policy(&mut self, name: &str, queue: &str, definition: &str) -> Result<()> {
+    pub(super) async fn set_policy(
+        &mut self,
+        name: &str,
+        queue: &str,
+        definition: &str,
+    ) -> Result<()> {
         let vhost = self.vhost.clone();
         let request = crate::env::PolicyRequest {
             vhost: &vhost,

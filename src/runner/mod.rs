@@ -133,7 +133,7 @@ impl<'a> Suite<'a> {
     pub async fn run(&mut self, labs: &[Lab], records: &mut Vec<RunRecord>, sink: &mut dyn Sink) {
         self.read_settings(labs).await;
         let total = labs.len();
-        let alone = Lab::has_broker_fault;
+        let alone = Lab::needs_environment;
         let mut order: Vec<String> = labs.iter().map(Lab::run_name).collect();
         // Concurrency only pays with two runs to overlap; one run streams
         // its lines as they happen.
