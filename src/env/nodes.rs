@@ -57,14 +57,21 @@ fn in_range(nodes: &impl Nodes, n: usize) -> Result<()> {
 /// then waits until that queue reports the policy: a queue learns of a new
 /// or changed policy after the call returns.
 pub async fn set_policy(nodes: &impl Nodes, p: &super::PolicyRequest<'_>) -> Result<()> {
-    let bin = |s: &str| format!("<<\"{}\">>", s.replace('\\', "\\\\").replace('"', "\\\""));
+    // Each string as its bytes: no quote or backslash, which a container's
+    // rabbitmqctl (Debian's wrapper, through `su -c`) would mangle.
+    let bin = |s: &str| {
+        let bytes: Vec<String> = s.bytes().map(|b| b.to_string()).collect();
+        format!("<<{}>>", bytes.join(","))
+    };
     let pattern = format!("^{}$", regex_escaped(p.queue));
     let set = format!(
-        "rabbit_policy:parse_set({}, {}, {}, {}, 0, <<\"queues\">>, <<\"mqlab\">>).",
+        "rabbit_policy:parse_set({}, {}, {}, {}, 0, {}, {}).",
         bin(p.vhost),
         bin(p.name),
         bin(&pattern),
-        bin(p.definition)
+        bin(p.definition),
+        bin("queues"),
+        bin("mqlab")
     );
     let answer = nodes.eval(1, &set).await?;
     if answer != "ok" {
