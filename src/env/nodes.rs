@@ -77,16 +77,17 @@ pub async fn set_policy(nodes: &impl Nodes, p: &super::PolicyRequest<'_>) -> Res
     if answer != "ok" {
         bail!("setting the policy `{}` on `{}`: {answer}", p.name, p.queue);
     }
-    // The queue's process reports the definition in force (a map on 4.0,
-    // a list on 3.10): every key set must have the value set.
+    // The queue's process reports this policy and exactly this definition
+    // in force (a map on 4.0, a list on 3.10): a changed policy that drops
+    // a key is not taken for the old one.
     let in_force = format!(
         "{{ok, Q}} = rabbit_amqqueue:lookup(rabbit_misc:r({}, queue, {})), \
-         [{{effective_policy_definition, D}}] = rabbit_amqqueue:info(Q, [effective_policy_definition]), \
+         [{{policy, N}}, {{effective_policy_definition, D}}] = rabbit_amqqueue:info(Q, [policy, effective_policy_definition]), \
          Have = case D of M when is_map(M) -> M; L -> maps:from_list(L) end, \
-         Want = rabbit_json:decode({}), \
-         maps:with(maps:keys(Want), Have) =:= Want.",
+         N =:= {} andalso Have =:= rabbit_json:decode({}).",
         bin(p.vhost),
         bin(p.queue),
+        bin(p.name),
         bin(p.definition)
     );
     let deadline = Instant::now() + Duration::from_secs(10);

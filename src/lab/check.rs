@@ -41,6 +41,8 @@ pub enum ErrorKind {
     UnknownExchange(String),
     #[error("no queue `{0}` is declared")]
     UnknownQueue(String),
+    #[error("a policy step waits for a classic queue to apply the policy; `{0}` is a {1} queue, which applies it later than it reports it")]
+    PolicyOnClassicOnly(String, String),
     #[error("queue `{queue}` sets no argument `{argument}` to remove")]
     NotAnArgument { queue: String, argument: String },
     #[error("queue `{0}` is declared twice")]
@@ -512,10 +514,8 @@ impl<'a> Checker<'a> {
         Topology { exchanges, queues }
     }
 
-    /// Long because it checks one section of the file key by key, in the
-    /// file's order, so that errors come out in that order.
-    /// A step of its own kind, not a role's (`purge_inbox`, `declare`,
-    /// `await`): None when `s` is none of them; Some(None) when it is one
+    /// A step of its own kind, not a role's (`policy`, `purge_inbox`,
+    /// `declare`, `await`): None when `s` is none of them; Some(None) when it is one
     /// and has an error.
     fn standalone(
         &mut self,
@@ -536,12 +536,27 @@ impl<'a> Checker<'a> {
                 self.err(key.to_string(), None, ErrorKind::StepActions);
                 return Some(None);
             }
-            if !topology.queues.iter().any(|q| &q.name == p.queue.get_ref()) {
-                self.err(
+            match topology
+                .queues
+                .iter()
+                .find(|q| &q.name == p.queue.get_ref())
+            {
+                None => self.err(
                     format!("{key}.policy.queue"),
                     span(&p.queue),
                     ErrorKind::UnknownQueue(p.queue.get_ref().clone()),
-                );
+                ),
+                Some(q) => {
+                    if let Some(ArgValue::Str(kind)) = q.arguments.get("x-queue-type") {
+                        if kind != "classic" {
+                            self.err(
+                                format!("{key}.policy.queue"),
+                                span(&p.queue),
+                                ErrorKind::PolicyOnClassicOnly(q.name.clone(), kind.clone()),
+                            );
+                        }
+                    }
+                }
             }
             let asserts = self.asserts(&format!("{key}.assert"), &s.assert, raw);
             return Some(Some(Step {
@@ -641,6 +656,8 @@ impl<'a> Checker<'a> {
         None
     }
 
+    /// Long because it checks one section of the file key by key, in the
+    /// file's order, so that errors come out in that order.
     fn steps(&mut self, raw: &RawLab, topology: &Topology, missing_ok: Option<&str>) -> Vec<Step> {
         let mut published: Vec<String> = Vec::new();
         let mut next_id = 1;
@@ -1878,6 +1895,12 @@ violations = { rows = 3 }
                 "[[step]]\npolicy = { name = \"p\", queue = \"nope\", definition = { \"dead-letter-exchange\" = \"\" } }\n\n[[step]]\nconsume",
                 None,
                 "step[1].policy.queue: no queue `nope` is declared",
+            ),
+            (
+                "name = \"q\"\n\n[[step]]\n",
+                "name = \"q\"\narguments = { \"x-queue-type\" = \"quorum\" }\n\n[[step]]\npolicy = { name = \"p\", queue = \"q\", definition = { \"dead-letter-exchange\" = \"\" } }\n\n[[step]]\n",
+                None,
+                "step[0].policy.queue: a policy step waits for a classic queue to apply the policy; `q` is a quorum queue",
             ),
             (
                 "[[step]]\nconsume",

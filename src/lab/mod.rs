@@ -55,9 +55,6 @@ impl Lab {
         any
     }
 
-    /// A step kills, restarts or pauses the broker: such a run has the
-    /// broker to itself (`--jobs`), and cannot run on a broker that is not
-    /// mqlab's (`--env external`).
     /// Runs with the environment to itself, never beside another run: it
     /// faults the broker, or sets a policy through the environment.
     pub fn needs_environment(&self) -> bool {
@@ -72,6 +69,9 @@ impl Lab {
             .any(|s| matches!(s.action, Action::Policy { .. }))
     }
 
+    /// A step kills, restarts or pauses the broker: such a run has the
+    /// broker to itself (`--jobs`), and cannot run on a broker that is not
+    /// mqlab's (`--env external`).
     pub fn has_broker_fault(&self) -> bool {
         self.steps.iter().any(|s| {
             matches!(s.action, Action::Broker(_) | Action::Node { .. })
