@@ -525,14 +525,7 @@ impl<'a> Checker<'a> {
         topology: &Topology,
     ) -> Option<Option<Step>> {
         if let Some(p) = &s.policy {
-            if s.publish.is_some()
-                || s.consume.is_some()
-                || s.inspect.is_some()
-                || s.declare.is_some()
-                || s.await_depth.is_some()
-                || s.purge_inbox.is_some()
-                || s.fault.is_some()
-            {
+            if actions(s) > 1 {
                 self.err(key.to_string(), None, ErrorKind::StepActions);
                 return Some(None);
             }
@@ -571,14 +564,7 @@ impl<'a> Checker<'a> {
             }));
         }
         if let Some(p) = &s.purge_inbox {
-            if s.publish.is_some()
-                || s.consume.is_some()
-                || s.inspect.is_some()
-                || s.declare.is_some()
-                || s.await_depth.is_some()
-                || s.fault.is_some()
-                || s.policy.is_some()
-            {
+            if actions(s) > 1 {
                 self.err(key.to_string(), None, ErrorKind::StepActions);
                 return Some(None);
             }
@@ -593,12 +579,7 @@ impl<'a> Checker<'a> {
             }));
         }
         if let Some(names) = &s.declare {
-            if s.publish.is_some()
-                || s.consume.is_some()
-                || s.inspect.is_some()
-                || s.await_depth.is_some()
-                || s.fault.is_some()
-            {
+            if actions(s) > 1 {
                 self.err(key.to_string(), None, ErrorKind::StepActions);
                 return Some(None);
             }
@@ -627,11 +608,7 @@ impl<'a> Checker<'a> {
             }));
         }
         if let Some(a) = &s.await_depth {
-            if s.publish.is_some()
-                || s.consume.is_some()
-                || s.inspect.is_some()
-                || s.fault.is_some()
-            {
+            if actions(s) > 1 {
                 self.err(key.to_string(), None, ErrorKind::StepActions);
                 return Some(None);
             }
@@ -1449,6 +1426,24 @@ impl<'a> Checker<'a> {
         }
         violations
     }
+}
+
+/// How many actions a step names (a fault counts: a step of its own kind
+/// takes none).
+fn actions(s: &RawStep) -> usize {
+    [
+        s.publish.is_some(),
+        s.consume.is_some(),
+        s.inspect.is_some(),
+        s.declare.is_some(),
+        s.await_depth.is_some(),
+        s.purge_inbox.is_some(),
+        s.policy.is_some(),
+        s.fault.is_some(),
+    ]
+    .iter()
+    .filter(|b| **b)
+    .count()
 }
 
 fn asserted(steps: &[Step]) -> BTreeSet<&str> {
