@@ -213,6 +213,24 @@ pub fn attempt_from_x_death(headers: Option<&FieldTable>) -> u32 {
     1 + rejected_deaths(deaths)
 }
 
+/// A counterexample's reading: `1 + the first x-death entry's count`, of
+/// whatever queue and reason. The broker puts the latest (queue, reason)
+/// first, so in a loop of one rejecting queue this equals the sum; once a
+/// message was rejected from two queues it is short.
+pub fn attempt_from_first_x_death(headers: Option<&FieldTable>) -> u32 {
+    let Some(AMQPValue::FieldArray(deaths)) = headers.and_then(|h| h.inner().get("x-death")) else {
+        return 1;
+    };
+    1 + deaths
+        .as_slice()
+        .iter()
+        .find_map(|d| match d {
+            AMQPValue::FieldTable(t) => Some(death_count(t)),
+            _ => None,
+        })
+        .unwrap_or(0)
+}
+
 fn rejected_deaths(deaths: &FieldArray) -> u32 {
     deaths
         .as_slice()
@@ -224,14 +242,18 @@ fn rejected_deaths(deaths: &FieldArray) -> u32 {
         .filter(|t| {
             matches!(t.inner().get("reason"), Some(AMQPValue::LongString(r)) if r.to_string() == "rejected")
         })
-        .map(|t| match t.inner().get("count") {
-            Some(AMQPValue::LongLongInt(n)) => *n as u32,
-            Some(AMQPValue::LongInt(n)) => *n as u32,
-            Some(AMQPValue::LongUInt(n)) => *n,
-            Some(AMQPValue::ShortInt(n)) => *n as u32,
-            _ => 0,
-        })
+        .map(death_count)
         .sum()
+}
+
+fn death_count(entry: &FieldTable) -> u32 {
+    match entry.inner().get("count") {
+        Some(AMQPValue::LongLongInt(n)) => *n as u32,
+        Some(AMQPValue::LongInt(n)) => *n as u32,
+        Some(AMQPValue::LongUInt(n)) => *n,
+        Some(AMQPValue::ShortInt(n)) => *n as u32,
+        _ => 0,
+    }
 }
 
 /// Reads the broker's `product` and `version` from its Connection.Start
@@ -312,6 +334,35 @@ mod tests {
             death("orders.work", "rejected", 2),
         ]);
         assert_eq!(attempt_from_x_death(Some(&h)), 3);
+    }
+
+    /// In the one-queue loop the first entry's count is the sum too: why
+    /// the first-entry reading looks right until a second queue rejects.
+    #[test]
+    fn first_entry_equals_the_sum_in_a_one_queue_loop() {
+        let h: FieldTable = serde_json::from_str(include_str!(
+            "../tests/data/x-death-rabbitmq-3.10-attempt3.json"
+        ))
+        .unwrap();
+        assert_eq!(attempt_from_first_x_death(Some(&h)), 3);
+        assert_eq!(attempt_from_first_x_death(None), 1);
+    }
+
+    /// Headers captured (`MQLAB_CAPTURE_HEADERS`) in the x-death-count lab
+    /// at the poison message's 3rd delivery, rejected once by the main queue
+    /// and once by the slow lane: the first entry is the retry queue's
+    /// expiry (count 1) on both generations; 4.0 orders the other two entries
+    /// differently. The sum of the rejections says 3, the first entry 2.
+    #[test]
+    fn first_entry_is_short_after_two_rejecting_queues() {
+        for json in [
+            include_str!("../tests/data/x-death-rabbitmq-3.10-two-queues-attempt3.json"),
+            include_str!("../tests/data/x-death-rabbitmq-4.0-two-queues-attempt3.json"),
+        ] {
+            let h: FieldTable = serde_json::from_str(json).unwrap();
+            assert_eq!(attempt_from_x_death(Some(&h)), 3);
+            assert_eq!(attempt_from_first_x_death(Some(&h)), 2);
+        }
     }
 
     #[test]

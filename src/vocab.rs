@@ -526,6 +526,7 @@ names! {
         NoBackoff = "no-backoff": "classified, but republishes every retry to the first tier: each waits the shortest delay, with no back-off",
         InboxSavepoint = "inbox-savepoint": "inbox, but the row is inserted without ON CONFLICT under a savepoint: a caught unique violation rolls back to it, and the transaction goes on",
         CatchUniqueViolation = "catch-unique-violation": "inbox-savepoint without the savepoint: it catches the unique violation and goes on in the aborted transaction, so a duplicate fails (25P02) into the retry loop and the DLQ",
+        XDeathFirstCount = "x-death-first-count": "retry-dlq's reject loop, but reads the attempt from the first x-death entry's count alone: right while one queue rejects, short once a message was rejected from two queues (one entry per queue and reason)",
     }
 }
 
@@ -568,6 +569,9 @@ pub enum AttemptsFrom {
     Header,
     /// x-death: only counts broker dead-lettering (reject, expiry).
     XDeath,
+    /// x-death's first entry (the latest queue and reason) alone: its count
+    /// is the count of that one (queue, reason), not of the whole chain.
+    XDeathFirst,
 }
 
 /// The order of the DLQ move's two effects.
@@ -796,6 +800,18 @@ pub const PATTERNS: &[PatternDef] = &[
         steps: &[Receive, InboxInsertCatching, Write, Commit, Ack],
         auto_ack: false,
         on_failure: SEED_FAILURE,
+    },
+    PatternDef {
+        pattern: Pattern::XDeathFirstCount,
+        safe: false,
+        steps: SAFE_PATH,
+        auto_ack: false,
+        on_failure: OnFailure::RetryThenDlq {
+            confirm: true,
+            mandatory: true,
+            dlq: DlqOrder::ConfirmThenAck,
+            attempts: AttemptsFrom::XDeathFirst,
+        },
     },
     PatternDef {
         pattern: Pattern::DedupByRedelivered,

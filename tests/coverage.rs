@@ -102,6 +102,13 @@ const COVERAGE: &[(Pattern, Edit, Pattern)] = &[
         Edit::Failure("attempts"),
         Pattern::AttemptsFromHeader,
     ),
+    // x-death read another way: one entry's count, not the sum of the
+    // rejections over every (queue, reason) entry.
+    (
+        Pattern::Inbox,
+        Edit::Failure("attempts"),
+        Pattern::XDeathFirstCount,
+    ),
     // The article's other way to a duplicate: the INSERT without ON
     // CONFLICT under a savepoint, the unique violation caught.
     (

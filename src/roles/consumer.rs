@@ -189,6 +189,10 @@ impl Consumer {
                 } => amqp::header_str(headers, RETRY_ATTEMPT_HEADER)
                     .and_then(|a| a.parse().ok())
                     .unwrap_or(1),
+                OnFailure::RetryThenDlq {
+                    attempts: AttemptsFrom::XDeathFirst,
+                    ..
+                } => amqp::attempt_from_first_x_death(headers),
                 _ => amqp::attempt_from_x_death(headers),
             };
             capture_headers(&d, &meta, attempt);

@@ -62,12 +62,13 @@ impl Ctx<'_> {
             for p in crate::amqp::peek(&self.conns().amqp, q).await? {
                 let event = store::event_id(&p.body, &p.message_id);
                 // Held for this queue, and, when it was moved here from
-                // another queue, for that one too.
-                let origin = p
-                    .headers
-                    .get(ORIGINAL_QUEUE)
-                    .or_else(|| p.headers.get("x-first-death-queue"));
-                for held_for in std::iter::once(q).chain(origin) {
+                // another queue, for that one too: the queue a consumer
+                // moved it from and the queue the broker first
+                // dead-lettered it from (a chain: both).
+                let origins = [ORIGINAL_QUEUE, "x-first-death-queue"]
+                    .into_iter()
+                    .filter_map(|h| p.headers.get(h));
+                for held_for in std::iter::once(q).chain(origins) {
                     queued_in
                         .0
                         .entry(held_for.clone())
