@@ -289,6 +289,11 @@ pub fn evaluate(c: &CounterRef, entries: &[Entry], obs: &Observed) -> Result<Str
             .filter(|e| e.is(Role::Producer, Status::Returned))
             .count()
             .to_string(),
+        Counter::Nacked => entries
+            .iter()
+            .filter(|e| e.is(Role::Producer, Status::Nacked))
+            .count()
+            .to_string(),
         Counter::Published => entries
             .iter()
             .filter(|e| e.role == Role::Producer.name())

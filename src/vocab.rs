@@ -133,7 +133,7 @@ names! {
     /// The last field of every role line: what happened.
     pub enum Status ("status") {
         Confirmed = "confirmed": "producer: the broker confirmed the publish",
-        Nacked = "nacked": "producer: the broker refused the publish (basic.nack); it is sent again",
+        Nacked = "nacked": "producer: the broker refused the publish (basic.nack); it is parked if the lab names a parking queue, else sent again (taken as done by a producer that does not resend)",
         ConfirmTimeout = "confirm_timeout": "producer: no confirm within the timeout; it is sent again",
         Unconfirmed = "unconfirmed": "producer: published without a confirm",
         Returned = "returned": "producer: the broker returned a mandatory publish no queue took",
@@ -962,6 +962,7 @@ names! {
         RetryDelaysHonoured = "retryDelaysHonoured": "redeliveries of a message that waited at least the TTL its attempt owes: the lab's tier k for attempt k, the last after that (measured, not printed)",
         DlqHeader = "dlqHeader": "`dlqHeader:<queue>/<header>`: that diagnostic header of each message in the queue, read without consuming",
         Returned = "returned": "publishes the broker returned as unroutable (mandatory)",
+        Nacked = "nacked": "publishes the broker refused (basic.nack: a full queue with reject-publish)",
         Published = "published": "publishes the producer made, first sends and resends",
         CrashExitCode = "crashExitCode": "exit status of the killed role (128 + signal)",
         CrashAfterBusinessCommit = "crashAfterBusinessCommit": "business rows of the faulted message visible in PostgreSQL just before the kill",
@@ -987,6 +988,7 @@ impl Counter {
             | ProcessedRows
             | DlqMoves
             | Returned
+            | Nacked
             | Published
             | Retries
             | Rejections

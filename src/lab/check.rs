@@ -47,8 +47,8 @@ pub enum ErrorKind {
     NotAnArgument { queue: String, argument: String },
     #[error("queue `{0}` is declared twice")]
     DuplicateQueue(String),
-    #[error("only a `mandatory` publish is ever returned: nothing would be parked")]
-    ParkWithoutMandatory,
+    #[error("a publish without confirms never sees a return or a nack: nothing would be parked")]
+    ParkWithoutConfirm,
     #[error("`{queue}` is not a retry tier of `{work}`: it needs an integer `x-message-ttl` and `x-dead-letter-routing-key = \"{work}\"`")]
     NotATier { queue: String, work: String },
     #[error("pattern `{0}` retries transient failures through tier queues: set `retry.tiers`")]
@@ -805,11 +805,13 @@ impl<'a> Checker<'a> {
                     ErrorKind::UnknownQueue(q.get_ref().clone()),
                 );
             }
-            if !p.mandatory {
+            // A return (`mandatory`) or a nack (a full queue that rejects
+            // publishes) is parked; the producer sees either in the confirm.
+            if !p.confirm {
                 self.err(
                     format!("{key}.publish.park"),
                     span(q),
-                    ErrorKind::ParkWithoutMandatory,
+                    ErrorKind::ParkWithoutConfirm,
                 );
             }
         }
@@ -1519,6 +1521,9 @@ fn vary_publish(p: &mut RawPublish, v: &RawVariant) {
     }
     if let Some(x) = v.confirm {
         p.confirm = x;
+        if !x {
+            p.park = None;
+        }
     }
     if let Some(x) = v.mandatory {
         p.mandatory = x;
@@ -2024,9 +2029,9 @@ fault = { target = "producer", action = "kill", window = "before-commit", messag
             ),
             (
                 r#"publish = { routing_key = "q","#,
-                r#"publish = { routing_key = "q", park = "q","#,
+                r#"publish = { routing_key = "q", park = "q", confirm = false,"#,
                 None,
-                "step[0].publish.park: only a `mandatory` publish is ever returned: nothing would be parked",
+                "step[0].publish.park: a publish without confirms never sees a return or a nack: nothing would be parked",
             ),
             (
                 r#"settle = 2 }"#,

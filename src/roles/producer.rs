@@ -4,8 +4,9 @@
 //! what it sent and what was confirmed: a restarted producer resends, with
 //! the same eventId and a new message id (`mid-2.2`), what it sent and never
 //! saw confirmed, and skips what was. A nack or a confirm timeout is logged
-//! and the message sent again; a mandatory publish the broker returns is
-//! logged and, if the lab names a parking queue, published there (confirmed).
+//! and the message sent again; a mandatory publish the broker returns, and a
+//! nack when the lab names a parking queue, is logged and published there
+//! (confirmed).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -165,6 +166,16 @@ async fn send(
             // come in time as delivered: it cannot tell a lost publish from
             // a lost confirm, and does not try.
             Status::ConfirmTimeout if !cfg.resend => {
+                Journal::append(&cfg.journal, "done", base)?;
+                return Ok(false);
+            }
+            // A nack (a full queue with `reject-publish`) is handed to the
+            // parking queue, the producer's outbox, when the lab names one;
+            // a producer that neither parks nor resends takes it as done.
+            Status::Nacked if cfg.park.is_some() || !cfg.resend => {
+                if let Some(park) = &cfg.park {
+                    park_it(cfg, &link.1, m, &meta, park).await?;
+                }
                 Journal::append(&cfg.journal, "done", base)?;
                 return Ok(false);
             }

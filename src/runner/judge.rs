@@ -57,6 +57,18 @@ impl Ctx<'_> {
         let ground = self.ground().await?;
         let mut queued = BTreeSet::new();
         let mut queued_in = Queued::default();
+        let owed = owed(self.lab, &self.observed.events);
+        // A producer's parking queue is its outbox: a copy there is held
+        // for every queue its event is owed to.
+        let parks: BTreeSet<&str> = self
+            .lab
+            .steps
+            .iter()
+            .filter_map(|s| match &s.action {
+                Action::Publish(p) => p.park.as_deref(),
+                _ => None,
+            })
+            .collect();
         let queues: Vec<String> = self.lab.queue_names().map(str::to_string).collect();
         for q in &queues {
             for p in crate::amqp::peek(&self.conns().amqp, q).await? {
@@ -68,7 +80,13 @@ impl Ctx<'_> {
                 let origins = [ORIGINAL_QUEUE, "x-first-death-queue"]
                     .into_iter()
                     .filter_map(|h| p.headers.get(h));
-                for held_for in std::iter::once(q).chain(origins) {
+                let owed_queues = owed
+                    .0
+                    .get(&event)
+                    .filter(|_| parks.contains(q.as_str()))
+                    .into_iter()
+                    .flat_map(|routes| routes.keys());
+                for held_for in std::iter::once(q).chain(origins).chain(owed_queues) {
                     queued_in
                         .0
                         .entry(held_for.clone())
@@ -83,7 +101,7 @@ impl Ctx<'_> {
             ground,
             queued,
             events: self.observed.events.clone(),
-            owed: owed(self.lab, &self.observed.events),
+            owed,
             queued_in,
         };
         self.judge(point, Role::Check);
