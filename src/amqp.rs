@@ -196,6 +196,10 @@ pub fn header_str(headers: Option<&FieldTable>, key: &str) -> Option<String> {
     }
 }
 
+pub fn set_header(headers: &mut FieldTable, key: &str, value: &str) {
+    headers.insert(key.into(), AMQPValue::LongString(value.into()));
+}
+
 pub fn string_table(pairs: &[(&str, &str)]) -> FieldTable {
     let mut t = FieldTable::default();
     for (k, v) in pairs {

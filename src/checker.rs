@@ -64,7 +64,8 @@ pub struct Owed(pub BTreeMap<String, BTreeMap<String, BTreeSet<String>>>);
 /// the queue it sits in and, for a copy moved from another queue, that one
 /// too (a consumer's DLQ or retry copy names it in `original-queue`, a copy
 /// the broker dead-lettered in `x-first-death-queue`; a copy a consumer
-/// moved after the broker dead-lettered it, both). A copy in a parking
+/// moved after the broker dead-lettered it, both; a copy the producer
+/// parked, the one queue its event was owed to). A copy in a parking
 /// queue or a DLQ that names no origin is held for no service's queue.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(transparent)]

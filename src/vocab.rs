@@ -137,7 +137,7 @@ names! {
         ConfirmTimeout = "confirm_timeout": "producer: no confirm within the timeout; it is sent again",
         Unconfirmed = "unconfirmed": "producer: published without a confirm",
         Returned = "returned": "producer: the broker returned a mandatory publish no queue took",
-        Parked = "parked": "producer: a returned message, published (confirmed) to the parking queue",
+        Parked = "parked": "producer: a returned or nacked message, published (confirmed) to the parking queue",
         Received = "received": "consumer: a delivery arrived",
         BusinessCommitted = "business_committed": "consumer: the business transaction committed",
         DuplicateSkipped = "duplicate_skipped": "consumer: the inbox already had the event; rolled back and acked",
@@ -1353,6 +1353,10 @@ pub struct QueueDecl {
 /// The header a consumer's DLQ or retry copy names the queue it came from
 /// in: the checker holds the copy for that queue's service.
 pub const ORIGINAL_QUEUE: &str = "original-queue";
+
+/// The header a producer sets on a copy it parks (its outbox): only such a
+/// copy stands for the queue that refused or returned it.
+pub const PARKED_BY: &str = "parked-by";
 
 impl Topology {
     /// The queues among `declared` a publish to `exchange` with `key` is

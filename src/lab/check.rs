@@ -49,6 +49,8 @@ pub enum ErrorKind {
     DuplicateQueue(String),
     #[error("a publish without confirms never sees a return or a nack: nothing would be parked")]
     ParkWithoutConfirm,
+    #[error("only a `mandatory` publish is returned, and only a queue with `x-overflow = reject-publish` nacks one: nothing would be parked")]
+    ParkWithoutMandatory,
     #[error("`{queue}` is not a retry tier of `{work}`: it needs an integer `x-message-ttl` and `x-dead-letter-routing-key = \"{work}\"`")]
     NotATier { queue: String, work: String },
     #[error("pattern `{0}` retries transient failures through tier queues: set `retry.tiers`")]
@@ -813,6 +815,12 @@ impl<'a> Checker<'a> {
                     span(q),
                     ErrorKind::ParkWithoutConfirm,
                 );
+            } else if !parks_anything(p, &raw.queues) {
+                self.err(
+                    format!("{key}.publish.park"),
+                    span(q),
+                    ErrorKind::ParkWithoutMandatory,
+                );
             }
         }
         Publish {
@@ -1493,8 +1501,27 @@ fn apply_variant(mut raw: RawLab, v: &RawVariant) -> RawLab {
         raw.steps.retain(|s| s.policy.is_none());
     }
     vary_queues(&mut raw.queues, v);
+    // A variant that takes away what a parking queue is for (confirms,
+    // `mandatory`, the queue's reject-publish) takes the parking with it.
+    let queues = raw.queues.clone();
+    for p in raw.steps.iter_mut().filter_map(|s| s.publish.as_mut()) {
+        if !p.confirm || !parks_anything(p, &queues) {
+            p.park = None;
+        }
+    }
     raw.claim = v.claim.clone();
     raw
+}
+
+/// Whether a publish can be returned (`mandatory`) or nacked (a queue of
+/// the lab rejects publishes when full): what a parking queue takes.
+fn parks_anything(p: &RawPublish, queues: &[RawQueue]) -> bool {
+    p.mandatory
+        || queues.iter().any(|q| {
+            q.arguments.get("x-overflow").is_some_and(
+                |v| matches!(v.get_ref(), ArgValue::Str(s) if s.starts_with("reject-publish")),
+            )
+        })
 }
 
 fn vary_consume(c: &mut RawConsume, v: &RawVariant) {
@@ -1521,15 +1548,9 @@ fn vary_publish(p: &mut RawPublish, v: &RawVariant) {
     }
     if let Some(x) = v.confirm {
         p.confirm = x;
-        if !x {
-            p.park = None;
-        }
     }
     if let Some(x) = v.mandatory {
         p.mandatory = x;
-        if !x {
-            p.park = None;
-        }
     }
     if let Some(x) = v.resend {
         p.resend = x;
@@ -2032,6 +2053,12 @@ fault = { target = "producer", action = "kill", window = "before-commit", messag
                 r#"publish = { routing_key = "q", park = "q", confirm = false,"#,
                 None,
                 "step[0].publish.park: a publish without confirms never sees a return or a nack: nothing would be parked",
+            ),
+            (
+                r#"publish = { routing_key = "q","#,
+                r#"publish = { routing_key = "q", park = "q","#,
+                None,
+                "step[0].publish.park: only a `mandatory` publish is returned, and only a queue with `x-overflow = reject-publish` nacks one: nothing would be parked",
             ),
             (
                 r#"settle = 2 }"#,

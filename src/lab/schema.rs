@@ -153,7 +153,8 @@ pub struct RawPublish {
     /// delivery_mode 2: the broker writes the message to disk.
     #[serde(default = "yes")]
     pub persistent: bool,
-    /// Where the producer publishes a returned message (confirmed).
+    /// Where the producer publishes a returned or nacked message (confirmed):
+    /// its outbox.
     pub park: Option<Spanned<String>>,
     /// A publish whose confirm does not come within this is sent again.
     pub confirm_timeout_ms: Option<NonZeroU64>,
@@ -333,7 +334,8 @@ pub struct RawVariant {
     pub confirm: Option<bool>,
     pub mandatory: Option<bool>,
     pub resend: Option<bool>,
-    /// `false`: returned messages are not parked (they are dropped).
+    /// `false`: returned and nacked messages are not parked (a return is
+    /// dropped; a nack is sent again, or taken as done without `resend`).
     pub park: Option<bool>,
     /// Overrides every queue's durability.
     pub durable: Option<bool>,

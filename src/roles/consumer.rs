@@ -549,12 +549,12 @@ impl Consumer {
             let tier = &retry.tiers[k];
             let mut properties = diagnostics(&self.cfg, d, meta, attempt, class, error);
             let mut headers = properties.headers().clone().unwrap_or_default();
-            set_header(
+            amqp::set_header(
                 &mut headers,
                 RETRY_ATTEMPT_HEADER,
                 &(attempt + 1).to_string(),
             );
-            set_header(&mut headers, RETRY_PUBLISHED_AT, &now_ms().to_string());
+            amqp::set_header(&mut headers, RETRY_PUBLISHED_AT, &now_ms().to_string());
             properties = properties.with_headers(headers);
             self.publish_copy(&tier.queue, d, properties, true, true)
                 .await?;
@@ -672,13 +672,6 @@ fn reject(requeue: bool) -> BasicNackOptions {
     }
 }
 
-fn set_header(headers: &mut FieldTable, key: &str, value: &str) {
-    headers.insert(
-        key.into(),
-        lapin::types::AMQPValue::LongString(value.into()),
-    );
-}
-
 /// The copy's properties: the original's, plus the diagnostics a reader of
 /// the DLQ needs (`vocab::DLQ_HEADERS`, outside the broker's `x-` space).
 fn diagnostics(
@@ -705,7 +698,7 @@ fn diagnostics(
         (FIRST_FAILED_AT, &first),
         ("last-failed-at", &now),
     ] {
-        set_header(&mut headers, k, v);
+        amqp::set_header(&mut headers, k, v);
     }
     d.properties.clone().with_headers(headers)
 }

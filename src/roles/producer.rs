@@ -22,7 +22,7 @@ use crate::amqp;
 use crate::faults::point;
 use crate::protocol::{OutMessage, ProducerConfig};
 use crate::transcript::{MessageMeta, Record};
-use crate::vocab::{Status, Window};
+use crate::vocab::{Status, Window, PARKED_BY};
 
 /// Sends of one message before the producer gives up on it.
 const MAX_SENDS: u32 = 5;
@@ -110,8 +110,8 @@ pub async fn run(cfg: ProducerConfig) -> Result<i32> {
     Ok(0)
 }
 
-/// Sends `m` until the broker has answered for it (a confirm, a return, or
-/// nothing asked), under a message id of its own on each resend after the
+/// Sends `m` until the broker has answered for it (a confirm, a return, a
+/// nack it parks or takes as done, or nothing asked), under a message id of its own on each resend after the
 /// `sends` before; true when a confirm came.
 async fn send(
     cfg: &ProducerConfig,
@@ -268,6 +268,9 @@ async fn park_it(
     meta: &MessageMeta,
     park: &str,
 ) -> Result<()> {
+    let properties = properties_of(meta, true);
+    let mut headers = properties.headers().clone().unwrap_or_default();
+    amqp::set_header(&mut headers, PARKED_BY, "producer");
     let confirm = ch
         .basic_publish(
             "".into(),
@@ -277,7 +280,7 @@ async fn park_it(
                 immediate: false,
             },
             m.body.as_bytes(),
-            properties_of(meta, true),
+            properties.with_headers(headers),
         )
         .await?
         .await?;

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::checker::{Owed, Queued};
-use crate::vocab::ORIGINAL_QUEUE;
+use crate::vocab::{ORIGINAL_QUEUE, PARKED_BY};
 
 impl Ctx<'_> {
     /// Ready messages and consumers of a queue; `None` when the broker says
@@ -58,8 +58,10 @@ impl Ctx<'_> {
         let mut queued = BTreeSet::new();
         let mut queued_in = Queued::default();
         let owed = owed(self.lab, &self.observed.events);
-        // A producer's parking queue is its outbox: a copy there is held
-        // for every queue its event is owed to.
+        // A producer's parking queue is its outbox: a copy the producer
+        // parked there (marked) is held for the queue its event is owed to,
+        // when there is exactly one (with more, which one refused it is not
+        // known: held for none).
         let parks: BTreeSet<&str> = self
             .lab
             .steps
@@ -83,7 +85,11 @@ impl Ctx<'_> {
                 let owed_queues = owed
                     .0
                     .get(&event)
-                    .filter(|_| parks.contains(q.as_str()))
+                    .filter(|routes| {
+                        routes.len() == 1
+                            && parks.contains(q.as_str())
+                            && p.headers.contains_key(PARKED_BY)
+                    })
                     .into_iter()
                     .flat_map(|routes| routes.keys());
                 for held_for in std::iter::once(q).chain(origins).chain(owed_queues) {
