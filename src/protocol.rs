@@ -190,6 +190,11 @@ pub struct ConsumerConfig {
     /// copy beside the original an unclean broker restart brought back).
     #[serde(default)]
     pub settle_copies: bool,
+    /// A message rejected into the retry loop leaves this queue for good
+    /// (its dead-letter chain never leads back): in a drain, an entry that
+    /// ended here.
+    #[serde(default)]
+    pub rejected_leave: bool,
 }
 
 #[cfg(test)]

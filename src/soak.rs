@@ -209,6 +209,7 @@ impl Soak<'_> {
             transient_failures: Default::default(),
             until_stopped: false,
             settle_copies: false,
+            rejected_leave: false,
         }
     }
 

@@ -1359,6 +1359,34 @@ pub const ORIGINAL_QUEUE: &str = "original-queue";
 pub const PARKED_BY: &str = "parked-by";
 
 impl Topology {
+    /// Whether a message `queue` dead-letters can come back to it, its
+    /// dead-letter chain through the default exchange followed queue by
+    /// queue (any hop, rejection or expiry: an over-estimate of a return).
+    /// `None` when the file cannot tell (another exchange, a queue it does
+    /// not declare). A policy's dead-letter settings are not read.
+    pub fn dead_letters_return(&self, queue: &str) -> Option<bool> {
+        let mut seen = BTreeSet::new();
+        let mut at = queue.to_string();
+        loop {
+            let q = self.queues.iter().find(|q| q.name == at)?;
+            let dlx = q.arguments.get("x-dead-letter-exchange");
+            let key = q.arguments.get("x-dead-letter-routing-key");
+            let next = match (dlx, key) {
+                // No dead-letter exchange: the chain ends here.
+                (None, _) => return Some(false),
+                (Some(ArgValue::Str(x)), Some(ArgValue::Str(k))) if x.is_empty() => k.clone(),
+                _ => return None,
+            };
+            if next == queue {
+                return Some(true);
+            }
+            if !seen.insert(next.clone()) {
+                return Some(false);
+            }
+            at = next;
+        }
+    }
+
     /// The queues among `declared` a publish to `exchange` with `key` is
     /// routed to, as the broker routes it (the default exchange: the queue
     /// named `key`); `None` when that cannot be told from the declarations
@@ -1429,6 +1457,51 @@ impl QueueDecl {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn queue(name: &str, dlx: Option<(&str, &str)>) -> QueueDecl {
+        let mut arguments = std::collections::BTreeMap::new();
+        if let Some((x, k)) = dlx {
+            arguments.insert("x-dead-letter-exchange".into(), ArgValue::Str(x.into()));
+            arguments.insert("x-dead-letter-routing-key".into(), ArgValue::Str(k.into()));
+        }
+        QueueDecl {
+            name: name.into(),
+            durable: true,
+            arguments,
+            bindings: vec![],
+            later: false,
+        }
+    }
+
+    /// retry-dlq's loop comes back; x-death-count's main queue hands its
+    /// rejections to a slow lane that loops on its own; another exchange
+    /// cannot be told.
+    #[test]
+    fn dead_letter_chains_are_followed_through_the_default_exchange() {
+        let t = |queues| Topology {
+            exchanges: vec![],
+            queues,
+        };
+        let retry_dlq = t(vec![
+            queue("work", Some(("", "retry"))),
+            queue("retry", Some(("", "work"))),
+        ]);
+        assert_eq!(retry_dlq.dead_letters_return("work"), Some(true));
+        let lanes = t(vec![
+            queue("main", Some(("", "slow"))),
+            queue("slow", Some(("", "slow.retry"))),
+            queue("slow.retry", Some(("", "slow"))),
+        ]);
+        assert_eq!(lanes.dead_letters_return("main"), Some(false));
+        assert_eq!(lanes.dead_letters_return("slow"), Some(true));
+        assert_eq!(
+            t(vec![queue("q", None)]).dead_letters_return("q"),
+            Some(false)
+        );
+        let other = t(vec![queue("q", Some(("dlx", "q")))]);
+        assert_eq!(other.dead_letters_return("q"), None);
+        assert_eq!(other.dead_letters_return("undeclared"), None);
+    }
 
     /// What `rabbitmqctl eval` answers for a setting, as the lab reads it.
     #[test]

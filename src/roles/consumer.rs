@@ -31,6 +31,9 @@ use crate::vocab::{
 enum Outcome {
     Settled,
     Pending,
+    /// Rejected into a dead-letter chain that never leads back: no final
+    /// outcome of the message, but the end of this queue's entry.
+    Left,
 }
 
 struct Consumer {
@@ -212,9 +215,13 @@ impl Consumer {
                     .with("redelivered", d.redelivered)
                     .status(Status::Received),
             );
-            if let Outcome::Settled = self.handle(&d, &meta, attempt).await? {
-                progress.settled.insert(meta.message_id);
-                progress.copies += 1;
+            match self.handle(&d, &meta, attempt).await? {
+                Outcome::Settled => {
+                    progress.settled.insert(meta.message_id);
+                    progress.copies += 1;
+                }
+                Outcome::Left if self.cfg.settle_copies => progress.copies += 1,
+                Outcome::Left | Outcome::Pending => {}
             }
         }
         Ok(())
@@ -481,7 +488,10 @@ impl Consumer {
                             .with("attempt", attempt)
                             .status(Status::Retry),
                     );
-                    return Ok(Outcome::Pending);
+                    return Ok(match self.cfg.rejected_leave {
+                        true => Outcome::Left,
+                        false => Outcome::Pending,
+                    });
                 }
                 let properties = diagnostics(&self.cfg, d, meta, attempt, class, error);
                 self.move_to_dlq(&retry.dlq, d, meta, properties, dlq, (confirm, mandatory))

@@ -260,6 +260,7 @@ impl Ctx<'_> {
             transient_failures: c.transient_failures.clone(),
             until_stopped: false,
             settle_copies: false,
+            rejected_leave: self.lab.topology.dead_letters_return(&c.queue) == Some(false),
         }
     }
 
