@@ -260,7 +260,9 @@ impl Ctx<'_> {
             transient_failures: c.transient_failures.clone(),
             until_stopped: false,
             settle_copies: false,
-            rejected_leave: self.lab.topology.dead_letters_return(&c.queue) == Some(false),
+            // A policy may set a dead-letter chain the file does not show.
+            rejected_leave: !self.lab.has_policy()
+                && self.lab.topology.dead_letters_return(&c.queue) == Some(false),
         }
     }
 
