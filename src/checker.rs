@@ -305,6 +305,19 @@ pub fn evaluate(c: &CounterRef, entries: &[Entry], obs: &Observed) -> Result<Str
             })
             .count()
             .to_string(),
+        Counter::OrderVersion => {
+            let versions: Vec<String> = obs
+                .ground
+                .states
+                .iter()
+                .filter(|(_, order, _)| Some(order.as_str()) == q)
+                .map(|(_, _, v)| v.to_string())
+                .collect();
+            match versions.is_empty() {
+                true => "none".into(),
+                false => versions.join(","),
+            }
+        }
         Counter::CrashExitCode => return known(obs.crash_exit_code.map(i64::from), "crash"),
         Counter::CrashAfterBusinessCommit => return known(obs.crash_business_rows, "crash"),
         Counter::ConsumerExitCode => {
@@ -576,6 +589,21 @@ mod tests {
     }
 
     #[test]
+    fn order_version_reads_each_services_state_of_that_order() {
+        let state = |c: &str, o: &str, v: i64| (c.to_string(), o.to_string(), v);
+        let mut obs = Observed::default();
+        assert_eq!(eval("orderVersion:order-1", &[], &obs), "none");
+        obs.ground.states = vec![state("a", "order-1", 3), state("a", "order-2", 1)];
+        assert_eq!(eval("orderVersion:order-1", &[], &obs), "3");
+        obs.ground.states.push(state("b", "order-1", 1));
+        assert_eq!(eval("orderVersion:order-1", &[], &obs), "3,1");
+        assert!(
+            "orderVersion".parse::<CounterRef>().is_err(),
+            "needs an order"
+        );
+    }
+
+    #[test]
     fn missing_observations_fail_instead_of_defaulting() {
         let c: CounterRef = "crashExitCode".parse().unwrap();
         assert!(evaluate(&c, &[], &Observed::default()).is_err());
@@ -651,6 +679,7 @@ mod tests {
             business: vec![row("E1"), row("E2"), row("E3")],
             processed_rows: 3,
             rejected: Vec::new(),
+            states: Vec::new(),
         };
         assert_eq!(get(&confirmed, &g, &[]), vec![0, 0, 0]);
         g.business.push(row("E1"));
@@ -689,6 +718,7 @@ mod tests {
             business: vec![row("E1"), row("E2"), row("E3")],
             processed_rows: 3,
             rejected: Vec::new(),
+            states: Vec::new(),
         };
         assert_eq!(get(&resent, &once, &[]), vec![0, 0, 0]);
         // A consumer that applied both copies: one duplicate of E1.
@@ -696,6 +726,7 @@ mod tests {
             business: vec![row("E1"), row("E2"), row("E3"), row("E1")],
             processed_rows: 0,
             rejected: Vec::new(),
+            states: Vec::new(),
         };
         assert_eq!(get(&resent, &twice, &[]), vec![0, 1, 0]);
         // Two services each applying E1 once are not duplicates.
@@ -708,6 +739,7 @@ mod tests {
             ],
             processed_rows: 0,
             rejected: Vec::new(),
+            states: Vec::new(),
         };
         assert_eq!(get(&resent, &two, &[]), vec![0, 0, 0]);
         // A producer resend after a lost confirm: `mid-2.2` is E2.
@@ -789,6 +821,7 @@ mod tests {
                 business,
                 processed_rows: 0,
                 rejected: Vec::new(),
+                states: Vec::new(),
             };
             total_queue(&sent, &ground, &queued, &events, &owed, &queued_in)[0].1
         };

@@ -48,6 +48,10 @@ pub struct OrderCreated {
     pub order_id: String,
     pub amount: f64,
     pub currency: String,
+    /// A change event's business version (order.updated): the order's
+    /// state is set from it. An order.created carries none.
+    #[serde(default)]
+    pub version: Option<i64>,
 }
 
 impl OrderCreated {
@@ -318,6 +322,55 @@ pub async fn reserve_inventory(
     Ok(())
 }
 
+/// How a change event sets its order's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StateWrite {
+    /// Only if the event's version is newer than the stored one.
+    IfNewer,
+    /// Whatever the stored version: the last event to arrive wins.
+    Overwrite,
+}
+
+/// Sets the order's state from a change event, in the open transaction:
+/// Ok(None) when written, Ok(Some(stored version)) when the event is not
+/// newer than the state (`IfNewer` only).
+pub async fn set_order_state(
+    conn: &mut PgConnection,
+    consumer: &str,
+    order: &OrderCreated,
+    version: i64,
+    how: StateWrite,
+) -> Result<Option<i64>> {
+    let guard = match how {
+        StateWrite::IfNewer => " WHERE order_state.version < EXCLUDED.version",
+        StateWrite::Overwrite => "",
+    };
+    let written = sqlx::query(&format!(
+        "INSERT INTO order_state (consumer_name, order_id, version, amount) \
+         VALUES ($1, $2, $3, $4::numeric) \
+         ON CONFLICT (consumer_name, order_id) \
+         DO UPDATE SET version = EXCLUDED.version, amount = EXCLUDED.amount{guard}"
+    ))
+    .bind(consumer)
+    .bind(&order.order_id)
+    .bind(version)
+    .bind(order.amount.to_string())
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    if written == 1 {
+        return Ok(None);
+    }
+    let (stored,): (i64,) = sqlx::query_as(
+        "SELECT version FROM order_state WHERE consumer_name = $1 AND order_id = $2",
+    )
+    .bind(consumer)
+    .bind(&order.order_id)
+    .fetch_one(conn)
+    .await?;
+    Ok(Some(stored))
+}
+
 /// What PostgreSQL holds after (or during) a run.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -329,6 +382,9 @@ pub struct Ground {
     /// event was handled, by saying no.
     #[serde(default)]
     pub rejected: Vec<(String, String)>,
+    /// One (service, orderId, version) per order state a change event set.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub states: Vec<(String, String, i64)>,
 }
 
 impl Ground {
@@ -359,10 +415,23 @@ pub async fn read_ground(conn: &mut PgConnection, effects: Option<&str>) -> Resu
         sqlx::query_as("SELECT consumer_name, event_id FROM business_rejections ORDER BY id")
             .fetch_all(&mut *conn)
             .await?;
+    // A program's own tables hold its state, which the lab cannot read.
+    let states = match effects {
+        Some(_) => Vec::new(),
+        None => {
+            sqlx::query_as(
+                "SELECT consumer_name, order_id, version FROM order_state \
+                 ORDER BY consumer_name, order_id",
+            )
+            .fetch_all(&mut *conn)
+            .await?
+        }
+    };
     Ok(Ground {
         business,
         processed_rows,
         rejected,
+        states,
     })
 }
 

@@ -495,7 +495,8 @@ names! {
         SkipRedelivered = "skip-redelivered": "a delivery flagged redelivered is acked as a duplicate, unprocessed",
         InboxSelect = "inbox-select": "BEGIN; SELECT the inbox row (found: a duplicate, rolled back and acked)",
         InboxInsertIgnoring = "inbox-insert-ignoring": "INSERT the inbox row ON CONFLICT DO NOTHING without looking at the result",
-        Write = "write": "write the business row (BEGIN first if no transaction is open)",
+        Write = "write": "write the business row (BEGIN first if no transaction is open); a change event (one with a version) first sets its order's state, only if its version is newer than the stored one: a stale event is a business rejection",
+        WriteOverwrite = "write-overwrite": "as write, but a change event sets its order's state whatever version the state holds: an older event arriving late overwrites the newer state",
         Commit = "commit": "COMMIT the business transaction",
         Ack = "ack": "basic.ack the delivery",
     }
@@ -526,6 +527,7 @@ names! {
         NoBackoff = "no-backoff": "classified, but republishes every retry to the first tier: each waits the shortest delay, with no back-off",
         InboxSavepoint = "inbox-savepoint": "inbox, but the row is inserted without ON CONFLICT under a savepoint: a caught unique violation rolls back to it, and the transaction goes on",
         CatchUniqueViolation = "catch-unique-violation": "inbox-savepoint without the savepoint: it catches the unique violation and goes on in the aborted transaction, so a duplicate fails (25P02) into the retry loop and the DLQ",
+        Overwrite = "overwrite": "classified, but a change event sets its order's state without comparing versions: an older event retried after newer ones overwrites them",
         XDeathFirstCount = "x-death-first-count": "retry-dlq's reject loop, but reads the attempt from the first x-death entry's count alone: right while one queue rejects, short once a message was rejected from two queues (one entry per queue and reason)",
     }
 }
@@ -802,6 +804,18 @@ pub const PATTERNS: &[PatternDef] = &[
         on_failure: SEED_FAILURE,
     },
     PatternDef {
+        pattern: Pattern::Overwrite,
+        safe: false,
+        steps: &[Receive, InboxInsert, WriteOverwrite, Commit, Ack],
+        auto_ack: false,
+        on_failure: OnFailure::Classified {
+            attempts: AttemptsFrom::Header,
+            dlq: DlqOrder::ConfirmThenAck,
+            by_class: true,
+            backoff: true,
+        },
+    },
+    PatternDef {
         pattern: Pattern::XDeathFirstCount,
         safe: false,
         steps: SAFE_PATH,
@@ -844,7 +858,7 @@ impl PatternDef {
             InboxOwnTx => Some(Window::AfterInboxCommit),
             InboxInsert | InboxInsertBlind | InboxInsertByEvent | InboxInsertSavepoint
             | InboxInsertCatching | SkipRedelivered | InboxSelect | InboxInsertIgnoring => None,
-            Write | Commit | Ack => Some(match (committed, acked) {
+            Write | WriteOverwrite | Commit | Ack => Some(match (committed, acked) {
                 (false, false) => Window::BeforeCommit,
                 (false, true) => Window::AfterAckBeforeCommit,
                 (true, false) => Window::AfterCommitBeforeAck,
@@ -924,6 +938,8 @@ pub enum Arg {
     OptionalClass,
     /// `name:<queue>/<header>`.
     QueueHeader,
+    /// `name:<orderId>`: a business key, not a message.
+    Order,
 }
 
 names! {
@@ -964,6 +980,7 @@ names! {
         Returned = "returned": "publishes the broker returned as unroutable (mandatory)",
         Nacked = "nacked": "publishes the broker refused (basic.nack: a full queue with reject-publish)",
         Published = "published": "publishes the producer made, first sends and resends",
+        OrderVersion = "orderVersion": "`orderVersion:<orderId>`: the version of that order's state in PostgreSQL, per service that holds one (`none`: no change event set it)",
         CrashExitCode = "crashExitCode": "exit status of the killed role (128 + signal)",
         CrashAfterBusinessCommit = "crashAfterBusinessCommit": "business rows of the faulted message visible in PostgreSQL just before the kill",
         ConsumerExitCode = "consumerExitCode": "exit status of the last consumer process",
@@ -982,6 +999,7 @@ impl Counter {
             RetryDelaysHonoured => Arg::MessageId,
             DepthAfter => Arg::Queue,
             Attempts | Deliveries | DeliveriesBefore => Arg::MessageId,
+            OrderVersion => Arg::Order,
             Confirmed
             | DuplicatesApplied
             | BusinessRows
@@ -1008,6 +1026,7 @@ impl Counter {
             Arg::MessageId => format!("{}:message", self.name()),
             Arg::OptionalClass => format!("{}[:class]", self.name()),
             Arg::QueueHeader => format!("{}:queue/header", self.name()),
+            Arg::Order => format!("{}:order", self.name()),
         }
     }
 }
@@ -1037,6 +1056,9 @@ impl FromStr for CounterRef {
             )),
             (Arg::MessageId, None) => Err(format!(
                 "counter `{name}` needs an argument: `{name}:<message id>`"
+            )),
+            (Arg::Order, None) => Err(format!(
+                "counter `{name}` needs an argument: `{name}:<orderId>`"
             )),
             (Arg::QueueHeader, None) => Err(format!(
                 "counter `{name}` needs an argument: `{name}:<queue>/<header>`"

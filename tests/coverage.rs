@@ -136,13 +136,19 @@ const COVERAGE: &[(Pattern, Edit, Pattern)] = &[
         Edit::Failure("backoff"),
         Pattern::NoBackoff,
     ),
+    // The write's version comparison (a change event sets its order's
+    // state only when newer): shown by a retried, late older version.
+    (
+        Pattern::Classified,
+        Edit::Replaced(Step::Write, &[Step::WriteOverwrite]),
+        Pattern::Overwrite,
+    ),
 ];
 
 /// Steps that are the work itself, not a safety step: removing them
 /// removes the consumer. Each with why.
 const NOT_SAFETY_STEPS: &[(Step, &str)] = &[
     (Step::Receive, "the delivery itself"),
-    (Step::Write, "the business effect the labs count"),
     (
         Step::Commit,
         "without it nothing is written; its place before the ack is the safety step (Swapped)",

@@ -21,7 +21,7 @@ use super::{emit, meta_of};
 use crate::amqp;
 use crate::faults::point;
 use crate::protocol::ConsumerConfig;
-use crate::store::{self, InboxRow, OrderCreated};
+use crate::store::{self, InboxRow, OrderCreated, StateWrite};
 use crate::transcript::{MessageMeta, Record};
 use crate::vocab::{
     AttemptsFrom, DlqOrder, FailureClass, OnFailure, PatternDef, Status, Step, Window,
@@ -256,9 +256,13 @@ impl Consumer {
             match step {
                 // The caller took and logged the delivery.
                 Step::Receive => {}
-                Step::Write => {
+                Step::Write | Step::WriteOverwrite => {
                     begin(&mut open, &mut self.db).await?;
-                    let write = self.write(d, meta, attempt).await;
+                    let how = match step {
+                        Step::WriteOverwrite => StateWrite::Overwrite,
+                        _ => StateWrite::IfNewer,
+                    };
+                    let write = self.write(d, meta, attempt, how).await;
                     if let Err((class, error)) = write {
                         return self
                             .failed(d, meta, attempt, &event_id, class, &error)
@@ -352,7 +356,7 @@ impl Consumer {
                     return settled(&self.cfg, meta, attempt, Status::DuplicateSkipped).map(Some);
                 }
             }
-            Step::Receive | Step::Write | Step::Commit | Step::Ack => {}
+            Step::Receive | Step::Write | Step::WriteOverwrite | Step::Commit | Step::Ack => {}
         }
         Ok(None)
     }
@@ -400,13 +404,14 @@ impl Consumer {
     }
 
     /// The business write of the order in `d`, or why it failed: the lab's
-    /// injected transient failure, a message that is not an order, or the
-    /// database.
+    /// injected transient failure, a message that is not an order, a change
+    /// event older than the order's state (`how`), or the database.
     async fn write(
         &mut self,
         d: &Delivery,
         meta: &MessageMeta,
         attempt: u32,
+        how: StateWrite,
     ) -> std::result::Result<(), (FailureClass, String)> {
         let injected = self
             .cfg
@@ -421,8 +426,26 @@ impl Consumer {
         } else {
             OrderCreated::classify(&d.data)
         };
+        let db_error = |e: anyhow::Error| (FailureClass::Transient, e.to_string());
         match order {
             Ok(order) => {
+                if let Some(version) = order.version {
+                    let stale = store::set_order_state(
+                        &mut self.db,
+                        &self.cfg.service,
+                        &order,
+                        version,
+                        how,
+                    )
+                    .await
+                    .map_err(db_error)?;
+                    if let Some(stored) = stale {
+                        return Err((
+                            FailureClass::BusinessRejection,
+                            format!("stale: version {version} is not newer than the order's version {stored}"),
+                        ));
+                    }
+                }
                 store::reserve_inventory(&mut self.db, &self.cfg.service, &meta.message_id, &order)
                     .await
                     .map_err(|e| (FailureClass::Transient, e.to_string()))
