@@ -310,12 +310,38 @@ pub fn evaluate(c: &CounterRef, entries: &[Entry], obs: &Observed) -> Result<Str
                 .ground
                 .states
                 .iter()
-                .filter(|(_, order, _)| Some(order.as_str()) == q)
-                .map(|(_, _, v)| v.to_string())
+                .filter(|(_, order, ..)| Some(order.as_str()) == q)
+                .map(|(_, _, v, _)| v.to_string())
                 .collect();
             match versions.is_empty() {
                 true => "none".into(),
                 false => versions.join(","),
+            }
+        }
+        Counter::WaitedAtLeast => {
+            let (message, bound) = q.unwrap_or_default().split_once('/').unwrap_or_default();
+            let bound: u128 = bound.parse().unwrap_or(u128::MAX);
+            let waited = consumer(Status::Received)
+                .find(|e| e.get("messageId") == Some(message))
+                .and_then(|e| e.get("delayMs"))
+                .and_then(|d| d.parse::<u128>().ok());
+            match waited {
+                Some(d) if d >= bound => "yes".into(),
+                Some(_) => "no".into(),
+                None => return Err(format!("no wait of {message} was measured")),
+            }
+        }
+        Counter::OrderStatus => {
+            let statuses: Vec<&str> = obs
+                .ground
+                .states
+                .iter()
+                .filter(|(_, order, ..)| Some(order.as_str()) == q)
+                .map(|(.., s)| s.as_str())
+                .collect();
+            match statuses.is_empty() {
+                true => "none".into(),
+                false => statuses.join(","),
             }
         }
         Counter::CrashExitCode => return known(obs.crash_exit_code.map(i64::from), "crash"),
@@ -590,7 +616,7 @@ mod tests {
 
     #[test]
     fn order_version_reads_each_services_state_of_that_order() {
-        let state = |c: &str, o: &str, v: i64| (c.to_string(), o.to_string(), v);
+        let state = |c: &str, o: &str, v: i64| (c.to_string(), o.to_string(), v, "paid".into());
         let mut obs = Observed::default();
         assert_eq!(eval("orderVersion:order-1", &[], &obs), "none");
         obs.ground.states = vec![state("a", "order-1", 3), state("a", "order-2", 1)];
@@ -601,6 +627,27 @@ mod tests {
             "orderVersion".parse::<CounterRef>().is_err(),
             "needs an order"
         );
+        assert_eq!(eval("orderStatus:order-1", &[], &obs), "paid,paid");
+        assert_eq!(eval("orderStatus:order-9", &[], &obs), "none");
+    }
+
+    #[test]
+    fn waited_at_least_is_a_band_of_the_first_measured_delivery() {
+        let lines = &[
+            "[consumer] messageId=mid-1 attempt=1 delayMs=1004 status=received",
+            "[consumer] messageId=mid-2 attempt=1 delayMs=1007 status=received",
+            "[consumer] messageId=mid-3 attempt=1 status=received",
+        ];
+        let obs = Observed::default();
+        assert_eq!(eval("waitedAtLeast:mid-2/500", lines, &obs), "yes");
+        assert_eq!(eval("waitedAtLeast:mid-2/1008", lines, &obs), "no");
+        let c: CounterRef = "waitedAtLeast:mid-3/500".parse().unwrap();
+        assert!(
+            evaluate(&c, &entries(lines), &obs).is_err(),
+            "no measured wait"
+        );
+        assert!("waitedAtLeast:mid-2".parse::<CounterRef>().is_err());
+        assert!("waitedAtLeast:mid-2/soon".parse::<CounterRef>().is_err());
     }
 
     #[test]

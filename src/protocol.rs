@@ -91,6 +91,9 @@ pub struct OutMessage {
     pub meta: MessageMeta,
     pub routing_key: String,
     pub body: String,
+    /// A per-message TTL (the `expiration` property), in ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expiration_ms: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

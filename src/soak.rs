@@ -151,6 +151,7 @@ pub fn stream(plan: &Plan) -> Vec<OutMessage> {
                 },
                 routing_key: String::new(),
                 body: body.to_string(),
+                expiration_ms: None,
             });
         }
     }

@@ -52,6 +52,13 @@ pub struct OrderCreated {
     /// state is set from it. An order.created carries none.
     #[serde(default)]
     pub version: Option<i64>,
+    /// The status a change event sets (default `open`).
+    #[serde(default)]
+    pub status: Option<String>,
+    /// A delayed check (order.payment-timeout): cancel the order if its
+    /// status is still this one when the check runs.
+    #[serde(default)]
+    pub cancel_if_status: Option<String>,
 }
 
 impl OrderCreated {
@@ -322,18 +329,20 @@ pub async fn reserve_inventory(
     Ok(())
 }
 
-/// How a change event sets its order's state.
+/// How an event sets its order's state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StateWrite {
-    /// Only if the event's version is newer than the stored one.
-    IfNewer,
-    /// Whatever the stored version: the last event to arrive wins.
+    /// Only if the stored state allows it: a change event newer than the
+    /// stored version, a conditional cancel while the status is the one
+    /// it names.
+    Guarded,
+    /// Whatever the stored state: the last event to arrive wins.
     Overwrite,
 }
 
 /// Sets the order's state from a change event, in the open transaction:
 /// Ok(None) when written, Ok(Some(stored version)) when the event is not
-/// newer than the state (`IfNewer` only).
+/// newer than the state (`Guarded` only).
 pub async fn set_order_state(
     conn: &mut PgConnection,
     consumer: &str,
@@ -342,19 +351,21 @@ pub async fn set_order_state(
     how: StateWrite,
 ) -> Result<Option<i64>> {
     let guard = match how {
-        StateWrite::IfNewer => " WHERE order_state.version < EXCLUDED.version",
+        StateWrite::Guarded => " WHERE order_state.version < EXCLUDED.version",
         StateWrite::Overwrite => "",
     };
     let written = sqlx::query(&format!(
-        "INSERT INTO order_state (consumer_name, order_id, version, amount) \
-         VALUES ($1, $2, $3, $4::numeric) \
+        "INSERT INTO order_state (consumer_name, order_id, version, amount, status) \
+         VALUES ($1, $2, $3, $4::numeric, $5) \
          ON CONFLICT (consumer_name, order_id) \
-         DO UPDATE SET version = EXCLUDED.version, amount = EXCLUDED.amount{guard}"
+         DO UPDATE SET version = EXCLUDED.version, amount = EXCLUDED.amount, \
+         status = EXCLUDED.status{guard}"
     ))
     .bind(consumer)
     .bind(&order.order_id)
     .bind(version)
     .bind(order.amount.to_string())
+    .bind(order.status.as_deref().unwrap_or("open"))
     .execute(&mut *conn)
     .await?
     .rows_affected();
@@ -371,6 +382,37 @@ pub async fn set_order_state(
     Ok(Some(stored))
 }
 
+/// A delayed check's cancel, in the open transaction: Ok(None) when
+/// cancelled, Ok(Some(the status found)) when the order is not in the
+/// status the check names (`Guarded` only; `absent`: no state yet).
+pub async fn cancel_order_if(
+    conn: &mut PgConnection,
+    consumer: &str,
+    order: &OrderCreated,
+    expected: &str,
+    how: StateWrite,
+) -> Result<Option<String>> {
+    let cancel = sqlx::query(
+        "UPDATE order_state SET status = 'cancelled' \
+         WHERE consumer_name = $1 AND order_id = $2 AND (status = $3 OR $4)",
+    )
+    .bind(consumer)
+    .bind(&order.order_id)
+    .bind(expected)
+    .bind(how == StateWrite::Overwrite);
+    let cancelled = cancel.execute(&mut *conn).await?.rows_affected();
+    if cancelled == 1 || how == StateWrite::Overwrite {
+        return Ok(None);
+    }
+    let found: Option<(String,)> =
+        sqlx::query_as("SELECT status FROM order_state WHERE consumer_name = $1 AND order_id = $2")
+            .bind(consumer)
+            .bind(&order.order_id)
+            .fetch_optional(conn)
+            .await?;
+    Ok(Some(found.map_or_else(|| "absent".to_string(), |(s,)| s)))
+}
+
 /// What PostgreSQL holds after (or during) a run.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -382,9 +424,10 @@ pub struct Ground {
     /// event was handled, by saying no.
     #[serde(default)]
     pub rejected: Vec<(String, String)>,
-    /// One (service, orderId, version) per order state a change event set.
+    /// One (service, orderId, version, status) per order state a change
+    /// event set.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub states: Vec<(String, String, i64)>,
+    pub states: Vec<(String, String, i64, String)>,
 }
 
 impl Ground {
@@ -420,7 +463,7 @@ pub async fn read_ground(conn: &mut PgConnection, effects: Option<&str>) -> Resu
         Some(_) => Vec::new(),
         None => {
             sqlx::query_as(
-                "SELECT consumer_name, order_id, version FROM order_state \
+                "SELECT consumer_name, order_id, version, status FROM order_state \
                  ORDER BY consumer_name, order_id",
             )
             .fetch_all(&mut *conn)

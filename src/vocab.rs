@@ -495,8 +495,8 @@ names! {
         SkipRedelivered = "skip-redelivered": "a delivery flagged redelivered is acked as a duplicate, unprocessed",
         InboxSelect = "inbox-select": "BEGIN; SELECT the inbox row (found: a duplicate, rolled back and acked)",
         InboxInsertIgnoring = "inbox-insert-ignoring": "INSERT the inbox row ON CONFLICT DO NOTHING without looking at the result",
-        Write = "write": "write the business row (BEGIN first if no transaction is open); a change event (one with a version) first sets its order's state, only if its version is newer than the stored one: a stale event is a business rejection",
-        WriteOverwrite = "write-overwrite": "as write, but a change event sets its order's state whatever version the state holds: an older event arriving late overwrites the newer state",
+        Write = "write": "write the business row (BEGIN first if no transaction is open); first, a change event (one with a version) sets its order's state only if its version is newer than the stored one, and a delayed check cancels the order only if its status is still the one the check names: otherwise a business rejection",
+        WriteOverwrite = "write-overwrite": "as write, without the guards: a change event sets its order's state whatever version the state holds, a delayed check cancels whatever the status; an older event arriving late overwrites the newer state, a late check cancels a paid order",
         Commit = "commit": "COMMIT the business transaction",
         Ack = "ack": "basic.ack the delivery",
     }
@@ -527,7 +527,7 @@ names! {
         NoBackoff = "no-backoff": "classified, but republishes every retry to the first tier: each waits the shortest delay, with no back-off",
         InboxSavepoint = "inbox-savepoint": "inbox, but the row is inserted without ON CONFLICT under a savepoint: a caught unique violation rolls back to it, and the transaction goes on",
         CatchUniqueViolation = "catch-unique-violation": "inbox-savepoint without the savepoint: it catches the unique violation and goes on in the aborted transaction, so a duplicate fails (25P02) into the retry loop and the DLQ",
-        Overwrite = "overwrite": "classified, but a change event sets its order's state without comparing versions: an older event retried after newer ones overwrites them",
+        Overwrite = "overwrite": "classified, but sets an order's state without reading it first: a change event without comparing versions (an older event retried after newer ones overwrites them), a delayed cancel without checking the status (a paid order is cancelled)",
         XDeathFirstCount = "x-death-first-count": "retry-dlq's reject loop, but reads the attempt from the first x-death entry's count alone: right while one queue rejects, short once a message was rejected from two queues (one entry per queue and reason)",
     }
 }
@@ -940,6 +940,8 @@ pub enum Arg {
     QueueHeader,
     /// `name:<orderId>`: a business key, not a message.
     Order,
+    /// `name:<message id>/<ms>`: a message and a time band's bound.
+    MessageMs,
 }
 
 names! {
@@ -981,6 +983,8 @@ names! {
         Nacked = "nacked": "publishes the broker refused (basic.nack: a full queue with reject-publish)",
         Published = "published": "publishes the producer made, first sends and resends",
         OrderVersion = "orderVersion": "`orderVersion:<orderId>`: the version of that order's state in PostgreSQL, per service that holds one (`none`: no change event set it)",
+        WaitedAtLeast = "waitedAtLeast": "`waitedAtLeast:<message>/<ms>`: `yes` if the message's first delivery came at least that long after the producer sent it (measured for a message with a per-message TTL, not printed), `no` if sooner: a band, never a measured time",
+        OrderStatus = "orderStatus": "`orderStatus:<orderId>`: the status of that order's state in PostgreSQL, per service that holds one (`none`: no change event set it)",
         CrashExitCode = "crashExitCode": "exit status of the killed role (128 + signal)",
         CrashAfterBusinessCommit = "crashAfterBusinessCommit": "business rows of the faulted message visible in PostgreSQL just before the kill",
         ConsumerExitCode = "consumerExitCode": "exit status of the last consumer process",
@@ -999,7 +1003,8 @@ impl Counter {
             RetryDelaysHonoured => Arg::MessageId,
             DepthAfter => Arg::Queue,
             Attempts | Deliveries | DeliveriesBefore => Arg::MessageId,
-            OrderVersion => Arg::Order,
+            OrderVersion | OrderStatus => Arg::Order,
+            WaitedAtLeast => Arg::MessageMs,
             Confirmed
             | DuplicatesApplied
             | BusinessRows
@@ -1027,6 +1032,7 @@ impl Counter {
             Arg::OptionalClass => format!("{}[:class]", self.name()),
             Arg::QueueHeader => format!("{}:queue/header", self.name()),
             Arg::Order => format!("{}:order", self.name()),
+            Arg::MessageMs => format!("{}:message/ms", self.name()),
         }
     }
 }
@@ -1057,6 +1063,15 @@ impl FromStr for CounterRef {
             (Arg::MessageId, None) => Err(format!(
                 "counter `{name}` needs an argument: `{name}:<message id>`"
             )),
+            (Arg::MessageMs, a)
+                if a.as_deref()
+                    .and_then(|a| a.split_once('/'))
+                    .is_none_or(|(m, ms)| m.is_empty() || ms.parse::<u64>().is_err()) =>
+            {
+                Err(format!(
+                    "counter `{name}` needs an argument: `{name}:<message id>/<ms>`"
+                ))
+            }
             (Arg::Order, None) => Err(format!(
                 "counter `{name}` needs an argument: `{name}:<orderId>`"
             )),

@@ -750,16 +750,18 @@ impl<'a> Checker<'a> {
         let mut messages = Vec::new();
         for (j, m) in p.messages.iter().enumerate() {
             let mkey = format!("{key}.publish.messages[{j}]");
-            let (fixture, rk, count) = match m.get_ref() {
-                RawMessage::Fixture(f) => (f.clone(), p.routing_key.clone(), None),
+            let (fixture, rk, count, expiration_ms) = match m.get_ref() {
+                RawMessage::Fixture(f) => (f.clone(), p.routing_key.clone(), None, None),
                 RawMessage::Full(RawFullMessage {
                     fixture,
                     routing_key,
                     count,
+                    expiration_ms,
                 }) => (
                     fixture.clone(),
                     routing_key.clone().or_else(|| p.routing_key.clone()),
                     *count,
+                    expiration_ms.map(|n| n.get()),
                 ),
             };
             let first = *next_id;
@@ -776,6 +778,7 @@ impl<'a> Checker<'a> {
                         routing_key: routing_key.clone(),
                         fixture: fixture.clone(),
                         body,
+                        expiration_ms,
                     }),
                     Err(kind) => {
                         self.err(mkey, span(m), kind);

@@ -229,6 +229,8 @@ pub struct Message {
     pub routing_key: String,
     pub fixture: String,
     pub body: String,
+    /// A per-message TTL in ms (the `expiration` property).
+    pub expiration_ms: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

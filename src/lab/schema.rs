@@ -174,7 +174,8 @@ pub enum RawMessage {
 
 /// `{ fixture, routing_key }`, or `{ fixture, count = N }`: N events made
 /// from one fixture, each its own eventId and order (`<eventId>-k`,
-/// `<orderId>-k`), for a lab that needs a stream. A misspelt key is an
+/// `<orderId>-k`), for a lab that needs a stream; `expiration_ms` gives
+/// each a per-message TTL. A misspelt key is an
 /// error, not a silent default.
 #[derive(Deserialize, Clone, Debug)]
 #[serde(deny_unknown_fields)]
@@ -182,6 +183,8 @@ pub struct RawFullMessage {
     pub fixture: String,
     pub routing_key: Option<String>,
     pub count: Option<std::num::NonZeroU16>,
+    /// A per-message TTL in ms: the `expiration` property.
+    pub expiration_ms: Option<NonZeroU64>,
 }
 
 impl RawMessage {

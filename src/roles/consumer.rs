@@ -17,7 +17,7 @@ use lapin::types::FieldTable;
 use lapin::{Channel, Confirmation};
 use sqlx::PgConnection;
 
-use super::{emit, meta_of};
+use super::{emit, meta_of, now_ms, PUBLISHED_AT};
 use crate::amqp;
 use crate::faults::point;
 use crate::protocol::ConsumerConfig;
@@ -203,10 +203,11 @@ impl Consumer {
                 .line(&meta)
                 .with("consumer", &self.cfg.consumer)
                 .with("attempt", attempt);
-            // How long a retried copy really waited (normalized out; the
-            // checker compares it with its tier's TTL).
-            if let Some(at) =
-                amqp::header_str(headers, RETRY_PUBLISHED_AT).and_then(|a| a.parse::<u128>().ok())
+            // How long a retried or delayed copy really waited (normalized
+            // out; the checker compares it with a TTL or a lab's band).
+            if let Some(at) = amqp::header_str(headers, RETRY_PUBLISHED_AT)
+                .or_else(|| amqp::header_str(headers, PUBLISHED_AT))
+                .and_then(|a| a.parse::<u128>().ok())
             {
                 received = received.with("delayMs", now_ms().saturating_sub(at));
             }
@@ -260,7 +261,7 @@ impl Consumer {
                     begin(&mut open, &mut self.db).await?;
                     let how = match step {
                         Step::WriteOverwrite => StateWrite::Overwrite,
-                        _ => StateWrite::IfNewer,
+                        _ => StateWrite::Guarded,
                     };
                     let write = self.write(d, meta, attempt, how).await;
                     if let Err((class, error)) = write {
@@ -429,20 +430,25 @@ impl Consumer {
         let db_error = |e: anyhow::Error| (FailureClass::Transient, e.to_string());
         match order {
             Ok(order) => {
+                let (db, service) = (&mut self.db, self.cfg.service.as_str());
                 if let Some(version) = order.version {
-                    let stale = store::set_order_state(
-                        &mut self.db,
-                        &self.cfg.service,
-                        &order,
-                        version,
-                        how,
-                    )
-                    .await
-                    .map_err(db_error)?;
+                    let stale = store::set_order_state(db, service, &order, version, how)
+                        .await
+                        .map_err(db_error)?;
                     if let Some(stored) = stale {
                         return Err((
                             FailureClass::BusinessRejection,
                             format!("stale: version {version} is not newer than the order's version {stored}"),
+                        ));
+                    }
+                } else if let Some(expected) = &order.cancel_if_status {
+                    let found = store::cancel_order_if(db, service, &order, expected, how)
+                        .await
+                        .map_err(db_error)?;
+                    if let Some(found) = found {
+                        return Err((
+                            FailureClass::BusinessRejection,
+                            format!("the order is {found}, not {expected}: not cancelled"),
                         ));
                     }
                 }
@@ -748,13 +754,6 @@ async fn begin(open: &mut bool, db: &mut PgConnection) -> Result<()> {
 const RETRY_PUBLISHED_AT: &str = "retry-published-at";
 /// When a message first failed (RFC 3339), carried through its retries.
 const FIRST_FAILED_AT: &str = "first-failed-at";
-
-fn now_ms() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or_default()
-}
 
 fn settled(
     cfg: &ConsumerConfig,

@@ -35,6 +35,18 @@ pub fn meta_of(d: &Delivery) -> MessageMeta {
     }
 }
 
+/// The header with which a delayed message (one with a per-message TTL)
+/// says when the producer sent it (epoch ms): the consumer measures its wait.
+pub const PUBLISHED_AT: &str = "published-at";
+
+/// Wall-clock epoch milliseconds: producer and consumer run on one host.
+pub fn now_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or_default()
+}
+
 /// The AMQP properties of a lab message; `persistent` is delivery_mode 2
 /// (written to disk by the broker), else 1 (transient).
 pub fn properties_of(m: &MessageMeta, persistent: bool) -> lapin::BasicProperties {

@@ -17,7 +17,7 @@ use anyhow::{bail, Context, Result};
 use lapin::options::{BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions};
 use lapin::{Channel, Confirmation, Connection};
 
-use super::{emit, properties_of};
+use super::{emit, now_ms, properties_of, PUBLISHED_AT};
 use crate::amqp;
 use crate::faults::point;
 use crate::protocol::{OutMessage, ProducerConfig};
@@ -212,6 +212,16 @@ async fn publish(
     meta: &MessageMeta,
 ) -> Result<Status> {
     let started = Instant::now();
+    let mut properties = properties_of(meta, cfg.persistent);
+    if let Some(ms) = m.expiration_ms {
+        // A per-message TTL, and when it left, for the consumer to measure
+        // how long the message really waited.
+        let mut headers = properties.headers().clone().unwrap_or_default();
+        amqp::set_header(&mut headers, PUBLISHED_AT, &now_ms().to_string());
+        properties = properties
+            .with_expiration(ms.to_string().into())
+            .with_headers(headers);
+    }
     let pending = ch
         .basic_publish(
             cfg.exchange.as_str().into(),
@@ -221,7 +231,7 @@ async fn publish(
                 immediate: false,
             },
             m.body.as_bytes(),
-            properties_of(meta, cfg.persistent),
+            properties,
         )
         .await
         .with_context(|| format!("publishing {}", meta.message_id))?;

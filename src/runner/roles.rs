@@ -211,6 +211,7 @@ impl Ctx<'_> {
                     meta: m.meta.clone(),
                     routing_key: m.routing_key.clone(),
                     body: m.body.clone(),
+                    expiration_ms: m.expiration_ms,
                 })
                 .collect(),
             confirm: p.confirm,
