@@ -161,6 +161,14 @@ fn duplicates_applied(ground: &Ground) -> usize {
     per.values().map(|n| n - 1).sum()
 }
 
+/// The order states read from PostgreSQL, or why there are none to read.
+fn order_states(obs: &Observed) -> Result<&[(String, String, i64, String)], String> {
+    obs.ground
+        .states
+        .as_deref()
+        .ok_or_else(|| "order states were not read (a program keeps its own tables)".to_string())
+}
+
 /// A value, or why it cannot be known (which fails the assertion). An
 /// exhaustive match: a counter without an evaluator does not compile.
 /// Long because it is that one match, an arm per counter, kept whole so
@@ -306,9 +314,7 @@ pub fn evaluate(c: &CounterRef, entries: &[Entry], obs: &Observed) -> Result<Str
             .count()
             .to_string(),
         Counter::OrderVersion => {
-            let versions: Vec<String> = obs
-                .ground
-                .states
+            let versions: Vec<String> = order_states(obs)?
                 .iter()
                 .filter(|(_, order, ..)| Some(order.as_str()) == q)
                 .map(|(_, _, v, _)| v.to_string())
@@ -332,9 +338,7 @@ pub fn evaluate(c: &CounterRef, entries: &[Entry], obs: &Observed) -> Result<Str
             }
         }
         Counter::OrderStatus => {
-            let statuses: Vec<&str> = obs
-                .ground
-                .states
+            let statuses: Vec<&str> = order_states(obs)?
                 .iter()
                 .filter(|(_, order, ..)| Some(order.as_str()) == q)
                 .map(|(.., s)| s.as_str())
@@ -618,10 +622,17 @@ mod tests {
     fn order_version_reads_each_services_state_of_that_order() {
         let state = |c: &str, o: &str, v: i64| (c.to_string(), o.to_string(), v, "paid".into());
         let mut obs = Observed::default();
+        let c: CounterRef = "orderVersion:order-1".parse().unwrap();
+        assert!(evaluate(&c, &[], &obs).is_err(), "not read is not `none`");
+        obs.ground.states = Some(Vec::new());
         assert_eq!(eval("orderVersion:order-1", &[], &obs), "none");
-        obs.ground.states = vec![state("a", "order-1", 3), state("a", "order-2", 1)];
+        obs.ground.states = Some(vec![state("a", "order-1", 3), state("a", "order-2", 1)]);
         assert_eq!(eval("orderVersion:order-1", &[], &obs), "3");
-        obs.ground.states.push(state("b", "order-1", 1));
+        obs.ground
+            .states
+            .as_mut()
+            .unwrap()
+            .push(state("b", "order-1", 1));
         assert_eq!(eval("orderVersion:order-1", &[], &obs), "3,1");
         assert!(
             "orderVersion".parse::<CounterRef>().is_err(),
@@ -648,6 +659,10 @@ mod tests {
         );
         assert!("waitedAtLeast:mid-2".parse::<CounterRef>().is_err());
         assert!("waitedAtLeast:mid-2/soon".parse::<CounterRef>().is_err());
+        assert!(
+            "waitedAtLeast:mid-2/0".parse::<CounterRef>().is_err(),
+            "a bound of 0 cannot fail"
+        );
     }
 
     #[test]
@@ -726,7 +741,7 @@ mod tests {
             business: vec![row("E1"), row("E2"), row("E3")],
             processed_rows: 3,
             rejected: Vec::new(),
-            states: Vec::new(),
+            states: None,
         };
         assert_eq!(get(&confirmed, &g, &[]), vec![0, 0, 0]);
         g.business.push(row("E1"));
@@ -765,7 +780,7 @@ mod tests {
             business: vec![row("E1"), row("E2"), row("E3")],
             processed_rows: 3,
             rejected: Vec::new(),
-            states: Vec::new(),
+            states: None,
         };
         assert_eq!(get(&resent, &once, &[]), vec![0, 0, 0]);
         // A consumer that applied both copies: one duplicate of E1.
@@ -773,7 +788,7 @@ mod tests {
             business: vec![row("E1"), row("E2"), row("E3"), row("E1")],
             processed_rows: 0,
             rejected: Vec::new(),
-            states: Vec::new(),
+            states: None,
         };
         assert_eq!(get(&resent, &twice, &[]), vec![0, 1, 0]);
         // Two services each applying E1 once are not duplicates.
@@ -786,7 +801,7 @@ mod tests {
             ],
             processed_rows: 0,
             rejected: Vec::new(),
-            states: Vec::new(),
+            states: None,
         };
         assert_eq!(get(&resent, &two, &[]), vec![0, 0, 0]);
         // A producer resend after a lost confirm: `mid-2.2` is E2.
@@ -868,7 +883,7 @@ mod tests {
                 business,
                 processed_rows: 0,
                 rejected: Vec::new(),
-                states: Vec::new(),
+                states: None,
             };
             total_queue(&sent, &ground, &queued, &events, &owed, &queued_in)[0].1
         };

@@ -356,16 +356,16 @@ pub async fn set_order_state(
     };
     let written = sqlx::query(&format!(
         "INSERT INTO order_state (consumer_name, order_id, version, amount, status) \
-         VALUES ($1, $2, $3, $4::numeric, $5) \
+         VALUES ($1, $2, $3, $4::numeric, COALESCE($5, 'open')) \
          ON CONFLICT (consumer_name, order_id) \
          DO UPDATE SET version = EXCLUDED.version, amount = EXCLUDED.amount, \
-         status = EXCLUDED.status{guard}"
+         status = COALESCE($5, order_state.status){guard}"
     ))
     .bind(consumer)
     .bind(&order.order_id)
     .bind(version)
     .bind(order.amount.to_string())
-    .bind(order.status.as_deref().unwrap_or("open"))
+    .bind(order.status.as_deref())
     .execute(&mut *conn)
     .await?
     .rows_affected();
@@ -384,7 +384,9 @@ pub async fn set_order_state(
 
 /// A delayed check's cancel, in the open transaction: Ok(None) when
 /// cancelled, Ok(Some(the status found)) when the order is not in the
-/// status the check names (`Guarded` only; `absent`: no state yet).
+/// status the check names (`Guarded`), or has no state yet (`absent`,
+/// either way). A cancel leaves the version as it is: a change event
+/// newer than the last one still applies after it (not modelled).
 pub async fn cancel_order_if(
     conn: &mut PgConnection,
     consumer: &str,
@@ -401,7 +403,8 @@ pub async fn cancel_order_if(
     .bind(expected)
     .bind(how == StateWrite::Overwrite);
     let cancelled = cancel.execute(&mut *conn).await?.rows_affected();
-    if cancelled == 1 || how == StateWrite::Overwrite {
+    // Overwrite matches any status: 0 rows there means no state at all.
+    if cancelled == 1 {
         return Ok(None);
     }
     let found: Option<(String,)> =
@@ -425,9 +428,9 @@ pub struct Ground {
     #[serde(default)]
     pub rejected: Vec<(String, String)>,
     /// One (service, orderId, version, status) per order state a change
-    /// event set.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub states: Vec<(String, String, i64, String)>,
+    /// event set; `None` when not read (a program keeps its own tables).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub states: Option<Vec<(String, String, i64, String)>>,
 }
 
 impl Ground {
@@ -460,15 +463,15 @@ pub async fn read_ground(conn: &mut PgConnection, effects: Option<&str>) -> Resu
             .await?;
     // A program's own tables hold its state, which the lab cannot read.
     let states = match effects {
-        Some(_) => Vec::new(),
-        None => {
+        Some(_) => None,
+        None => Some(
             sqlx::query_as(
                 "SELECT consumer_name, order_id, version, status FROM order_state \
                  ORDER BY consumer_name, order_id",
             )
             .fetch_all(&mut *conn)
-            .await?
-        }
+            .await?,
+        ),
     };
     Ok(Ground {
         business,

@@ -1066,10 +1066,10 @@ impl FromStr for CounterRef {
             (Arg::MessageMs, a)
                 if a.as_deref()
                     .and_then(|a| a.split_once('/'))
-                    .is_none_or(|(m, ms)| m.is_empty() || ms.parse::<u64>().is_err()) =>
+                    .is_none_or(|(m, ms)| m.is_empty() || !ms.parse::<u64>().is_ok_and(|n| n > 0)) =>
             {
                 Err(format!(
-                    "counter `{name}` needs an argument: `{name}:<message id>/<ms>`"
+                    "counter `{name}` takes `<message id>/<ms>`, ms a bound above 0 (`{name}:mid-2/500`)"
                 ))
             }
             (Arg::Order, None) => Err(format!(
@@ -1402,8 +1402,15 @@ impl Topology {
     /// `None` when the file cannot tell (another exchange, a queue it does
     /// not declare). A policy's dead-letter settings are not read.
     pub fn dead_letters_return(&self, queue: &str) -> Option<bool> {
+        self.dead_letters_reach(queue, queue)
+    }
+
+    /// Whether what `from` dead-letters reaches `to`, its dead-letter
+    /// chain through the default exchange followed queue by queue; `None`
+    /// when the file cannot tell.
+    pub fn dead_letters_reach(&self, from: &str, to: &str) -> Option<bool> {
         let mut seen = BTreeSet::new();
-        let mut at = queue.to_string();
+        let mut at = from.to_string();
         loop {
             let q = self.queues.iter().find(|q| q.name == at)?;
             let dlx = q.arguments.get("x-dead-letter-exchange");
@@ -1414,7 +1421,7 @@ impl Topology {
                 (Some(ArgValue::Str(x)), Some(ArgValue::Str(k))) if x.is_empty() => k.clone(),
                 _ => return None,
             };
-            if next == queue {
+            if next == to {
                 return Some(true);
             }
             if !seen.insert(next.clone()) {
@@ -1531,6 +1538,8 @@ mod tests {
         ]);
         assert_eq!(lanes.dead_letters_return("main"), Some(false));
         assert_eq!(lanes.dead_letters_return("slow"), Some(true));
+        assert_eq!(lanes.dead_letters_reach("main", "slow"), Some(true));
+        assert_eq!(lanes.dead_letters_reach("slow", "main"), Some(false));
         assert_eq!(
             t(vec![queue("q", None)]).dead_letters_return("q"),
             Some(false)

@@ -136,8 +136,10 @@ const COVERAGE: &[(Pattern, Edit, Pattern)] = &[
         Edit::Failure("backoff"),
         Pattern::NoBackoff,
     ),
-    // The write's version comparison (a change event sets its order's
-    // state only when newer): shown by a retried, late older version.
+    // The write's guards, both read from the order's state before it is
+    // set: the version comparison (a change event only when newer:
+    // per-key-order@overwrite) and the status check (a delayed cancel only
+    // while unpaid: delayed-cancel@overwrite).
     (
         Pattern::Classified,
         Edit::Replaced(Step::Write, &[Step::WriteOverwrite]),

@@ -40,6 +40,36 @@ pub struct Lab {
 }
 
 impl Lab {
+    /// The queues whose messages come to `queue` while a drain of it runs:
+    /// no step consumes them, their dead-letter chain leads to `queue`,
+    /// and what they hold expires (a queue TTL, or per-message TTLs the lab
+    /// publishes): a delay queue, a retry tier. A drain owes what they hold.
+    pub fn feeders_of(&self, queue: &str) -> Vec<&str> {
+        let consumed = |q: &str| {
+            self.steps
+                .iter()
+                .any(|s| matches!(&s.action, Action::Consume(c) if c.queue == q))
+        };
+        let per_message_ttl = self.steps.iter().any(|s| {
+            matches!(&s.action, Action::Publish(p) if p.messages.iter().any(|m| m.expiration_ms.is_some()))
+        });
+        self.topology
+            .queues
+            .iter()
+            .map(|q| q.name.as_str())
+            .filter(|q| *q != queue && !consumed(q))
+            .filter(|q| self.topology.dead_letters_reach(q, queue) == Some(true))
+            .filter(|q| {
+                per_message_ttl
+                    || self
+                        .topology
+                        .queues
+                        .iter()
+                        .any(|d| d.name == *q && d.arguments.contains_key("x-message-ttl"))
+            })
+            .collect()
+    }
+
     /// Replaces the program of every consume step that runs one
     /// (`--consumer-cmd`); `false` when the lab has none.
     pub fn set_command(&mut self, command: &str) -> bool {

@@ -3,18 +3,30 @@
 use super::*;
 
 impl Ctx<'_> {
+    /// The entries a drain of `queue` owes: what it holds, and what its
+    /// feeders (delay queues, retry tiers) hold, which expires into it
+    /// while the drain runs. Without them a drain that starts while a
+    /// delayed message waits ends before it comes, and its fault points
+    /// read "never reached".
+    async fn drain_count(&mut self, queue: &str) -> Result<usize> {
+        let lab = self.lab;
+        let ch = &self.conns().channel;
+        let mut n = crate::amqp::queue_state(ch, queue).await?.0 as usize;
+        for q in lab.feeders_of(queue) {
+            n += crate::amqp::queue_state(ch, q).await?.0 as usize;
+        }
+        Ok(n)
+    }
+
     pub(super) async fn consume(&mut self, c: &Consume, fault: Option<&Fault>) -> Result<()> {
         let phase = format!("consume({})", c.queue);
         let d = Deadline::new(&phase, c.deadline_secs);
         let deadline = d.at;
         let settle = match c.settle {
             Settle::Count(n) => n,
-            // What the queue holds now, each entry once (`settle_copies`).
-            Settle::Drain => {
-                crate::amqp::queue_state(&self.conns().channel, &c.queue)
-                    .await?
-                    .0 as usize
-            }
+            // What the queue holds now, each entry once (`settle_copies`),
+            // and what waits to expire into it.
+            Settle::Drain => self.drain_count(&c.queue).await?,
         };
         if let Some(command) = &c.command {
             return self.consume_program(c, command, settle, fault, d).await;
@@ -39,9 +51,7 @@ impl Ctx<'_> {
                     cfg.settle = n;
                 }
                 if f.restart_drain {
-                    cfg.settle = crate::amqp::queue_state(&self.conns().channel, &c.queue)
-                        .await?
-                        .0 as usize;
+                    cfg.settle = self.drain_count(&c.queue).await?;
                     cfg.settle_copies = true;
                 }
             }
