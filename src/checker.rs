@@ -244,6 +244,16 @@ pub fn evaluate(c: &CounterRef, entries: &[Entry], obs: &Observed) -> Result<Str
                 None => "never".into(),
             }
         }
+        Counter::CommitOrder => entries
+            .iter()
+            .filter(|e| {
+                e.is(Role::Consumer, Status::BusinessCommitted)
+                    || e.is(Role::Observe, Status::Committed)
+            })
+            .filter(on_queue)
+            .filter_map(|e| e.get("messageId"))
+            .collect::<Vec<_>>()
+            .join(","),
         Counter::DlqMoves => consumer(Status::PoisonToDlq).count().to_string(),
         Counter::Isolated => consumer(Status::MovedToDlq)
             .filter(|e| q.is_none() || e.get("failureClass") == q)
@@ -605,6 +615,14 @@ mod tests {
         assert_eq!(eval("deliveries:mid-1", CRASH, &obs), "2");
         assert_eq!(eval("deliveriesBefore:mid-2", CRASH, &obs), "2");
         assert_eq!(eval("deliveriesBefore:mid-9", CRASH, &obs), "never");
+        let commits = &[
+            "[consumer] messageId=mid-2 destination=q status=business_committed",
+            "[consumer] messageId=mid-1 destination=q status=retry_in_place",
+            "[consumer] messageId=mid-1 destination=q status=business_committed",
+            "[observe] messageId=mid-3 destination=p status=committed",
+        ];
+        assert_eq!(eval("commitOrder", commits, &obs), "mid-2,mid-1,mid-3");
+        assert_eq!(eval("commitOrder:q", commits, &obs), "mid-2,mid-1");
     }
 
     #[test]

@@ -148,6 +148,7 @@ names! {
         Rejected = "rejected": "consumer: rejected without a retry policy",
         PoisonToDlq = "poison_to_dlq": "consumer: moved to the DLQ (after the confirm), then acked",
         RetryScheduled = "retry_scheduled": "consumer: a transient failure, republished to a retry tier (confirmed), then acked",
+        RetryInPlace = "retry_in_place": "consumer: a transient failure, rolled back and tried again on the same delivery, unacked: what is behind it in the queue waits",
         BusinessRejected = "business_rejected": "consumer: the business said no; recorded with the inbox row, acked, no retry, no DLQ",
         MovedToDlq = "moved_to_dlq": "consumer: isolated in the DLQ with its diagnostics (its failureClass says why)",
         ConnectionLost = "connection_lost": "consumer, producer: its connection broke; it connects again (a producer sends the message again)",
@@ -527,6 +528,7 @@ names! {
         NoBackoff = "no-backoff": "classified, but republishes every retry to the first tier: each waits the shortest delay, with no back-off",
         InboxSavepoint = "inbox-savepoint": "inbox, but the row is inserted without ON CONFLICT under a savepoint: a caught unique violation rolls back to it, and the transaction goes on",
         CatchUniqueViolation = "catch-unique-violation": "inbox-savepoint without the savepoint: it catches the unique violation and goes on in the aborted transaction, so a duplicate fails (25P02) into the retry loop and the DLQ",
+        BlockKey = "block-key": "retries a transient failure in place, on the same delivery held unacked (one consumer, prefetch 1: the events behind it wait), and writes without the guards: the key is blocked while its event is in retry, so its events commit in publish order",
         Overwrite = "overwrite": "classified, but sets an order's state without reading it first: a change event without comparing versions (an older event retried after newer ones overwrites them), a delayed cancel without checking the status (a paid order is cancelled)",
         XDeathFirstCount = "x-death-first-count": "retry-dlq's reject loop, but reads the attempt from the first x-death entry's count alone: right while one queue rejects, short once a message was rejected from two queues (one entry per queue and reason)",
     }
@@ -549,6 +551,11 @@ pub enum OnFailure {
     },
     /// nack with requeue=true: the message goes back to the head of the queue.
     RequeueForever,
+    /// Article 002's other way for a key in retry: block it. A transient
+    /// failure is rolled back and tried again on the same delivery, held
+    /// unacked (with one consumer and prefetch 1 nothing behind it runs);
+    /// out of attempts, and for the other classes, as `Classified`.
+    RetryInPlace,
     /// Article 000's classes: transient failures republished to retry tiers
     /// (with a `retry-attempt` header and a confirm, then acked), a business
     /// rejection recorded and acked, poison and invariant violations moved
@@ -804,6 +811,13 @@ pub const PATTERNS: &[PatternDef] = &[
         on_failure: SEED_FAILURE,
     },
     PatternDef {
+        pattern: Pattern::BlockKey,
+        safe: true,
+        steps: &[Receive, InboxInsert, WriteOverwrite, Commit, Ack],
+        auto_ack: false,
+        on_failure: OnFailure::RetryInPlace,
+    },
+    PatternDef {
         pattern: Pattern::Overwrite,
         safe: false,
         steps: &[Receive, InboxInsert, WriteOverwrite, Commit, Ack],
@@ -908,6 +922,7 @@ impl PatternDef {
                 dlq: DlqOrder::AckThenPublish,
                 ..
             } if seed_dlq => &[Window::AfterAckBeforeDlqPublish],
+            OnFailure::RetryInPlace => &[Window::AfterDlqConfirmBeforeAck],
             OnFailure::RetryThenDlq { .. } | OnFailure::RequeueForever => &[],
         };
         (0..self.steps.len())
@@ -971,6 +986,7 @@ names! {
         DepthAfter = "depthAfter": "ready messages in the queue, read from the broker",
         Attempts = "attempts": "the attempt numbers with which a message was received, in order",
         Deliveries = "deliveries": "how many times a message was delivered",
+        CommitOrder = "commitOrder": "the message ids whose business transaction committed, in the order they committed (a program's COMMITs as the harness saw them)",
         DeliveriesBefore = "deliveriesBefore": "deliveries of other messages before this one's first (`never` if it never came)",
         DlqMoves = "dlqMoves": "messages a consumer moved to its DLQ after the confirm",
         Isolated = "isolated": "messages a consumer isolated in the DLQ (`isolated:<failure class>` for one class)",
@@ -995,7 +1011,7 @@ impl Counter {
     pub fn arg(self) -> Arg {
         use Counter::*;
         match self {
-            Received | Unique | UniqueEvents | Redelivered | DuplicatesObserved => {
+            Received | Unique | UniqueEvents | Redelivered | DuplicatesObserved | CommitOrder => {
                 Arg::OptionalQueue
             }
             Isolated => Arg::OptionalClass,

@@ -55,6 +55,8 @@ pub enum ErrorKind {
     NotATier { queue: String, work: String },
     #[error("pattern `{0}` retries transient failures through tier queues: set `retry.tiers`")]
     NoTiers(Pattern),
+    #[error("pattern `{0}` moves what it cannot retry to a DLQ: set `retry` (max_attempts, dlq)")]
+    NoRetry(Pattern),
     #[error("a program's behaviour is its own: `pattern`, `retry`, `transient_failures` and `max_deliveries` are for the built-in consumer")]
     ProgramHasNoPattern,
     #[error("a program's business effects are read from its database: set `effects` (SQL returning service and eventId per effect)")]
@@ -917,6 +919,14 @@ impl<'a> Checker<'a> {
                 format!("{key}.consume.retry"),
                 span(&c.queue),
                 ErrorKind::NoTiers(pattern),
+            );
+        }
+        let in_place = c.command.is_none() && pattern.def().on_failure == OnFailure::RetryInPlace;
+        if in_place && c.retry.is_none() {
+            self.err(
+                format!("{key}.consume.retry"),
+                span(&c.queue),
+                ErrorKind::NoRetry(pattern),
             );
         }
         for m in c.transient_failures.keys() {

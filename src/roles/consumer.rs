@@ -34,6 +34,8 @@ enum Outcome {
     /// Rejected into a dead-letter chain that never leads back: no final
     /// outcome of the message, but the end of this queue's entry.
     Left,
+    /// Rolled back, to be tried again on the same delivery (unacked).
+    RetryInPlace,
 }
 
 struct Consumer {
@@ -216,13 +218,22 @@ impl Consumer {
                     .with("redelivered", d.redelivered)
                     .status(Status::Received),
             );
-            match self.handle(&d, &meta, attempt).await? {
+            // A failure retried in place holds the delivery: what is behind
+            // it waits (block-key).
+            let mut attempt = attempt;
+            let outcome = loop {
+                match self.handle(&d, &meta, attempt).await? {
+                    Outcome::RetryInPlace => attempt += 1,
+                    o => break o,
+                }
+            };
+            match outcome {
                 Outcome::Settled => {
                     progress.settled.insert(meta.message_id);
                     progress.copies += 1;
                 }
                 Outcome::Left if self.cfg.settle_copies => progress.copies += 1,
-                Outcome::Left | Outcome::Pending => {}
+                Outcome::Left | Outcome::Pending | Outcome::RetryInPlace => {}
             }
         }
         Ok(())
@@ -480,6 +491,33 @@ impl Consumer {
                 };
                 self.classified(d, meta, attempt, event_id, class, error, dlq)
                     .await
+            }
+            OnFailure::RetryInPlace => {
+                let retry = self
+                    .cfg
+                    .retry
+                    .clone()
+                    .context("a consumer that retries in place without a retry policy")?;
+                if class == FailureClass::Transient && attempt < retry.max_attempts {
+                    store::rollback(&mut self.db).await?;
+                    emit(
+                        self.line(meta)
+                            .with("attempt", attempt)
+                            .with("failureClass", class)
+                            .status(Status::RetryInPlace),
+                    );
+                    return Ok(Outcome::RetryInPlace);
+                }
+                self.classified(
+                    d,
+                    meta,
+                    attempt,
+                    event_id,
+                    class,
+                    error,
+                    DlqOrder::ConfirmThenAck,
+                )
+                .await
             }
             OnFailure::RequeueForever => {
                 store::rollback(&mut self.db).await?;
