@@ -244,6 +244,8 @@ pub fn evaluate(c: &CounterRef, entries: &[Entry], obs: &Observed) -> Result<Str
                 None => "never".into(),
             }
         }
+        // The order the harness read the lines in: with one consumer, the
+        // commit order; a rejection recorded is no business commit.
         Counter::CommitOrder => entries
             .iter()
             .filter(|e| {
@@ -260,6 +262,7 @@ pub fn evaluate(c: &CounterRef, entries: &[Entry], obs: &Observed) -> Result<Str
             .count()
             .to_string(),
         Counter::Retries => consumer(Status::RetryScheduled).count().to_string(),
+        Counter::RetriesInPlace => consumer(Status::RetryInPlace).count().to_string(),
         Counter::Rejections => consumer(Status::BusinessRejected).count().to_string(),
         Counter::RejectionRows => obs.ground.rejected.len().to_string(),
         Counter::RetryDelaysHonoured => {
@@ -623,6 +626,7 @@ mod tests {
         ];
         assert_eq!(eval("commitOrder", commits, &obs), "mid-2,mid-1,mid-3");
         assert_eq!(eval("commitOrder:q", commits, &obs), "mid-2,mid-1");
+        assert_eq!(eval("retriesInPlace", commits, &obs), "1");
     }
 
     #[test]

@@ -528,7 +528,7 @@ names! {
         NoBackoff = "no-backoff": "classified, but republishes every retry to the first tier: each waits the shortest delay, with no back-off",
         InboxSavepoint = "inbox-savepoint": "inbox, but the row is inserted without ON CONFLICT under a savepoint: a caught unique violation rolls back to it, and the transaction goes on",
         CatchUniqueViolation = "catch-unique-violation": "inbox-savepoint without the savepoint: it catches the unique violation and goes on in the aborted transaction, so a duplicate fails (25P02) into the retry loop and the DLQ",
-        BlockKey = "block-key": "retries a transient failure in place, on the same delivery held unacked (one consumer, prefetch 1: the events behind it wait), and writes without the guards: the key is blocked while its event is in retry, so its events commit in publish order",
+        BlockKey = "block-key": "retries a transient failure in place, on the same delivery held unacked (one consumer: everything behind it in the queue waits, its key's later events with the rest), and writes without the guards: the key's events commit in publish order; out of attempts the event goes to the DLQ and the key's later events go on",
         Overwrite = "overwrite": "classified, but sets an order's state without reading it first: a change event without comparing versions (an older event retried after newer ones overwrites them), a delayed cancel without checking the status (a paid order is cancelled)",
         XDeathFirstCount = "x-death-first-count": "retry-dlq's reject loop, but reads the attempt from the first x-death entry's count alone: right while one queue rejects, short once a message was rejected from two queues (one entry per queue and reason)",
     }
@@ -991,6 +991,7 @@ names! {
         DlqMoves = "dlqMoves": "messages a consumer moved to its DLQ after the confirm",
         Isolated = "isolated": "messages a consumer isolated in the DLQ (`isolated:<failure class>` for one class)",
         Retries = "retries": "transient failures republished to a retry tier",
+        RetriesInPlace = "retriesInPlace": "transient failures tried again on the same delivery, held unacked (block-key)",
         Rejections = "rejections": "business rejections the consumer recorded and acked",
         RejectionRows = "rejectionRows": "business rejection rows in PostgreSQL",
         RetryDelaysHonoured = "retryDelaysHonoured": "redeliveries of a message that waited at least the TTL its attempt owes: the lab's tier k for attempt k, the last after that (measured, not printed)",
@@ -1030,6 +1031,7 @@ impl Counter {
             | Nacked
             | Published
             | Retries
+            | RetriesInPlace
             | Rejections
             | RejectionRows
             | CrashExitCode

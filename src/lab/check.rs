@@ -57,6 +57,8 @@ pub enum ErrorKind {
     NoTiers(Pattern),
     #[error("pattern `{0}` moves what it cannot retry to a DLQ: set `retry` (max_attempts, dlq)")]
     NoRetry(Pattern),
+    #[error("pattern `{0}` blocks its queue with one consumer: drop `instances`")]
+    BlockNeedsOneConsumer(Pattern),
     #[error("a program's behaviour is its own: `pattern`, `retry`, `transient_failures` and `max_deliveries` are for the built-in consumer")]
     ProgramHasNoPattern,
     #[error("a program's business effects are read from its database: set `effects` (SQL returning service and eventId per effect)")]
@@ -927,6 +929,17 @@ impl<'a> Checker<'a> {
                 format!("{key}.consume.retry"),
                 span(&c.queue),
                 ErrorKind::NoRetry(pattern),
+            );
+        }
+        if let Some(n) = c
+            .instances
+            .as_ref()
+            .filter(|n| in_place && n.get_ref().get() > 1)
+        {
+            self.err(
+                format!("{key}.consume.instances"),
+                span(n),
+                ErrorKind::BlockNeedsOneConsumer(pattern),
             );
         }
         for m in c.transient_failures.keys() {

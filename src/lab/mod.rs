@@ -6,7 +6,7 @@
 mod check;
 mod schema;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -42,17 +42,40 @@ pub struct Lab {
 impl Lab {
     /// The queues whose messages come to `queue` while a drain of it runs:
     /// no step consumes them, their dead-letter chain leads to `queue`,
-    /// and what they hold expires (a queue TTL, or per-message TTLs the lab
-    /// publishes): a delay queue, a retry tier. A drain owes what they hold.
+    /// and what they hold expires (a queue TTL, or the lab's publishes with
+    /// a per-message TTL routed to them): a delay queue, a retry tier. A
+    /// drain owes what they hold.
     pub fn feeders_of(&self, queue: &str) -> Vec<&str> {
         let consumed = |q: &str| {
             self.steps
                 .iter()
                 .any(|s| matches!(&s.action, Action::Consume(c) if c.queue == q))
         };
-        let per_message_ttl = self.steps.iter().any(|s| {
-            matches!(&s.action, Action::Publish(p) if p.messages.iter().any(|m| m.expiration_ms.is_some()))
-        });
+        // Where the lab's messages with a per-message TTL are routed.
+        let declared = self
+            .topology
+            .queues
+            .iter()
+            .map(|q| q.name.as_str())
+            .collect();
+        let expiring: BTreeSet<&str> = self
+            .steps
+            .iter()
+            .filter_map(|s| match &s.action {
+                Action::Publish(p) => Some(p),
+                _ => None,
+            })
+            .flat_map(|p| {
+                p.messages
+                    .iter()
+                    .filter(|m| m.expiration_ms.is_some())
+                    .flat_map(|m| {
+                        self.topology
+                            .route(&p.exchange, &m.routing_key, &declared)
+                            .unwrap_or_default()
+                    })
+            })
+            .collect();
         self.topology
             .queues
             .iter()
@@ -60,7 +83,7 @@ impl Lab {
             .filter(|q| *q != queue && !consumed(q))
             .filter(|q| self.topology.dead_letters_reach(q, queue) == Some(true))
             .filter(|q| {
-                per_message_ttl
+                expiring.contains(q)
                     || self
                         .topology
                         .queues

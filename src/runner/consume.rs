@@ -10,12 +10,22 @@ impl Ctx<'_> {
     /// read "never reached".
     async fn drain_count(&mut self, queue: &str) -> Result<usize> {
         let lab = self.lab;
+        let feeders = lab.feeders_of(queue);
         let ch = &self.conns().channel;
-        let mut n = crate::amqp::queue_state(ch, queue).await?.0 as usize;
-        for q in lab.feeders_of(queue) {
-            n += crate::amqp::queue_state(ch, q).await?.0 as usize;
+        // A message moving from a feeder into the queue between two reads
+        // is counted in neither (or both): read until two counts agree.
+        let mut last = None;
+        for _ in 0..10 {
+            let mut n = crate::amqp::queue_state(ch, queue).await?.0 as usize;
+            for q in &feeders {
+                n += crate::amqp::queue_state(ch, q).await?.0 as usize;
+            }
+            if last == Some(n) {
+                return Ok(n);
+            }
+            last = Some(n);
         }
-        Ok(n)
+        bail!("the depths of `{queue}` and the queues that feed it never held still over 10 reads")
     }
 
     pub(super) async fn consume(&mut self, c: &Consume, fault: Option<&Fault>) -> Result<()> {
