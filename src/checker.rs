@@ -31,6 +31,31 @@ pub struct Observed {
     /// the tier the consumer chose.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retry_tiers: Vec<u64>,
+    /// What the harness's downstream service received, when a step ran one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub downstream: Option<Vec<DownstreamCall>>,
+}
+
+/// One call the harness's downstream service received, in order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DownstreamCall {
+    /// The eventId of the body (`?` when the body names none).
+    pub event_id: String,
+    /// Whether this call applied an effect (false: a key seen before).
+    pub effect: bool,
+    /// Whether its response was lost (held, never sent).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub response_lost: bool,
+}
+
+/// Downstream effects applied beyond the first per event.
+fn duplicate_side_effects(calls: &[DownstreamCall]) -> usize {
+    let mut per: BTreeMap<&str, usize> = BTreeMap::new();
+    for c in calls.iter().filter(|c| c.effect) {
+        *per.entry(&c.event_id).or_default() += 1;
+    }
+    per.values().map(|n| n - 1).sum()
 }
 
 /// Message id → eventId for the messages a lab publishes. A resend carries
@@ -361,6 +386,17 @@ pub fn evaluate(c: &CounterRef, entries: &[Entry], obs: &Observed) -> Result<Str
                 false => statuses.join(","),
             }
         }
+        Counter::DownstreamCalls | Counter::DownstreamEffects | Counter::DuplicateSideEffects => {
+            let calls = obs.downstream.as_deref().ok_or_else(|| {
+                "no downstream service ran (no consume step declares one)".to_string()
+            })?;
+            match c.counter {
+                Counter::DownstreamCalls => calls.len(),
+                Counter::DownstreamEffects => calls.iter().filter(|c| c.effect).count(),
+                _ => duplicate_side_effects(calls),
+            }
+            .to_string()
+        }
         Counter::CrashExitCode => return known(obs.crash_exit_code.map(i64::from), "crash"),
         Counter::CrashAfterBusinessCommit => return known(obs.crash_business_rows, "crash"),
         Counter::ConsumerExitCode => {
@@ -685,6 +721,25 @@ mod tests {
             "waitedAtLeast:mid-2/0".parse::<CounterRef>().is_err(),
             "a bound of 0 cannot fail"
         );
+    }
+
+    #[test]
+    fn downstream_effects_count_per_event_and_fail_without_a_downstream() {
+        let call = |e: &str, effect: bool| DownstreamCall {
+            event_id: e.into(),
+            effect,
+            response_lost: false,
+        };
+        let mut obs = Observed::default();
+        let c: CounterRef = "duplicateSideEffects".parse().unwrap();
+        assert!(evaluate(&c, &[], &obs).is_err(), "no downstream ran");
+        obs.downstream = Some(vec![call("e1", true), call("e1", false), call("e2", true)]);
+        assert_eq!(eval("downstreamCalls", &[], &obs), "3");
+        assert_eq!(eval("downstreamEffects", &[], &obs), "2");
+        assert_eq!(eval("duplicateSideEffects", &[], &obs), "0");
+        obs.downstream.as_mut().unwrap().push(call("e1", true));
+        assert_eq!(eval("downstreamEffects", &[], &obs), "3");
+        assert_eq!(eval("duplicateSideEffects", &[], &obs), "1");
     }
 
     #[test]

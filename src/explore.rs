@@ -14,9 +14,9 @@
 use std::collections::BTreeMap;
 
 use crate::exit;
-use crate::lab::{Action, Fault, Lab, Settle, Step};
+use crate::lab::{Action, Assertion, Fault, Lab, Settle, Step};
 use crate::record::RunRecord;
-use crate::vocab::{Check, Explore, Placement, Site, Window, Windows, PLACEMENTS};
+use crate::vocab::{Check, Counter, Explore, Placement, Site, Window, Windows, PLACEMENTS};
 
 /// One fault point: where, and the lab that injects exactly it.
 #[derive(Clone, Debug)]
@@ -102,6 +102,22 @@ fn base_of(lab: &Lab) -> Lab {
         }
     }
     base.steps.extend(drains);
+    // The total-queue checks read PostgreSQL and the queues: a downstream's
+    // effects are judged apart, or a second effect would pass.
+    let downstream = base
+        .steps
+        .iter()
+        .any(|s| matches!(&s.action, Action::Consume(c) if c.downstream.is_some()));
+    if let (true, Some(last)) = (downstream, base.steps.last_mut()) {
+        last.asserts.push(Assertion {
+            name: Counter::DuplicateSideEffects.name().to_string(),
+            counter: Counter::DuplicateSideEffects
+                .name()
+                .parse()
+                .expect("a counter without argument"),
+            expected: "0".into(),
+        });
+    }
     base
 }
 

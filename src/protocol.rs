@@ -198,6 +198,17 @@ pub struct ConsumerConfig {
     /// ended here.
     #[serde(default)]
     pub rejected_leave: bool,
+    /// The downstream service its pattern calls (`call-downstream`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub downstream: Option<DownstreamConfig>,
+}
+
+/// Where the consumer calls the downstream service, and how long it waits
+/// for the answer before it takes the call as failed (transient).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DownstreamConfig {
+    pub url: String,
+    pub timeout_ms: u64,
 }
 
 #[cfg(test)]

@@ -211,6 +211,7 @@ impl Soak<'_> {
             until_stopped: false,
             settle_copies: false,
             rejected_leave: false,
+            downstream: None,
         }
     }
 

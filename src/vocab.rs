@@ -498,6 +498,8 @@ names! {
         InboxInsertIgnoring = "inbox-insert-ignoring": "INSERT the inbox row ON CONFLICT DO NOTHING without looking at the result",
         Write = "write": "write the business row (BEGIN first if no transaction is open); first, a change event (one with a version) sets its order's state only if its version is newer than the stored one, and a delayed check cancels the order only if its status is still the one the check names: otherwise a business rejection",
         WriteOverwrite = "write-overwrite": "as write, without the guards: a change event sets its order's state whatever version the state holds, a delayed check cancels whatever the status; an older event arriving late overwrites the newer state, a late check cancels a paid order",
+        CallDownstream = "call-downstream": "call the downstream service (BEGIN first if no transaction is open) with the eventId as the request's Idempotency-Key; no answer within the consume step's timeout is a transient failure",
+        CallDownstreamUnkeyed = "call-downstream-unkeyed": "as call-downstream, with a key new on each attempt (a request id): a retry after a lost response applies the downstream effect again",
         Commit = "commit": "COMMIT the business transaction",
         Ack = "ack": "basic.ack the delivery",
     }
@@ -530,6 +532,8 @@ names! {
         CatchUniqueViolation = "catch-unique-violation": "inbox-savepoint without the savepoint: it catches the unique violation and goes on in the aborted transaction, so a duplicate fails (25P02) into the retry loop and the DLQ",
         BlockKey = "block-key": "retries a transient failure in place, on the same delivery held unacked (one consumer: everything behind it in the queue waits, its key's later events with the rest), and writes without the guards: the key's events commit in publish order; out of attempts the event goes to the DLQ and the key's later events go on",
         Overwrite = "overwrite": "classified, but sets an order's state without reading it first: a change event without comparing versions (an older event retried after newer ones overwrites them), a delayed cancel without checking the status (a paid order is cancelled)",
+        SideEffectKey = "side-effect-key": "classified, and calls a downstream service before its business write, with the eventId as the Idempotency-Key: a retry after a lost response is answered from the key, with no second effect",
+        NoIdempotencyKey = "no-idempotency-key": "side-effect-key, but each attempt's call carries a new key (a request id): the retry after a lost response applies the downstream effect again, which the inbox cannot see (its row was rolled back with the failed attempt)",
         XDeathFirstCount = "x-death-first-count": "retry-dlq's reject loop, but reads the attempt from the first x-death entry's count alone: right while one queue rejects, short once a message was rejected from two queues (one entry per queue and reason)",
     }
 }
@@ -608,6 +612,14 @@ pub struct PatternDef {
 use Step::*;
 
 const SAFE_PATH: &[Step] = &[Receive, InboxInsert, Write, Commit, Ack];
+
+/// Article 000's failure classes: retry tiers by a header, the DLQ confirmed.
+const CLASSIFIED_FAILURE: OnFailure = OnFailure::Classified {
+    attempts: AttemptsFrom::Header,
+    dlq: DlqOrder::ConfirmThenAck,
+    by_class: true,
+    backoff: true,
+};
 
 /// The retry-dlq page's failure handling (the seed labs' consumer).
 const SEED_FAILURE: OnFailure = OnFailure::RetryThenDlq {
@@ -689,12 +701,28 @@ pub const PATTERNS: &[PatternDef] = &[
         safe: true,
         steps: SAFE_PATH,
         auto_ack: false,
-        on_failure: OnFailure::Classified {
-            attempts: AttemptsFrom::Header,
-            dlq: DlqOrder::ConfirmThenAck,
-            by_class: true,
-            backoff: true,
-        },
+        on_failure: CLASSIFIED_FAILURE,
+    },
+    PatternDef {
+        pattern: Pattern::SideEffectKey,
+        safe: true,
+        steps: &[Receive, InboxInsert, CallDownstream, Write, Commit, Ack],
+        auto_ack: false,
+        on_failure: CLASSIFIED_FAILURE,
+    },
+    PatternDef {
+        pattern: Pattern::NoIdempotencyKey,
+        safe: false,
+        steps: &[
+            Receive,
+            InboxInsert,
+            CallDownstreamUnkeyed,
+            Write,
+            Commit,
+            Ack,
+        ],
+        auto_ack: false,
+        on_failure: CLASSIFIED_FAILURE,
     },
     PatternDef {
         pattern: Pattern::ClassifiedXDeath,
@@ -822,12 +850,7 @@ pub const PATTERNS: &[PatternDef] = &[
         safe: false,
         steps: &[Receive, InboxInsert, WriteOverwrite, Commit, Ack],
         auto_ack: false,
-        on_failure: OnFailure::Classified {
-            attempts: AttemptsFrom::Header,
-            dlq: DlqOrder::ConfirmThenAck,
-            by_class: true,
-            backoff: true,
-        },
+        on_failure: CLASSIFIED_FAILURE,
     },
     PatternDef {
         pattern: Pattern::XDeathFirstCount,
@@ -851,6 +874,16 @@ pub const PATTERNS: &[PatternDef] = &[
 ];
 
 impl Pattern {
+    /// The patterns that call a downstream service, for an error message.
+    pub fn calling_downstream() -> String {
+        PATTERNS
+            .iter()
+            .filter(|d| d.calls_downstream())
+            .map(|d| d.pattern.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     pub fn def(self) -> &'static PatternDef {
         PATTERNS
             .iter()
@@ -872,6 +905,8 @@ impl PatternDef {
             InboxOwnTx => Some(Window::AfterInboxCommit),
             InboxInsert | InboxInsertBlind | InboxInsertByEvent | InboxInsertSavepoint
             | InboxInsertCatching | SkipRedelivered | InboxSelect | InboxInsertIgnoring => None,
+            // The window after the write that follows covers it.
+            CallDownstream | CallDownstreamUnkeyed => None,
             Write | WriteOverwrite | Commit | Ack => Some(match (committed, acked) {
                 (false, false) => Window::BeforeCommit,
                 (false, true) => Window::AfterAckBeforeCommit,
@@ -929,6 +964,13 @@ impl PatternDef {
             .filter_map(|i| self.window_after(i))
             .chain(failure.iter().copied())
             .collect()
+    }
+
+    /// Whether its path calls the harness's downstream service.
+    pub fn calls_downstream(&self) -> bool {
+        self.steps
+            .iter()
+            .any(|s| matches!(s, CallDownstream | CallDownstreamUnkeyed))
     }
 
     /// `receive → inbox-insert → ...`, for `mqlab list`.
@@ -1002,6 +1044,9 @@ names! {
         OrderVersion = "orderVersion": "`orderVersion:<orderId>`: the version of that order's state in PostgreSQL, per service that holds one (`none`: no change event set it)",
         WaitedAtLeast = "waitedAtLeast": "`waitedAtLeast:<message>/<ms>`: `yes` if the message's first delivery came at least that long after the producer sent it (measured for a message with a per-message TTL, not printed), `no` if sooner: a band, never a measured time",
         OrderStatus = "orderStatus": "`orderStatus:<orderId>`: the status of that order's state in PostgreSQL, per service that holds one (`none`: no change event set it)",
+        DownstreamCalls = "downstreamCalls": "calls the harness's downstream service received",
+        DownstreamEffects = "downstreamEffects": "effects the downstream service applied (a call whose Idempotency-Key it had seen applies none)",
+        DuplicateSideEffects = "duplicateSideEffects": "downstream effects beyond the first per eventId: what a local inbox cannot see",
         CrashExitCode = "crashExitCode": "exit status of the killed role (128 + signal)",
         CrashAfterBusinessCommit = "crashAfterBusinessCommit": "business rows of the faulted message visible in PostgreSQL just before the kill",
         ConsumerExitCode = "consumerExitCode": "exit status of the last consumer process",
@@ -1034,6 +1079,9 @@ impl Counter {
             | RetriesInPlace
             | Rejections
             | RejectionRows
+            | DownstreamCalls
+            | DownstreamEffects
+            | DuplicateSideEffects
             | CrashExitCode
             | CrashAfterBusinessCommit
             | ConsumerExitCode => Arg::None,

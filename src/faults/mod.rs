@@ -12,6 +12,7 @@
 
 pub mod blackbox;
 pub mod broker;
+pub mod downstream;
 pub mod node;
 pub mod pause;
 pub mod pgproxy;

@@ -12,8 +12,8 @@ use super::schema::{
     RawVariant, Settle as RawSettle,
 };
 use super::{
-    Action, Assertion, Consume, Fault, Lab, LabError, LabErrors, Message, Publish, Retry, Settle,
-    Step,
+    Action, Assertion, Consume, Downstream, Fault, Lab, LabError, LabErrors, Message, Publish,
+    Retry, Settle, Step,
 };
 use crate::transcript::MessageMeta;
 use crate::vocab::{
@@ -59,7 +59,13 @@ pub enum ErrorKind {
     NoRetry(Pattern),
     #[error("pattern `{0}` blocks its queue with one consumer: drop `instances`")]
     BlockNeedsOneConsumer(Pattern),
-    #[error("a program's behaviour is its own: `pattern`, `retry`, `transient_failures` and `max_deliveries` are for the built-in consumer")]
+    #[error(
+        "pattern `{0}` calls a downstream service: set `downstream` (timeout_ms, lose_response)"
+    )]
+    NoDownstream(Pattern),
+    #[error("pattern `{0}` never calls a downstream service: drop `downstream`, or use a pattern that calls one ({1})")]
+    DownstreamNeverCalled(Pattern, String),
+    #[error("a program's behaviour is its own: `pattern`, `retry`, `transient_failures`, `max_deliveries` and `downstream` are for the built-in consumer")]
     ProgramHasNoPattern,
     #[error("a program's business effects are read from its database: set `effects` (SQL returning service and eventId per effect)")]
     NoEffectsQuery,
@@ -898,7 +904,8 @@ impl<'a> Checker<'a> {
             let builtin_only = c.pattern.is_some()
                 || c.retry.is_some()
                 || !c.transient_failures.is_empty()
-                || c.max_deliveries.is_some();
+                || c.max_deliveries.is_some()
+                || c.downstream.is_some();
             if builtin_only {
                 self.err(
                     format!("{key}.consume.command"),
@@ -942,6 +949,33 @@ impl<'a> Checker<'a> {
                 ErrorKind::BlockNeedsOneConsumer(pattern),
             );
         }
+        let calls = pattern.def().calls_downstream();
+        match &c.downstream {
+            None if calls && c.command.is_none() => self.err(
+                format!("{key}.consume.downstream"),
+                span(&c.queue),
+                ErrorKind::NoDownstream(pattern),
+            ),
+            Some(d) if !calls && c.command.is_none() => self.err(
+                format!("{key}.consume.downstream"),
+                span(d),
+                ErrorKind::DownstreamNeverCalled(pattern, Pattern::calling_downstream()),
+            ),
+            _ => {}
+        }
+        let lose = c.downstream.iter().flat_map(|d| &d.get_ref().lose_response);
+        for m in lose {
+            if !published.contains(m) {
+                self.err(
+                    format!("{key}.consume.downstream.lose_response"),
+                    span(c.downstream.as_ref().expect("iterated")),
+                    ErrorKind::UnpublishedMessage {
+                        message: m.clone(),
+                        published: published.join(", "),
+                    },
+                );
+            }
+        }
         for m in c.transient_failures.keys() {
             if !published.contains(m) {
                 self.err(
@@ -978,6 +1012,10 @@ impl<'a> Checker<'a> {
                 .collect(),
             node: self.node(format!("{key}.consume.node"), &c.node),
             instances: c.instances.as_ref().map_or(1, |n| n.get_ref().get()),
+            downstream: c.downstream.as_ref().map(|d| Downstream {
+                timeout_ms: d.get_ref().timeout_ms.get(),
+                lose_response: d.get_ref().lose_response.clone(),
+            }),
         }
     }
 

@@ -324,6 +324,16 @@ pub struct Consume {
     /// Competing consumers of the service: more than one only under a
     /// `rendezvous` fault.
     pub instances: usize,
+    /// The downstream service the harness runs for the pattern to call.
+    pub downstream: Option<Downstream>,
+}
+
+/// A consume step's downstream service: the consumer's timeout, and the
+/// messages whose event's first call is applied and never answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Downstream {
+    pub timeout_ms: u64,
+    pub lose_response: Vec<String>,
 }
 
 impl Consume {

@@ -225,6 +225,19 @@ pub struct RawConsume {
     /// Competing consumers of the one service (default 1); more than one
     /// needs a `rendezvous` fault, which sequences them.
     pub instances: Option<Spanned<NonZeroUsize>>,
+    /// The downstream service the harness runs for a pattern that calls one.
+    pub downstream: Option<Spanned<RawDownstream>>,
+}
+
+#[derive(Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct RawDownstream {
+    /// How long the consumer waits for the downstream's answer.
+    pub timeout_ms: NonZeroU64,
+    /// Messages whose event's first call applies its effect and is never
+    /// answered (the response lost).
+    #[serde(default)]
+    pub lose_response: Vec<String>,
 }
 
 #[derive(Deserialize, Clone, Debug)]

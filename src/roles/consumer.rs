@@ -19,6 +19,7 @@ use sqlx::PgConnection;
 
 use super::{emit, meta_of, now_ms, PUBLISHED_AT};
 use crate::amqp;
+use crate::faults::downstream::IDEMPOTENCY_KEY;
 use crate::faults::point;
 use crate::protocol::ConsumerConfig;
 use crate::store::{self, InboxRow, OrderCreated, StateWrite};
@@ -281,6 +282,19 @@ impl Consumer {
                             .await;
                     }
                 }
+                Step::CallDownstream | Step::CallDownstreamUnkeyed => {
+                    begin(&mut open, &mut self.db).await?;
+                    let key = match step {
+                        Step::CallDownstream => event_id.clone(),
+                        // A request id, new on each attempt.
+                        _ => format!("{}/{attempt}/{}", meta.message_id, now_ms()),
+                    };
+                    if let Err(error) = self.call_downstream(&d.data, key).await {
+                        return self
+                            .failed(d, meta, attempt, &event_id, FailureClass::Transient, &error)
+                            .await;
+                    }
+                }
                 Step::Commit => {
                     anyhow::ensure!(open, "a pattern commits before it writes");
                     store::commit(&mut self.db).await?;
@@ -368,7 +382,13 @@ impl Consumer {
                     return settled(&self.cfg, meta, attempt, Status::DuplicateSkipped).map(Some);
                 }
             }
-            Step::Receive | Step::Write | Step::WriteOverwrite | Step::Commit | Step::Ack => {}
+            Step::Receive
+            | Step::Write
+            | Step::WriteOverwrite
+            | Step::CallDownstream
+            | Step::CallDownstreamUnkeyed
+            | Step::Commit
+            | Step::Ack => {}
         }
         Ok(None)
     }
@@ -469,6 +489,41 @@ impl Consumer {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// The downstream call with the event as its body and `key` as its
+    /// Idempotency-Key: an error (no answer within the timeout, another
+    /// status than 200) says why it failed.
+    async fn call_downstream(&self, body: &[u8], key: String) -> std::result::Result<(), String> {
+        let Some(cfg) = self.cfg.downstream.clone() else {
+            return Err("the pattern calls a downstream service and none was given".into());
+        };
+        let body = body.to_vec();
+        let call = tokio::task::spawn_blocking(move || {
+            let agent: ureq::Agent = ureq::Agent::config_builder()
+                .timeout_global(Some(std::time::Duration::from_millis(cfg.timeout_ms)))
+                .http_status_as_error(false)
+                .build()
+                .into();
+            match agent
+                .post(&cfg.url)
+                .header(IDEMPOTENCY_KEY, &key)
+                .header("Content-Type", "application/json")
+                .send(&body[..])
+            {
+                Ok(r) if r.status() == 200 => Ok(()),
+                Ok(r) => Err(format!(
+                    "the downstream answered HTTP {}",
+                    r.status().as_u16()
+                )),
+                Err(ureq::Error::Timeout(_)) => Err(format!(
+                    "no answer from the downstream within {} ms",
+                    cfg.timeout_ms
+                )),
+                Err(e) => Err(format!("the downstream call failed: {e}")),
+            }
+        });
+        call.await.map_err(|e| e.to_string())?
     }
 
     /// A failed business write, the transaction still open with the inbox row.

@@ -173,6 +173,7 @@ impl Ctx<'_> {
         }
         self.await_tiers_empty().await?;
         self.observed.ground = self.ground().await?;
+        self.observed.downstream = self.downstream.as_ref().map(|d| d.calls());
         let queues: Vec<String> = self.lab.queue_names().map(str::to_string).collect();
         for q in queues {
             // A queue on a node that is down is not read: a counter that

@@ -30,12 +30,14 @@ use crate::checker::{self, Asserted, Events, History, LabVerdict, Observed, Outc
 use crate::env::{process, Endpoints, Environment};
 use crate::events::{Event, Sink};
 use crate::faults::blackbox::{BlackBox, Seen};
+use crate::faults::downstream::Downstream;
 use crate::faults::pgproxy::PgProxy;
 use crate::faults::proxy::{Proxy, ProxyEvent, Rule};
 use crate::lab::{Action, Assertion, Consume, Fault, Lab, Project, Publish, Settle};
 use crate::naming::{database_for, vhost_for};
 use crate::protocol::{
-    ConsumerConfig, FaultPoint, OutMessage, ProducerConfig, RetryPolicy, RoleConfig, Tier,
+    ConsumerConfig, DownstreamConfig, FaultPoint, OutMessage, ProducerConfig, RetryPolicy,
+    RoleConfig, Tier,
 };
 use crate::record::{RunRecord, SnapshotResult};
 use crate::snapshot;
@@ -396,6 +398,7 @@ impl<'a> Ctx<'a> {
             logs: p.run_dir.join("roles").join(run),
             conns: None,
             proxy: None,
+            downstream: None,
             step: 0,
             transcript: Transcript::default(),
             observed: Observed::default(),
@@ -444,6 +447,8 @@ struct Ctx<'a> {
     logs: PathBuf,
     conns: Option<Conns>,
     proxy: Option<(Proxy, mpsc::UnboundedReceiver<ProxyEvent>)>,
+    /// The downstream service a consume step's pattern calls, for the run.
+    downstream: Option<Downstream>,
     /// The index of the running step (journal files are per step).
     step: usize,
     transcript: Transcript,
@@ -549,7 +554,34 @@ impl Ctx<'_> {
             })
             .map(|r| r.tiers.iter().map(|(_, ttl)| *ttl).collect())
             .unwrap_or_default();
+        // After the events: it names the messages it loses by their event.
+        self.downstream = self.start_downstream().await?;
         Ok(())
+    }
+
+    /// The downstream service, when a consume step declares one: it loses
+    /// the response to the first call for each event the steps name.
+    async fn start_downstream(&self) -> Result<Option<Downstream>> {
+        let mut declared = false;
+        let mut lose = BTreeSet::new();
+        for s in &self.lab.steps {
+            if let Action::Consume(Consume {
+                downstream: Some(d),
+                ..
+            }) = &s.action
+            {
+                declared = true;
+                lose.extend(
+                    d.lose_response
+                        .iter()
+                        .map(|m| self.observed.events.of(m).to_string()),
+                );
+            }
+        }
+        match declared {
+            true => Ok(Some(Downstream::start(lose).await?)),
+            false => Ok(None),
+        }
     }
 
     /// For a lab that kills a node: its declared queues on disk now, before

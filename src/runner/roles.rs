@@ -264,6 +264,14 @@ impl Ctx<'_> {
             // A policy may set a dead-letter chain the file does not show.
             rejected_leave: !self.lab.has_policy()
                 && self.lab.topology.dead_letters_return(&c.queue) == Some(false),
+            downstream: c
+                .downstream
+                .as_ref()
+                .zip(self.downstream.as_ref())
+                .map(|(d, server)| DownstreamConfig {
+                    url: server.url(),
+                    timeout_ms: d.timeout_ms,
+                }),
         }
     }
 

@@ -1,0 +1,134 @@
+//! The downstream service a consumer calls inside its handling (a payment,
+//! an e-mail), run by the harness on a free 127.0.0.1 port: articles 000
+//! and 002's "the downstream succeeded but its response was lost". Each
+//! `POST` carries the event (its body) and, maybe, an `Idempotency-Key`
+//! header. A key seen before is answered with the stored result and no new
+//! effect; any other call applies one effect. The lab may lose the response
+//! to the first call for some events: the effect is applied, the response
+//! never sent, so the caller times out and retries. What was called and
+//! applied is recorded for the checker ([`Call`]).
+
+use std::collections::BTreeSet;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, Result};
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::task::{JoinHandle, JoinSet};
+
+use crate::checker::DownstreamCall as Call;
+
+/// The header a caller names its request's idempotency key in.
+pub const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
+
+#[derive(Default)]
+struct State {
+    calls: Vec<Call>,
+    /// The idempotency keys whose call applied an effect.
+    keys: BTreeSet<String>,
+    /// Events whose first call's response is still to be lost.
+    lose: BTreeSet<String>,
+}
+
+pub struct Downstream {
+    pub port: u16,
+    state: Arc<Mutex<State>>,
+    accept: JoinHandle<()>,
+}
+
+impl Drop for Downstream {
+    fn drop(&mut self) {
+        // Its connections (a held response among them) go with it.
+        self.accept.abort();
+    }
+}
+
+impl Downstream {
+    /// Listens on a free 127.0.0.1 port; the first call for each event in
+    /// `lose` applies its effect and never answers.
+    pub async fn start(lose: BTreeSet<String>) -> Result<Downstream> {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .context("the downstream service cannot listen on 127.0.0.1")?;
+        let port = listener.local_addr()?.port();
+        let state = Arc::new(Mutex::new(State {
+            lose,
+            ..State::default()
+        }));
+        let shared = state.clone();
+        let accept = tokio::spawn(async move {
+            let mut conns = JoinSet::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                let state = shared.clone();
+                conns.spawn(async move {
+                    let service = hyper::service::service_fn(move |req| call(state.clone(), req));
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Ok(Downstream {
+            port,
+            state,
+            accept,
+        })
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/effects", self.port)
+    }
+
+    /// The calls so far, in the order received.
+    pub fn calls(&self) -> Vec<Call> {
+        self.state.lock().expect("downstream state").calls.clone()
+    }
+}
+
+async fn call(
+    state: Arc<Mutex<State>>,
+    req: Request<Incoming>,
+) -> std::result::Result<Response<Full<Bytes>>, Infallible> {
+    let key = req
+        .headers()
+        .get(IDEMPOTENCY_KEY)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let body = match req.into_body().collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => return Ok(answer(StatusCode::BAD_REQUEST, "unreadable body")),
+    };
+    let event_id = crate::store::event_id(&body, "?");
+    {
+        let mut s = state.lock().expect("downstream state");
+        let effect = match &key {
+            Some(k) => s.keys.insert(k.clone()),
+            None => true,
+        };
+        let lost = effect && s.lose.remove(&event_id);
+        s.calls.push(Call {
+            event_id,
+            effect,
+            response_lost: lost,
+        });
+        if !lost {
+            let what = if effect { "applied" } else { "replayed" };
+            return Ok(answer(StatusCode::OK, what));
+        }
+    }
+    // Applied, and the answer never leaves: the caller's timeout ends it.
+    let never: Infallible = std::future::pending().await;
+    match never {}
+}
+
+fn answer(status: StatusCode, effect: &str) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(format!(
+        "{{\"effect\":\"{effect}\"}}"
+    ))));
+    *r.status_mut() = status;
+    r
+}
