@@ -347,7 +347,9 @@ pub fn evaluate(c: &CounterRef, entries: &[Entry], obs: &Observed) -> Result<Str
             .filter(|e| {
                 e.get("status")
                     .and_then(|s| s.parse::<Status>().ok())
-                    .is_some_and(|s| s.is_a_send() && s != Status::Parked)
+                    .is_some_and(|s| {
+                        s.is_a_send() && !matches!(s, Status::Parked | Status::OrderCommitted)
+                    })
             })
             .count()
             .to_string(),
@@ -385,6 +387,29 @@ pub fn evaluate(c: &CounterRef, entries: &[Entry], obs: &Observed) -> Result<Str
                 true => "none".into(),
                 false => statuses.join(","),
             }
+        }
+        Counter::OrdersCommitted | Counter::OrdersWithoutEvent => {
+            if obs.ground.orders.is_empty() {
+                return Err(
+                    "no order service committed an order (no publish step sets `orders`)".into(),
+                );
+            }
+            if c.counter == Counter::OrdersCommitted {
+                return Ok(obs.ground.orders.len().to_string());
+            }
+            let done: BTreeSet<&str> = obs
+                .ground
+                .business
+                .iter()
+                .chain(&obs.ground.rejected)
+                .map(|(_, e)| e.as_str())
+                .collect();
+            obs.ground
+                .orders
+                .iter()
+                .filter(|e| !done.contains(e.as_str()))
+                .count()
+                .to_string()
         }
         Counter::DownstreamCalls | Counter::DownstreamEffects | Counter::DuplicateSideEffects => {
             let calls = obs.downstream.as_deref().ok_or_else(|| {
@@ -743,6 +768,30 @@ mod tests {
     }
 
     #[test]
+    fn orders_without_event_are_the_committed_orders_no_service_handled() {
+        let mut obs = Observed::default();
+        let c: CounterRef = "ordersWithoutEvent".parse().unwrap();
+        assert!(evaluate(&c, &[], &obs).is_err(), "no order service ran");
+        obs.ground.orders = vec!["e1".into(), "e2".into(), "e3".into()];
+        obs.ground.business = vec![("a".into(), "e1".into())];
+        obs.ground.rejected = vec![("b".into(), "e2".into())];
+        assert_eq!(eval("ordersCommitted", &[], &obs), "3");
+        assert_eq!(eval("ordersWithoutEvent", &[], &obs), "1");
+        // A committed order owes its event to the total-queue checks.
+        let lines = entries(&["[producer] messageId=mid-3 status=order_committed"]);
+        let events = Events([("mid-3".to_string(), "e3".to_string())].into());
+        let lost = total_queue(
+            &lines,
+            &obs.ground,
+            &BTreeSet::new(),
+            &events,
+            &Owed::default(),
+            &Queued::default(),
+        );
+        assert!(lost.contains(&(Check::Lost, 1)), "{lost:?}");
+    }
+
+    #[test]
     fn missing_observations_fail_instead_of_defaulting() {
         let c: CounterRef = "crashExitCode".parse().unwrap();
         assert!(evaluate(&c, &[], &Observed::default()).is_err());
@@ -819,6 +868,7 @@ mod tests {
             processed_rows: 3,
             rejected: Vec::new(),
             states: None,
+            orders: Vec::new(),
         };
         assert_eq!(get(&confirmed, &g, &[]), vec![0, 0, 0]);
         g.business.push(row("E1"));
@@ -858,6 +908,7 @@ mod tests {
             processed_rows: 3,
             rejected: Vec::new(),
             states: None,
+            orders: Vec::new(),
         };
         assert_eq!(get(&resent, &once, &[]), vec![0, 0, 0]);
         // A consumer that applied both copies: one duplicate of E1.
@@ -866,6 +917,7 @@ mod tests {
             processed_rows: 0,
             rejected: Vec::new(),
             states: None,
+            orders: Vec::new(),
         };
         assert_eq!(get(&resent, &twice, &[]), vec![0, 1, 0]);
         // Two services each applying E1 once are not duplicates.
@@ -879,6 +931,7 @@ mod tests {
             processed_rows: 0,
             rejected: Vec::new(),
             states: None,
+            orders: Vec::new(),
         };
         assert_eq!(get(&resent, &two, &[]), vec![0, 0, 0]);
         // A producer resend after a lost confirm: `mid-2.2` is E2.
@@ -961,6 +1014,7 @@ mod tests {
                 processed_rows: 0,
                 rejected: Vec::new(),
                 states: None,
+                orders: Vec::new(),
             };
             total_queue(&sent, &ground, &queued, &events, &owed, &queued_in)[0].1
         };

@@ -1,5 +1,6 @@
 //! `mqlab explore`: every fault point a lab's roles pass, each run on its
-//! own and judged by the total-queue checks alone. A scripted lab proves one
+//! own and judged by the total-queue checks (and, where a lab has them, the
+//! counters they cannot see: [`judged_apart`]). A scripted lab proves one
 //! window; the bugs that reach production sit in the ones nobody scripted.
 //!
 //! The points of a lab come from the placement registry
@@ -14,9 +15,9 @@
 use std::collections::BTreeMap;
 
 use crate::exit;
-use crate::lab::{Action, Assertion, Fault, Lab, Settle, Step};
+use crate::lab::{Action, Assertion, Consume, Fault, Lab, Settle, Step};
 use crate::record::RunRecord;
-use crate::vocab::{Check, Counter, Explore, Placement, Site, Window, Windows, PLACEMENTS};
+use crate::vocab::{Check, Counter, Explore, Placement, Site, Window, PLACEMENTS};
 
 /// One fault point: where, and the lab that injects exactly it.
 #[derive(Clone, Debug)]
@@ -102,21 +103,25 @@ fn base_of(lab: &Lab) -> Lab {
         }
     }
     base.steps.extend(drains);
-    // The total-queue checks read PostgreSQL and the queues: a downstream's
-    // effects are judged apart, or a second effect would pass.
-    let downstream = base
-        .steps
-        .iter()
-        .any(|s| matches!(&s.action, Action::Consume(c) if c.downstream.is_some()));
-    if let (true, Some(last)) = (downstream, base.steps.last_mut()) {
-        last.asserts.push(Assertion {
-            name: Counter::DuplicateSideEffects.name().to_string(),
-            counter: Counter::DuplicateSideEffects
-                .name()
-                .parse()
-                .expect("a counter without argument"),
-            expected: "0".into(),
-        });
+    for s in &mut base.steps {
+        if let Action::Consume(Consume {
+            downstream: Some(d),
+            ..
+        }) = &mut s.action
+        {
+            // The lab's own lost response is a fault too: dropped, as its
+            // kill is, so that a point shows what its own fault does.
+            d.lose_response.clear();
+        }
+    }
+    if let Some(last) = base.steps.last_mut() {
+        for c in judged_apart(lab) {
+            last.asserts.push(Assertion {
+                name: c.name().to_string(),
+                counter: c.name().parse().expect("a counter without argument"),
+                expected: "0".into(),
+            });
+        }
     }
     base
 }
@@ -163,12 +168,9 @@ pub fn points(lab: &Lab) -> Vec<Point> {
                         .iter()
                         .filter(|p| p.site == Site::Publish && pb.confirm_fits(p))
                     {
-                        let Windows::These(ws) = p.windows else {
-                            continue;
-                        };
-                        for w in ws {
-                            if let Some(r) = row_of(p, *w) {
-                                at(r, mid.clone(), fault_at(p, *w, mid));
+                        for w in pb.windows_of(p) {
+                            if let Some(r) = row_of(p, w) {
+                                at(r, mid.clone(), fault_at(p, w, mid));
                             }
                         }
                     }
@@ -530,9 +532,29 @@ pub fn render_markdown(
     md
 }
 
-/// The checks every point is judged by.
-pub fn judged_by() -> String {
-    Check::names().join(", ")
+/// What the total-queue checks cannot see in `lab`, judged at every point
+/// as a counter that must be 0: a downstream's second effect (the checks
+/// read the business rows), an order an order service committed whose
+/// event never came (counted by `lost` too, and named).
+fn judged_apart(lab: &Lab) -> Vec<Counter> {
+    let mut out = Vec::new();
+    for s in &lab.steps {
+        match &s.action {
+            Action::Consume(c) if c.downstream.is_some() => out.push(Counter::DuplicateSideEffects),
+            Action::Publish(p) if p.orders.is_some() => out.push(Counter::OrdersWithoutEvent),
+            _ => {}
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The checks (and counters) every point of `lab` is judged by.
+pub fn judged_by(lab: &Lab) -> String {
+    let mut names = Check::names();
+    names.extend(judged_apart(lab).iter().map(|c| c.name()));
+    names.join(", ")
 }
 
 #[cfg(test)]

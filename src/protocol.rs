@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::transcript::MessageMeta;
-use crate::vocab::{Pattern, Window};
+use crate::vocab::{Handoff, Pattern, Window};
 
 /// Bumped when a field changes meaning; a role refuses a config of another version.
 pub const VERSION: u32 = 1;
@@ -126,6 +126,17 @@ pub struct ProducerConfig {
     /// `connection_lost`, connect again and send the message again.
     #[serde(default)]
     pub reconnect: bool,
+    /// The producer is an order service: each message's order is committed
+    /// in its database first (and published directly, or through an outbox).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub orders: Option<OrderService>,
+}
+
+/// An order service's database and how it hands its events to the broker.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrderService {
+    pub database_url: String,
+    pub handoff: Handoff,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -232,6 +243,7 @@ mod tests {
             journal: "/tmp/j".into(),
             faults: Vec::new(),
             reconnect: false,
+            orders: None,
         }));
         let json = e.to_json();
         assert!(json.contains("\"role\":\"producer\""), "{json}");

@@ -245,6 +245,7 @@ impl Soak<'_> {
             journal: self.logs.join(format!("{queue}.journal")),
             faults: Vec::new(),
             reconnect: false,
+            orders: None,
         };
         let mut p = self.spawn(n, RoleConfig::Producer(cfg))?;
         while let Some(line) = p.lines.next_line().await? {

@@ -299,6 +299,68 @@ pub async fn inbox_has(conn: &mut PgConnection, consumer: &str, event_id: &str) 
     Ok(n > 0)
 }
 
+/// The order service's transaction: the order row and, with an outbox, the
+/// event to publish, committed together. False: the order was committed
+/// before (a restarted service finds its request done), nothing written.
+pub async fn commit_order(
+    conn: &mut PgConnection,
+    event_id: &str,
+    order_id: &str,
+    outbox_message: Option<&str>,
+) -> Result<bool> {
+    begin(conn).await?;
+    let created = sqlx::query(
+        "INSERT INTO service_orders (event_id, order_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+    )
+    .bind(event_id)
+    .bind(order_id)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected()
+        == 1;
+    if !created {
+        rollback(conn).await?;
+        return Ok(false);
+    }
+    if let Some(message_id) = outbox_message {
+        add_to_outbox(conn, event_id, message_id).await?;
+    }
+    commit(conn).await?;
+    Ok(true)
+}
+
+/// An outbox row: in the order's transaction, or (outbox-after-commit) on its own.
+pub async fn add_to_outbox(
+    conn: &mut PgConnection,
+    event_id: &str,
+    message_id: &str,
+) -> Result<()> {
+    sqlx::query("INSERT INTO service_outbox (event_id, message_id) VALUES ($1, $2)")
+        .bind(event_id)
+        .bind(message_id)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// The outbox rows not yet marked sent: their message ids, in commit order.
+pub async fn unsent(conn: &mut PgConnection) -> Result<Vec<String>> {
+    Ok(sqlx::query_scalar(
+        "SELECT message_id FROM service_outbox WHERE sent_at IS NULL ORDER BY seq",
+    )
+    .fetch_all(conn)
+    .await?)
+}
+
+/// The relay's mark after the broker confirmed the row's publish.
+pub async fn mark_sent(conn: &mut PgConnection, message_id: &str) -> Result<()> {
+    sqlx::query("UPDATE service_outbox SET sent_at = now() WHERE message_id = $1")
+        .bind(message_id)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
 /// The inbox row alone, committed at once (outside any open transaction).
 pub async fn insert_inbox_autocommit(
     conn: &mut PgConnection,
@@ -431,6 +493,9 @@ pub struct Ground {
     /// event set; `None` when not read (a program keeps its own tables).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub states: Option<Vec<(String, String, i64, String)>>,
+    /// The eventId of each order the harness's order service committed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub orders: Vec<String>,
 }
 
 impl Ground {
@@ -473,11 +538,16 @@ pub async fn read_ground(conn: &mut PgConnection, effects: Option<&str>) -> Resu
             .await?,
         ),
     };
+    let orders =
+        sqlx::query_scalar("SELECT event_id FROM service_orders ORDER BY created_at, event_id")
+            .fetch_all(&mut *conn)
+            .await?;
     Ok(Ground {
         business,
         processed_rows,
         rejected,
         states,
+        orders,
     })
 }
 

@@ -138,6 +138,8 @@ names! {
         Unconfirmed = "unconfirmed": "producer: published without a confirm",
         Returned = "returned": "producer: the broker returned a mandatory publish no queue took",
         Parked = "parked": "producer: a returned or nacked message, published (confirmed) to the parking queue",
+        OrderCommitted = "order_committed": "producer (an order service): the order committed, with its outbox row if it has an outbox",
+        OutboxSent = "outbox_sent": "producer (an outbox relay): the row marked sent, after the broker confirmed its publish",
         Received = "received": "consumer: a delivery arrived",
         BusinessCommitted = "business_committed": "consumer: the business transaction committed",
         DuplicateSkipped = "duplicate_skipped": "consumer: the inbox already had the event; rolled back and acked",
@@ -179,6 +181,7 @@ names! {
         AfterAckBeforeCommit = "after-ack-before-commit": "the message is acked, the transaction is still open",
         AfterCommitBeforeAck = "after-commit-before-ack": "the transaction has committed, the ack is not sent",
         AfterAck = "after-ack": "the transaction has committed and the message is acked",
+        AfterOrderCommit = "after-order-commit": "producer (an order service): the order is committed, with its outbox row if it has an outbox; nothing is published",
         AfterPublishBeforeBroker = "after-publish-before-broker": "producer: the publish left the producer and never reached the broker",
         AfterPublishBeforeConfirm = "after-publish-before-confirm": "producer: the broker has the message, its confirm is not yet seen",
         AfterConfirm = "after-confirm": "producer: the confirm is seen and recorded",
@@ -190,6 +193,24 @@ names! {
 
 /// The windows the producer's path passes, for every message.
 pub const PRODUCER_WINDOWS: &[Window] = &[Window::AfterPublishBeforeConfirm, Window::AfterConfirm];
+
+/// An order service's path: the order's commit comes first.
+pub const ORDER_SERVICE_WINDOWS: &[Window] = &[
+    Window::AfterOrderCommit,
+    Window::AfterPublishBeforeConfirm,
+    Window::AfterConfirm,
+];
+
+names! {
+    /// How an order service (a publish step's `orders`) hands each order's
+    /// event to the broker: article 002's first failure row, "after the
+    /// order commit, before the publish".
+    pub enum Handoff ("order handoff") {
+        Direct = "direct": "commits the order, then publishes its event (confirmed): killed between the two, the order stays without its event, and the restarted service finds the order done",
+        Outbox = "outbox": "commits the order and its event (an outbox row) in one transaction; a relay publishes each unsent row (confirmed, mandatory) and then marks it sent: killed before the mark, the row is published again (a duplicate for the inbox)",
+        OutboxAfterCommit = "outbox-after-commit": "as outbox, but writes the outbox row in a transaction of its own after the order's commit: killed between the two, the order has no row for the relay to publish",
+    }
+}
 
 /// The windows a black-box consumer (a program of the user's) can be
 /// faulted at: the boundaries the AMQP and PostgreSQL proxies see.
@@ -232,6 +253,9 @@ pub enum Windows {
     /// The ones the consumer passes: its pattern's derived windows, or a
     /// program's [`PROGRAM_WINDOWS`].
     ConsumerPath,
+    /// The ones the producer passes: [`PRODUCER_WINDOWS`], or an order
+    /// service's [`ORDER_SERVICE_WINDOWS`].
+    ProducerPath,
 }
 
 /// Which points `mqlab explore` makes of a placement.
@@ -311,8 +335,8 @@ pub const PLACEMENTS: &[Placement] = &[
     },
     Placement {
         explore: Explore::PerWindow,
-        doc: "SIGKILL at a window of its path; a fresh producer resends what it never saw confirmed",
-        ..placement(Target::Producer, FaultAction::Kill, Site::Publish, Windows::These(PRODUCER_WINDOWS), Then::Restart)
+        doc: "SIGKILL at a window of its path; a fresh producer resends what it never saw confirmed (an order service: takes the orders it finds committed as done, and relays the outbox rows not marked sent)",
+        ..placement(Target::Producer, FaultAction::Kill, Site::Publish, Windows::ProducerPath, Then::Restart)
     },
     Placement {
         built_in_only: true,
@@ -410,6 +434,15 @@ pub fn placements_markdown() -> String {
                 "those the consumer's pattern passes, or a program's five (`mqlab list` names them)"
                     .to_string()
             }
+            Windows::ProducerPath => format!(
+                "{}; an order service (`orders`) first `{}`",
+                PRODUCER_WINDOWS
+                    .iter()
+                    .map(|w| format!("`{w}`"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                Window::AfterOrderCommit
+            ),
         };
         let mut site = p.site.describe().to_string();
         if p.built_in_only {
@@ -1044,6 +1077,8 @@ names! {
         OrderVersion = "orderVersion": "`orderVersion:<orderId>`: the version of that order's state in PostgreSQL, per service that holds one (`none`: no change event set it)",
         WaitedAtLeast = "waitedAtLeast": "`waitedAtLeast:<message>/<ms>`: `yes` if the message's first delivery came at least that long after the producer sent it (measured for a message with a per-message TTL, not printed), `no` if sooner: a band, never a measured time",
         OrderStatus = "orderStatus": "`orderStatus:<orderId>`: the status of that order's state in PostgreSQL, per service that holds one (`none`: no change event set it)",
+        OrdersCommitted = "ordersCommitted": "orders the harness's order service (a publish step's `orders`) committed in its database",
+        OrdersWithoutEvent = "ordersWithoutEvent": "orders the harness's order service committed whose event no service applied or rejected (an event still in a queue counts: drain first)",
         DownstreamCalls = "downstreamCalls": "calls the harness's downstream service received",
         DownstreamEffects = "downstreamEffects": "effects the downstream service applied (a call whose Idempotency-Key it had seen applies none)",
         DuplicateSideEffects = "duplicateSideEffects": "downstream effects beyond the first per eventId: what a local inbox cannot see",
@@ -1079,6 +1114,8 @@ impl Counter {
             | RetriesInPlace
             | Rejections
             | RejectionRows
+            | OrdersCommitted
+            | OrdersWithoutEvent
             | DownstreamCalls
             | DownstreamEffects
             | DuplicateSideEffects
@@ -1229,12 +1266,14 @@ names! {
 
 impl Status {
     /// A producer line saying it handed the message to the broker (whatever
-    /// the broker answered), or parked it: what the total-queue check
-    /// expects to find applied or queued.
+    /// the broker answered), or parked it, or (an order service) committed
+    /// the order that owes it: what the total-queue check expects to find
+    /// applied or queued.
     pub fn is_a_send(self) -> bool {
         matches!(
             self,
-            Status::Confirmed
+            Status::OrderCommitted
+                | Status::Confirmed
                 | Status::Unconfirmed
                 | Status::Nacked
                 | Status::ConfirmTimeout

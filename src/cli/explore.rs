@@ -65,7 +65,7 @@ pub(super) fn cmd_explore(project: &Project, args: ExploreArgs) -> Result<i32, E
     eprintln!(
         "mqlab: exploring {run}: {} of {total} fault points (judged by {})",
         points.len(),
-        crate::explore::judged_by()
+        crate::explore::judged_by(&lab)
     );
     let started = Instant::now();
     let mut results = Vec::new();

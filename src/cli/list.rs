@@ -54,6 +54,12 @@ pub(super) fn cmd_list(project: &Project) -> Result<i32> {
                         out!("      {:<30} {}", w.name(), w.doc());
                     }
                 }
+                // The order service's windows include the plain producer's.
+                crate::vocab::Windows::ProducerPath => {
+                    for w in crate::vocab::ORDER_SERVICE_WINDOWS {
+                        out!("      {:<30} {}", w.name(), w.doc());
+                    }
+                }
                 crate::vocab::Windows::ConsumerPath => {
                     for (w, wname, wdoc) in crate::vocab::Window::ALL {
                         let used: Vec<&str> = PATTERNS

@@ -337,6 +337,11 @@ fn cmd_soak(project: &Project, args: SoakArgs) -> Result<i32, Error> {
         .pattern
         .parse()
         .map_err(|e: String| Error::Usage(anyhow::anyhow!("--pattern: {e}")))?;
+    if pattern.def().calls_downstream() {
+        return Err(Error::Usage(anyhow::anyhow!(
+            "--pattern: `{pattern}` calls a downstream service, which only a lab runs (`downstream` on its consume step)"
+        )));
+    }
     if args.messages == 0 || args.consumers == 0 {
         return Err(Error::Usage(anyhow::anyhow!(
             "--messages and --consumers must be at least 1"

@@ -2,14 +2,15 @@
 //! an e-mail), run by the harness on a free 127.0.0.1 port: articles 000
 //! and 002's "the downstream succeeded but its response was lost". Each
 //! `POST` carries the event (its body) and, maybe, an `Idempotency-Key`
-//! header. A key seen before is answered with the stored result and no new
-//! effect; any other call applies one effect. The lab may lose the response
-//! to the first call for some events: the effect is applied, the response
-//! never sent, so the caller times out and retries. What was called and
-//! applied is recorded for the checker ([`Call`]).
+//! header. A key seen before is answered `replayed`, with no new effect;
+//! any other call applies one effect. The lab may lose the response to the
+//! first call for some events: the effect is applied and the connection
+//! closed with no response, so the caller cannot tell what happened and
+//! retries. Closing, not holding: the caller learns at once, and no timer
+//! decides the run. What was called and applied is recorded for the
+//! checker ([`Call`]).
 
 use std::collections::BTreeSet;
-use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
@@ -63,6 +64,8 @@ impl Downstream {
         let accept = tokio::spawn(async move {
             let mut conns = JoinSet::new();
             while let Ok((stream, _)) = listener.accept().await {
+                // Connections that ended are reaped as new ones come.
+                while conns.try_join_next().is_some() {}
                 let state = shared.clone();
                 conns.spawn(async move {
                     let service = hyper::service::service_fn(move |req| call(state.clone(), req));
@@ -83,16 +86,25 @@ impl Downstream {
         format!("http://127.0.0.1:{}/effects", self.port)
     }
 
+    /// The events whose response was to be lost and never was: the lab's
+    /// fault did not happen (their event was never called).
+    pub fn unlost(&self) -> Vec<String> {
+        let s = self.state.lock().expect("downstream state");
+        s.lose.iter().cloned().collect()
+    }
+
     /// The calls so far, in the order received.
     pub fn calls(&self) -> Vec<Call> {
         self.state.lock().expect("downstream state").calls.clone()
     }
 }
 
+/// One call: its answer, or (the response lost) an error, on which hyper
+/// closes the connection without a response.
 async fn call(
     state: Arc<Mutex<State>>,
     req: Request<Incoming>,
-) -> std::result::Result<Response<Full<Bytes>>, Infallible> {
+) -> std::result::Result<Response<Full<Bytes>>, std::io::Error> {
     let key = req
         .headers()
         .get(IDEMPOTENCY_KEY)
@@ -120,9 +132,7 @@ async fn call(
             return Ok(answer(StatusCode::OK, what));
         }
     }
-    // Applied, and the answer never leaves: the caller's timeout ends it.
-    let never: Infallible = std::future::pending().await;
-    match never {}
+    Err(std::io::Error::other("the response is lost"))
 }
 
 fn answer(status: StatusCode, effect: &str) -> Response<Full<Bytes>> {

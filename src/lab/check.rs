@@ -17,8 +17,8 @@ use super::{
 };
 use crate::transcript::MessageMeta;
 use crate::vocab::{
-    check_queue_argument, ArgValue, Check, CounterRef, ExchangeDecl, FaultAction, OnFailure,
-    Pattern, QueueDecl, Site, Target, Then, Topology, Window, Windows,
+    check_queue_argument, ArgValue, Check, CounterRef, ExchangeDecl, FaultAction, Handoff,
+    OnFailure, Pattern, QueueDecl, Site, Target, Then, Topology, Window,
 };
 use crate::vocab::{placement_of, placements_of};
 
@@ -63,6 +63,8 @@ pub enum ErrorKind {
         "pattern `{0}` calls a downstream service: set `downstream` (timeout_ms, lose_response)"
     )]
     NoDownstream(Pattern),
+    #[error("an outbox relay marks a row sent on the broker's confirm of a routed publish: set `confirm = true` and `mandatory = true`")]
+    OutboxUnconfirmed,
     #[error("pattern `{0}` never calls a downstream service: drop `downstream`, or use a pattern that calls one ({1})")]
     DownstreamNeverCalled(Pattern, String),
     #[error("a program's behaviour is its own: `pattern`, `retry`, `transient_failures`, `max_deliveries` and `downstream` are for the built-in consumer")]
@@ -836,6 +838,19 @@ impl<'a> Checker<'a> {
                 );
             }
         }
+        if let Some(o) = p
+            .orders
+            .as_ref()
+            .filter(|o| *o.get_ref() != Handoff::Direct)
+        {
+            if !(p.confirm && p.mandatory) {
+                self.err(
+                    format!("{key}.publish.orders"),
+                    span(o),
+                    ErrorKind::OutboxUnconfirmed,
+                );
+            }
+        }
         Publish {
             exchange,
             messages,
@@ -847,6 +862,7 @@ impl<'a> Checker<'a> {
             confirm_timeout_ms: p.confirm_timeout_ms.map(|n| n.get()),
             resend: p.resend,
             node: self.node(format!("{key}.publish.node"), &p.node),
+            orders: p.orders.as_ref().map(|o| *o.get_ref()),
         }
     }
 
@@ -1067,9 +1083,9 @@ impl<'a> Checker<'a> {
             );
             return None;
         };
-        let windows: Vec<Window> = match (placement.windows, action) {
-            (_, Action::Consume(c)) => c.windows_of(placement),
-            (Windows::These(w), _) => w.to_vec(),
+        let windows: Vec<Window> = match action {
+            Action::Consume(c) => c.windows_of(placement),
+            Action::Publish(p) => p.windows_of(placement),
             // A publish-step placement always lists its windows.
             _ => Vec::new(),
         };
@@ -1619,6 +1635,9 @@ fn vary_publish(p: &mut RawPublish, v: &RawVariant) {
     if let Some(x) = v.resend {
         p.resend = x;
     }
+    if let (Some(x), true) = (&v.orders, p.orders.is_some()) {
+        p.orders = Some(x.clone());
+    }
     if v.park == Some(false) {
         p.park = None;
     }
@@ -2129,6 +2148,42 @@ fault = { target = "producer", action = "kill", window = "before-commit", messag
                 r#"settle = "all" }"#,
                 None,
                 "step[1].consume.settle: `all`: settle is a positive number of messages, or \"drain\"",
+            ),
+            (
+                r#"consume = { queue = "q","#,
+                r#"consume = { queue = "q", downstream = { timeout_ms = 500 },"#,
+                None,
+                "step[1].consume.downstream: pattern `inbox` never calls a downstream service: drop `downstream`, or use a pattern that calls one (side-effect-key, no-idempotency-key)",
+            ),
+            (
+                r#"pattern = "no-inbox""#,
+                r#"pattern = "no-idempotency-key""#,
+                Some("v"),
+                "step[1].consume.downstream: pattern `no-idempotency-key` calls a downstream service: set `downstream` (timeout_ms, lose_response)",
+            ),
+            (
+                r#"consume = { queue = "q","#,
+                r#"consume = { queue = "q", pattern = "side-effect-key", retry = { max_attempts = 2, dlq = "q", tiers = ["q"] }, downstream = { timeout_ms = 500, lose_response = ["mid-7"] },"#,
+                None,
+                "step[1].consume.downstream.lose_response: `mid-7` is not published before this step",
+            ),
+            (
+                r#"consume = { queue = "q","#,
+                r#"consume = { queue = "q", command = "true", downstream = { timeout_ms = 500 },"#,
+                None,
+                "step[1].consume.command: a program's behaviour is its own: `pattern`, `retry`, `transient_failures`, `max_deliveries` and `downstream` are for the built-in consumer",
+            ),
+            (
+                r#"publish = { routing_key = "q","#,
+                r#"publish = { routing_key = "q", orders = "outbox","#,
+                None,
+                "step[0].publish.orders: an outbox relay marks a row sent on the broker's confirm of a routed publish: set `confirm = true` and `mandatory = true`",
+            ),
+            (
+                r#"window = "after-commit-before-ack""#,
+                r#"window = "after-order-commit""#,
+                None,
+                "step[1].fault.window: ",
             ),
         ];
         let mut wrong = Vec::new();

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use crate::transcript::MessageMeta;
 use crate::vocab::{
-    CounterRef, FaultAction, InspectField, Pattern, Target, Then, Topology, Window,
+    CounterRef, FaultAction, Handoff, InspectField, Pattern, Target, Then, Topology, Window,
 };
 
 pub use check::ErrorKind;
@@ -242,9 +242,23 @@ pub struct Publish {
     pub resend: bool,
     /// The cluster node it connects to, 1-based.
     pub node: usize,
+    /// The producer is an order service: each order committed first, its
+    /// event handed to the broker this way.
+    pub orders: Option<Handoff>,
 }
 
 impl Publish {
+    /// The windows `p`, a publish-step placement, can use on this step.
+    pub fn windows_of(&self, p: &crate::vocab::Placement) -> Vec<Window> {
+        use crate::vocab::{Windows, ORDER_SERVICE_WINDOWS, PRODUCER_WINDOWS};
+        match p.windows {
+            Windows::These(ws) => ws.to_vec(),
+            Windows::ProducerPath if self.orders.is_some() => ORDER_SERVICE_WINDOWS.to_vec(),
+            Windows::ProducerPath => PRODUCER_WINDOWS.to_vec(),
+            Windows::ConsumerPath | Windows::None => Vec::new(),
+        }
+    }
+
     /// The message the producer sends just before `message`, if any.
     pub fn message_before(&self, message: &str) -> Option<String> {
         self.messages
@@ -352,7 +366,7 @@ impl Consume {
             Windows::These(ws) => ws.to_vec(),
             Windows::ConsumerPath if self.command.is_some() => p.program_windows.to_vec(),
             Windows::ConsumerPath => self.pattern.def().windows_for(self.retry.is_some()),
-            Windows::None => Vec::new(),
+            Windows::ProducerPath | Windows::None => Vec::new(),
         }
     }
 }

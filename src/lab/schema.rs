@@ -11,7 +11,8 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::vocab::{
-    ArgValue, CounterRef, ExchangeKind, FaultAction, InspectField, Pattern, Target, Then, Window,
+    ArgValue, CounterRef, ExchangeKind, FaultAction, Handoff, InspectField, Pattern, Target, Then,
+    Window,
 };
 
 #[derive(Deserialize, Clone, Debug)]
@@ -163,6 +164,9 @@ pub struct RawPublish {
     pub resend: bool,
     /// The cluster node the producer connects to (default 1).
     pub node: Option<Spanned<usize>>,
+    /// The producer is an order service: each order committed in its
+    /// database first, its event handed over `direct` or by an `outbox`.
+    pub orders: Option<Spanned<Handoff>>,
 }
 
 #[derive(Deserialize, Clone, Debug)]
@@ -350,6 +354,8 @@ pub struct RawVariant {
     pub confirm: Option<bool>,
     pub mandatory: Option<bool>,
     pub resend: Option<bool>,
+    /// An order service's handoff (`direct` against `outbox`).
+    pub orders: Option<Spanned<Handoff>>,
     /// `false`: returned and nacked messages are not parked (a return is
     /// dropped; a nack is sent again, or taken as done without `resend`).
     pub park: Option<bool>,

@@ -289,7 +289,7 @@ impl Consumer {
                         // A request id, new on each attempt.
                         _ => format!("{}/{attempt}/{}", meta.message_id, now_ms()),
                     };
-                    if let Err(error) = self.call_downstream(&d.data, key).await {
+                    if let Err(error) = self.call_downstream(&d.data, key).await? {
                         return self
                             .failed(d, meta, attempt, &event_id, FailureClass::Transient, &error)
                             .await;
@@ -492,12 +492,15 @@ impl Consumer {
     }
 
     /// The downstream call with the event as its body and `key` as its
-    /// Idempotency-Key: an error (no answer within the timeout, another
-    /// status than 200) says why it failed.
-    async fn call_downstream(&self, body: &[u8], key: String) -> std::result::Result<(), String> {
-        let Some(cfg) = self.cfg.downstream.clone() else {
-            return Err("the pattern calls a downstream service and none was given".into());
-        };
+    /// Idempotency-Key: Ok(Err(why)) when the call failed (no answer, the
+    /// connection closed, another status than 200), which the pattern
+    /// takes as transient; Err when no downstream was given (a bug).
+    async fn call_downstream(&self, body: &[u8], key: String) -> Result<Result<(), String>> {
+        let cfg = self
+            .cfg
+            .downstream
+            .clone()
+            .context("the pattern calls a downstream service and the harness gave none")?;
         let body = body.to_vec();
         let call = tokio::task::spawn_blocking(move || {
             let agent: ureq::Agent = ureq::Agent::config_builder()
@@ -523,7 +526,7 @@ impl Consumer {
                 Err(e) => Err(format!("the downstream call failed: {e}")),
             }
         });
-        call.await.map_err(|e| e.to_string())?
+        Ok(call.await?)
     }
 
     /// A failed business write, the transaction still open with the inbox row.

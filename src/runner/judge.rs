@@ -173,7 +173,18 @@ impl Ctx<'_> {
         }
         self.await_tiers_empty().await?;
         self.observed.ground = self.ground().await?;
-        self.observed.downstream = self.downstream.as_ref().map(|d| d.calls());
+        if let Some(d) = &self.downstream {
+            let unlost = d.unlost();
+            if !unlost.is_empty() {
+                let why = format!(
+                    "the downstream never lost a response for {}: the lab's fault did not happen (no call for that event)",
+                    unlost.join(", ")
+                );
+                self.unreachable = Some(why.clone());
+                bail!(why);
+            }
+            self.observed.downstream = Some(d.calls());
+        }
         let queues: Vec<String> = self.lab.queue_names().map(str::to_string).collect();
         for q in queues {
             // A queue on a node that is down is not read: a counter that

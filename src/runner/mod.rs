@@ -36,8 +36,8 @@ use crate::faults::proxy::{Proxy, ProxyEvent, Rule};
 use crate::lab::{Action, Assertion, Consume, Fault, Lab, Project, Publish, Settle};
 use crate::naming::{database_for, vhost_for};
 use crate::protocol::{
-    ConsumerConfig, DownstreamConfig, FaultPoint, OutMessage, ProducerConfig, RetryPolicy,
-    RoleConfig, Tier,
+    ConsumerConfig, DownstreamConfig, FaultPoint, OrderService, OutMessage, ProducerConfig,
+    RetryPolicy, RoleConfig, Tier,
 };
 use crate::record::{RunRecord, SnapshotResult};
 use crate::snapshot;

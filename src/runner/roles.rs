@@ -223,6 +223,10 @@ impl Ctx<'_> {
             journal: self.logs.join(format!("producer-{}.journal", self.step)),
             faults,
             reconnect: false,
+            orders: p.orders.map(|handoff| OrderService {
+                database_url: self.endpoints.pg_url(&self.database),
+                handoff,
+            }),
         }
     }
 
