@@ -44,7 +44,7 @@ pub struct DownstreamCall {
     pub event_id: String,
     /// Whether this call applied an effect (false: a key seen before).
     pub effect: bool,
-    /// Whether its response was lost (held, never sent).
+    /// Whether its response was lost (the connection closed unanswered).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub response_lost: bool,
 }

@@ -429,6 +429,29 @@ pub fn mermaid(lines: &[String]) -> String {
                         e.get("routingKey").unwrap_or("")
                     ));
                 }
+                // An order service: its database is the order's and the outbox's.
+                Status::OrderCommitted => {
+                    has_db = true;
+                    body.push(format!("    P->>DB: commit the order of {mid}"));
+                }
+                Status::OrderExists => {
+                    has_db = true;
+                    body.push(format!("    Note over P: the order of {mid} is committed already: taken as done"));
+                }
+                Status::OutboxSent => {
+                    has_db = true;
+                    body.push(format!("    P->>DB: mark {mid}'s outbox row sent"));
+                }
+                Status::CrashInjected if order_service(&entries, e).is_some() => {
+                    body.push(match order_service(&entries, e) {
+                        Some(Status::OrderCommitted) => format!(
+                            "    Note over P: SIGKILL after the order of {mid} committed, before any publish: a new process takes committed orders as done"
+                        ),
+                        _ => format!(
+                            "    Note over P: SIGKILL at the fault window ({mid}): a new process relays the outbox rows not marked sent"
+                        ),
+                    })
+                }
                 Status::CrashInjected => body.push(format!(
                     "    Note over P: SIGKILL at the fault window ({mid}), a new producer process resends what it never saw confirmed"
                 )),
@@ -679,6 +702,27 @@ pub fn mermaid(lines: &[String]) -> String {
         out.push('\n');
     }
     out
+}
+
+/// For a producer that is an order service (it committed orders before
+/// `e`): the status of its last line about `e`'s message before `e`.
+fn order_service(entries: &[Entry], e: &Entry) -> Option<Status> {
+    let before: Vec<&Entry> = entries
+        .iter()
+        .take_while(|x| !std::ptr::eq(*x, e))
+        .filter(|x| x.role == Role::Producer.name())
+        .collect();
+    let serves = before
+        .iter()
+        .any(|x| x.get("status") == Some(Status::OrderCommitted.name()));
+    if !serves {
+        return None;
+    }
+    before
+        .iter()
+        .rev()
+        .find(|x| x.get("messageId") == e.get("messageId"))
+        .and_then(|x| x.get("status")?.parse().ok())
 }
 
 /// Mermaid ends a statement at `;`, so one inside a message or note (a

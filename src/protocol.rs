@@ -137,6 +137,10 @@ pub struct ProducerConfig {
 pub struct OrderService {
     pub database_url: String,
     pub handoff: Handoff,
+    /// The reconciliation job instead: it creates no order, and publishes
+    /// again the event of each committed order no service applied.
+    #[serde(default)]
+    pub reconcile: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

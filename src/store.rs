@@ -343,6 +343,19 @@ pub async fn add_to_outbox(
     Ok(())
 }
 
+/// Whether the order of `event_id` is committed and no service applied or
+/// rejected its event: what a reconciliation job publishes again.
+pub async fn order_without_event(conn: &mut PgConnection, event_id: &str) -> Result<bool> {
+    Ok(sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM service_orders WHERE event_id = $1) \
+         AND NOT EXISTS (SELECT 1 FROM inventory_reservations WHERE event_id = $1) \
+         AND NOT EXISTS (SELECT 1 FROM business_rejections WHERE event_id = $1)",
+    )
+    .bind(event_id)
+    .fetch_one(conn)
+    .await?)
+}
+
 /// The outbox rows not yet marked sent: their message ids, in commit order.
 pub async fn unsent(conn: &mut PgConnection) -> Result<Vec<String>> {
     Ok(sqlx::query_scalar(

@@ -139,7 +139,9 @@ names! {
         Returned = "returned": "producer: the broker returned a mandatory publish no queue took",
         Parked = "parked": "producer: a returned or nacked message, published (confirmed) to the parking queue",
         OrderCommitted = "order_committed": "producer (an order service): the order committed, with its outbox row if it has an outbox",
-        OutboxSent = "outbox_sent": "producer (an outbox relay): the row marked sent, after the broker confirmed its publish",
+        OrderExists = "order_exists": "producer (a restarted order service): the order is already committed; the service takes it as done and writes nothing",
+        Reconcile = "reconcile": "producer (an order service's reconciliation job): the order is committed and no service applied or rejected its event; the event is published again",
+        OutboxSent = "outbox_sent": "producer (an outbox relay): the row marked sent (after the broker confirmed its publish, or after the publish without a confirm; outbox-mark-first: before it)",
         Received = "received": "consumer: a delivery arrived",
         BusinessCommitted = "business_committed": "consumer: the business transaction committed",
         DuplicateSkipped = "duplicate_skipped": "consumer: the inbox already had the event; rolled back and acked",
@@ -206,8 +208,9 @@ names! {
     /// event to the broker: article 002's first failure row, "after the
     /// order commit, before the publish".
     pub enum Handoff ("order handoff") {
-        Direct = "direct": "commits the order, then publishes its event (confirmed): killed between the two, the order stays without its event, and the restarted service finds the order done",
+        Direct = "direct": "commits the order, then publishes its event (with the step's confirm): killed between the two, the order stays without its event, and the restarted service finds the order done",
         Outbox = "outbox": "commits the order and its event (an outbox row) in one transaction; a relay publishes each unsent row (confirmed, mandatory) and then marks it sent: killed before the mark, the row is published again (a duplicate for the inbox)",
+        OutboxMarkFirst = "outbox-mark-first": "as outbox, but the relay marks a row sent before it publishes it: a publish lost on the way leaves the row marked, and the event is never sent again",
         OutboxAfterCommit = "outbox-after-commit": "as outbox, but writes the outbox row in a transaction of its own after the order's commit: killed between the two, the order has no row for the relay to publish",
     }
 }

@@ -31,7 +31,8 @@ pub(super) enum Cmd {
     Lab(LabArgs),
     /// Run a lab once per fault point its roles pass (every window × every
     /// message × every target, and a broker restart between any two steps),
-    /// on one environment, each judged by the total-queue checks alone; print
+    /// on one environment, each judged by the total-queue checks (and the
+    /// downstream's and order service's counters they cannot see); print
     /// the matrix. Exit 0 when a safe lab holds at every point (or a variant
     /// fails at one at least), 1 otherwise
     Explore(ExploreArgs),

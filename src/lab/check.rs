@@ -63,8 +63,16 @@ pub enum ErrorKind {
         "pattern `{0}` calls a downstream service: set `downstream` (timeout_ms, lose_response)"
     )]
     NoDownstream(Pattern),
-    #[error("an outbox relay marks a row sent on the broker's confirm of a routed publish: set `confirm = true` and `mandatory = true`")]
-    OutboxUnconfirmed,
+    #[error("an outbox relay publishes each row until the broker takes it: `park` and `resend = false` do not apply to a step with `orders = \"{0}\"`")]
+    OutboxParkOrNoResend(Handoff),
+    #[error(
+        "no publish step of this lab sets `orders`: a variant's `orders` would change nothing"
+    )]
+    OrdersWithoutOrderService,
+    #[error("a reconciliation job is an order service's: set `orders` on the step")]
+    ReconcileWithoutOrders,
+    #[error("`outbox` is the safe handoff, but a counterexample hands its events over another way (direct, outbox-mark-first, outbox-after-commit)")]
+    SafeHandoffInVariant,
     #[error("pattern `{0}` never calls a downstream service: drop `downstream`, or use a pattern that calls one ({1})")]
     DownstreamNeverCalled(Pattern, String),
     #[error("a program's behaviour is its own: `pattern`, `retry`, `transient_failures`, `max_deliveries` and `downstream` are for the built-in consumer")]
@@ -838,16 +846,23 @@ impl<'a> Checker<'a> {
                 );
             }
         }
+        if p.reconcile && p.orders.is_none() {
+            self.err(
+                format!("{key}.publish.reconcile"),
+                None,
+                ErrorKind::ReconcileWithoutOrders,
+            );
+        }
         if let Some(o) = p
             .orders
             .as_ref()
             .filter(|o| *o.get_ref() != Handoff::Direct)
         {
-            if !(p.confirm && p.mandatory) {
+            if p.park.is_some() || !p.resend {
                 self.err(
                     format!("{key}.publish.orders"),
                     span(o),
-                    ErrorKind::OutboxUnconfirmed,
+                    ErrorKind::OutboxParkOrNoResend(*o.get_ref()),
                 );
             }
         }
@@ -863,6 +878,7 @@ impl<'a> Checker<'a> {
             resend: p.resend,
             node: self.node(format!("{key}.publish.node"), &p.node),
             orders: p.orders.as_ref().map(|o| *o.get_ref()),
+            reconcile: p.reconcile,
         }
     }
 
@@ -1505,6 +1521,24 @@ impl<'a> Checker<'a> {
             }
             violations.insert(k.clone(), val.get_ref().to_string());
         }
+        if let Some(o) = &v.orders {
+            let serves = steps
+                .iter()
+                .any(|s| matches!(&s.action, Action::Publish(p) if p.orders.is_some()));
+            if !serves {
+                self.err(
+                    format!("{key}.orders"),
+                    span(o),
+                    ErrorKind::OrdersWithoutOrderService,
+                );
+            } else if *o.get_ref() == Handoff::Outbox {
+                self.err(
+                    format!("{key}.orders"),
+                    span(o),
+                    ErrorKind::SafeHandoffInVariant,
+                );
+            }
+        }
         if let Some(p) = &v.pattern {
             if p.get_ref().def().safe {
                 self.err(
@@ -1579,6 +1613,10 @@ fn apply_variant(mut raw: RawLab, v: &RawVariant) -> RawLab {
     }
     if v.policy == Some(false) {
         raw.steps.retain(|s| s.policy.is_none());
+    }
+    if v.reconcile == Some(false) {
+        raw.steps
+            .retain(|s| !s.publish.as_ref().is_some_and(|p| p.reconcile));
     }
     vary_queues(&mut raw.queues, v);
     // A variant that takes away what a parking queue is for (confirms,
@@ -2175,9 +2213,22 @@ fault = { target = "producer", action = "kill", window = "before-commit", messag
             ),
             (
                 r#"publish = { routing_key = "q","#,
-                r#"publish = { routing_key = "q", orders = "outbox","#,
+                r#"publish = { routing_key = "q", orders = "outbox", resend = false,"#,
                 None,
-                "step[0].publish.orders: an outbox relay marks a row sent on the broker's confirm of a routed publish: set `confirm = true` and `mandatory = true`",
+                "step[0].publish.orders: an outbox relay publishes each row until the broker takes it: `park` and `resend = false` do not apply to a step with `orders = \"outbox\"`",
+            ),
+            (
+                r#"publish = { routing_key = "q","#,
+                r#"publish = { routing_key = "q", reconcile = true,"#,
+                None,
+                "step[0].publish.reconcile: a reconciliation job is an order service's: set `orders` on the step",
+            ),
+            (
+                r#"pattern = "no-inbox""#,
+                r#"pattern = "no-inbox"
+orders = "direct""#,
+                Some("v"),
+                "variant.v.orders: no publish step of this lab sets `orders`: a variant's `orders` would change nothing",
             ),
             (
                 r#"window = "after-commit-before-ack""#,

@@ -245,6 +245,8 @@ pub struct Publish {
     /// The producer is an order service: each order committed first, its
     /// event handed to the broker this way.
     pub orders: Option<Handoff>,
+    /// The order service's reconciliation job rather than its requests.
+    pub reconcile: bool,
 }
 
 impl Publish {

@@ -167,6 +167,10 @@ pub struct RawPublish {
     /// The producer is an order service: each order committed in its
     /// database first, its event handed over `direct` or by an `outbox`.
     pub orders: Option<Spanned<Handoff>>,
+    /// With `orders`: the service's reconciliation job (article 002: a gap
+    /// is closed by compensation and reconciliation), not its requests.
+    #[serde(default)]
+    pub reconcile: bool,
 }
 
 #[derive(Deserialize, Clone, Debug)]
@@ -356,6 +360,8 @@ pub struct RawVariant {
     pub resend: Option<bool>,
     /// An order service's handoff (`direct` against `outbox`).
     pub orders: Option<Spanned<Handoff>>,
+    /// `false`: the reconciliation steps (`reconcile = true`) left out.
+    pub reconcile: Option<bool>,
     /// `false`: returned and nacked messages are not parked (a return is
     /// dropped; a nack is sent again, or taken as done without `resend`).
     pub park: Option<bool>,

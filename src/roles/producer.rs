@@ -127,13 +127,31 @@ async fn order_service(cfg: &ProducerConfig, svc: &OrderService) -> Result<i32> 
     let mut db = store::connect(&svc.database_url).await?;
     let mut link = open(cfg).await?;
     let mut confirmed = 0;
+    if svc.reconcile {
+        // Article 002's last resort: compare the orders with what was
+        // applied, and publish again what is missing.
+        for m in &cfg.messages {
+            let event_id = store::event_id(m.body.as_bytes(), &m.meta.message_id);
+            if !store::order_without_event(&mut db, &event_id).await? {
+                continue;
+            }
+            emit(line(cfg, &m.meta).status(Status::Reconcile));
+            let sends = journal.sent.get(&m.meta.message_id).copied().unwrap_or(0);
+            if send(cfg, &mut link, m, sends).await? {
+                confirmed += 1;
+            }
+        }
+        return finish(cfg, link, confirmed).await;
+    }
     for m in &cfg.messages {
         let (event_id, mid) = (
             store::event_id(m.body.as_bytes(), &m.meta.message_id),
             m.meta.message_id.as_str(),
         );
-        let row = (svc.handoff == Handoff::Outbox).then_some(mid);
+        let same_tx = matches!(svc.handoff, Handoff::Outbox | Handoff::OutboxMarkFirst);
+        let row = same_tx.then_some(mid);
         if !store::commit_order(&mut db, &event_id, &m.meta.aggregate_id, row).await? {
+            emit(line(cfg, &m.meta).status(Status::OrderExists));
             continue;
         }
         emit(line(cfg, &m.meta).status(Status::OrderCommitted));
@@ -153,25 +171,42 @@ async fn order_service(cfg: &ProducerConfig, svc: &OrderService) -> Result<i32> 
                 }
             }
             Handoff::OutboxAfterCommit => store::add_to_outbox(&mut db, &event_id, mid).await?,
-            Handoff::Outbox => {}
+            Handoff::Outbox | Handoff::OutboxMarkFirst => {}
         }
     }
-    // The relay: what the outbox holds unsent, in commit order.
+    // The relay: what the outbox holds unsent, in commit order (this
+    // step's rows: another order step relays its own).
+    let mark_first = svc.handoff == Handoff::OutboxMarkFirst;
     for mid in store::unsent(&mut db).await? {
-        let m = cfg
-            .messages
-            .iter()
-            .find(|m| m.meta.message_id == mid)
-            .with_context(|| format!("the outbox holds {mid}, which this lab never published"))?;
+        let Some(m) = cfg.messages.iter().find(|m| m.meta.message_id == mid) else {
+            continue;
+        };
+        if mark_first {
+            store::mark_sent(&mut db, &mid).await?;
+            emit(line(cfg, &m.meta).status(Status::OutboxSent));
+        }
         let sends = journal.sent.get(&mid).copied().unwrap_or(0);
-        if !send(cfg, &mut link, m, sends).await? {
+        let acked = send(cfg, &mut link, m, sends).await?;
+        if acked {
+            confirmed += 1;
+        } else if cfg.confirm {
             // Returned or refused: the row stays unsent, and the run says so.
             bail!("the relay's publish of {mid} was not confirmed; its outbox row stays unsent");
         }
-        confirmed += 1;
-        store::mark_sent(&mut db, &mid).await?;
-        emit(line(cfg, &m.meta).status(Status::OutboxSent));
+        if !mark_first {
+            store::mark_sent(&mut db, &mid).await?;
+            emit(line(cfg, &m.meta).status(Status::OutboxSent));
+        }
     }
+    finish(cfg, link, confirmed).await
+}
+
+/// The producer's closing line, with how many publishes were confirmed.
+async fn finish(
+    cfg: &ProducerConfig,
+    link: (Connection, Channel),
+    confirmed: usize,
+) -> Result<i32> {
     emit(
         Record::new(&cfg.lab)
             .with("destination", &cfg.destination)

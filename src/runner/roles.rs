@@ -226,6 +226,7 @@ impl Ctx<'_> {
             orders: p.orders.map(|handoff| OrderService {
                 database_url: self.endpoints.pg_url(&self.database),
                 handoff,
+                reconcile: p.reconcile,
             }),
         }
     }
