@@ -443,12 +443,18 @@ pub fn mermaid(lines: &[String]) -> String {
                     body.push(format!("    P->>DB: mark {mid}'s outbox row sent"));
                 }
                 Status::CrashInjected if order_service(&entries, e).is_some() => {
+                    let relays = entries
+                        .iter()
+                        .any(|x| x.get("status") == Some(Status::OutboxSent.name()));
                     body.push(match order_service(&entries, e) {
                         Some(Status::OrderCommitted) => format!(
                             "    Note over P: SIGKILL after the order of {mid} committed, before any publish: a new process takes committed orders as done"
                         ),
+                        _ if relays => format!(
+                            "    Note over P: SIGKILL at the fault window ({mid}): a new process takes committed orders as done and relays the outbox rows not marked sent"
+                        ),
                         _ => format!(
-                            "    Note over P: SIGKILL at the fault window ({mid}): a new process relays the outbox rows not marked sent"
+                            "    Note over P: SIGKILL at the fault window ({mid}): a new process takes committed orders as done"
                         ),
                     })
                 }

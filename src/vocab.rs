@@ -209,7 +209,7 @@ names! {
     /// order commit, before the publish".
     pub enum Handoff ("order handoff") {
         Direct = "direct": "commits the order, then publishes its event (with the step's confirm): killed between the two, the order stays without its event, and the restarted service finds the order done",
-        Outbox = "outbox": "commits the order and its event (an outbox row) in one transaction; a relay publishes each unsent row (confirmed, mandatory) and then marks it sent: killed before the mark, the row is published again (a duplicate for the inbox)",
+        Outbox = "outbox": "commits the order and its event (an outbox row) in one transaction; a relay publishes each unsent row (with the step's confirm and mandatory) and then marks it sent: killed before the mark, the row is published again (a duplicate for the inbox)",
         OutboxMarkFirst = "outbox-mark-first": "as outbox, but the relay marks a row sent before it publishes it: a publish lost on the way leaves the row marked, and the event is never sent again",
         OutboxAfterCommit = "outbox-after-commit": "as outbox, but writes the outbox row in a transaction of its own after the order's commit: killed between the two, the order has no row for the relay to publish",
     }

@@ -69,8 +69,14 @@ pub enum ErrorKind {
         "no publish step of this lab sets `orders`: a variant's `orders` would change nothing"
     )]
     OrdersWithoutOrderService,
-    #[error("a reconciliation job is an order service's: set `orders` on the step")]
+    #[error("a reconciliation job is an order service's that publishes directly: set `orders = \"direct\"` on the step, and keep `resend`")]
     ReconcileWithoutOrders,
+    #[error("a reconciliation job compares the orders with the built-in consumer's business rows: a program (`command`) keeps its own")]
+    ReconcileWithProgram,
+    #[error("no publish step of this lab sets `reconcile = true`: a variant's `reconcile = false` would change nothing")]
+    NoReconcileToDrop,
+    #[error("an order service without confirms marks or moves on as soon as a publish is written: a cut publish is seen only by its missing confirm, so set `confirm = true`")]
+    CutWithoutConfirm,
     #[error("`outbox` is the safe handoff, but a counterexample hands its events over another way (direct, outbox-mark-first, outbox-after-commit)")]
     SafeHandoffInVariant,
     #[error("pattern `{0}` never calls a downstream service: drop `downstream`, or use a pattern that calls one ({1})")]
@@ -291,6 +297,10 @@ impl<'a> Checker<'a> {
     pub fn lab(mut self, raw: RawLab, variant: Option<&str>) -> Result<Lab, Vec<LabError>> {
         // The queues as written, before a variant's overrides.
         let written = raw.queues.clone();
+        let written_reconciles = raw
+            .steps
+            .iter()
+            .any(|s| s.publish.as_ref().is_some_and(|p| p.reconcile));
         let (raw, variant_def) = match variant {
             None => (raw, None),
             Some(v) => match raw.variant.get(v).cloned() {
@@ -329,8 +339,24 @@ impl<'a> Checker<'a> {
         let topology = self.topology(&raw);
         let steps = self.steps(&raw, &topology, missing_ok.as_deref());
         self.counters(&raw, &steps);
+        let reconciles = steps
+            .iter()
+            .any(|s| matches!(&s.action, Action::Publish(p) if p.reconcile));
+        let program = steps
+            .iter()
+            .any(|s| matches!(&s.action, Action::Consume(c) if c.command.is_some()));
+        if reconciles && program {
+            self.err("step", None, ErrorKind::ReconcileWithProgram);
+        }
         let violations = match &variant_def {
             Some((name, def)) => {
+                if def.reconcile == Some(false) && !written_reconciles {
+                    self.err(
+                        format!("variant.{name}.reconcile"),
+                        None,
+                        ErrorKind::NoReconcileToDrop,
+                    );
+                }
                 let named = def
                     .arguments
                     .keys()
@@ -846,7 +872,9 @@ impl<'a> Checker<'a> {
                 );
             }
         }
-        if p.reconcile && p.orders.is_none() {
+        if p.reconcile
+            && (p.orders.as_ref().map(|o| *o.get_ref()) != Some(Handoff::Direct) || !p.resend)
+        {
             self.err(
                 format!("{key}.publish.reconcile"),
                 None,
@@ -1114,6 +1142,16 @@ impl<'a> Checker<'a> {
             return None;
         };
         let window_value = *window.get_ref();
+        if let (Action::Publish(p), Target::Network, FaultAction::Cut) = (action, target, act) {
+            if p.orders.is_some() && !p.confirm {
+                self.err(
+                    format!("{fkey}.action"),
+                    span(&f.action),
+                    ErrorKind::CutWithoutConfirm,
+                );
+                return None;
+            }
+        }
         if !windows.contains(&window_value) {
             let passes = windows
                 .iter()
@@ -1673,7 +1711,7 @@ fn vary_publish(p: &mut RawPublish, v: &RawVariant) {
     if let Some(x) = v.resend {
         p.resend = x;
     }
-    if let (Some(x), true) = (&v.orders, p.orders.is_some()) {
+    if let (Some(x), true) = (&v.orders, p.orders.is_some() && !p.reconcile) {
         p.orders = Some(x.clone());
     }
     if v.park == Some(false) {
@@ -2221,7 +2259,14 @@ fault = { target = "producer", action = "kill", window = "before-commit", messag
                 r#"publish = { routing_key = "q","#,
                 r#"publish = { routing_key = "q", reconcile = true,"#,
                 None,
-                "step[0].publish.reconcile: a reconciliation job is an order service's: set `orders` on the step",
+                "step[0].publish.reconcile: a reconciliation job is an order service's that publishes directly: set `orders = \"direct\"` on the step, and keep `resend`",
+            ),
+            (
+                r#"pattern = "no-inbox""#,
+                r#"pattern = "no-inbox"
+reconcile = false"#,
+                Some("v"),
+                "variant.v.reconcile: no publish step of this lab sets `reconcile = true`: a variant's `reconcile = false` would change nothing",
             ),
             (
                 r#"pattern = "no-inbox""#,

@@ -255,7 +255,10 @@ impl Publish {
         use crate::vocab::{Windows, ORDER_SERVICE_WINDOWS, PRODUCER_WINDOWS};
         match p.windows {
             Windows::These(ws) => ws.to_vec(),
-            Windows::ProducerPath if self.orders.is_some() => ORDER_SERVICE_WINDOWS.to_vec(),
+            // A reconciliation job commits no order.
+            Windows::ProducerPath if self.orders.is_some() && !self.reconcile => {
+                ORDER_SERVICE_WINDOWS.to_vec()
+            }
             Windows::ProducerPath => PRODUCER_WINDOWS.to_vec(),
             Windows::ConsumerPath | Windows::None => Vec::new(),
         }

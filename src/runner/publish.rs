@@ -42,10 +42,14 @@ impl Ctx<'_> {
                 self.follow(&mut proc, Role::Producer, d, None).await?;
                 let code = self.wait_exit(&mut proc, d).await?;
                 if code == 0 {
-                    bail!(
+                    // The publish never left (a reconciliation with nothing
+                    // to send): the window was not reached, no verdict.
+                    let why = format!(
                         "phase {phase}: the producer finished; its publish of {} was never cut",
                         f.message
                     );
+                    self.unreachable = Some(why.clone());
+                    bail!(why);
                 }
                 self.proxy_effect(phase, d.at).await?;
                 self.proxy().release();
