@@ -2262,6 +2262,19 @@ fault = { target = "producer", action = "kill", window = "before-commit", messag
                 "step[0].publish.reconcile: a reconciliation job is an order service's that publishes directly: set `orders = \"direct\"` on the step, and keep `resend`",
             ),
             (
+                r#"messages = ["order-1001", "order-1002"] }"#,
+                r#"messages = ["order-1001", "order-1002"], orders = "direct", confirm = false }
+fault = { target = "network", action = "cut", window = "after-publish-before-broker", message = "mid-1", then = "restart" }"#,
+                None,
+                "step[0].fault.action: an order service without confirms marks or moves on as soon as a publish is written",
+            ),
+            (
+                "messages = [\"order-1001\", \"order-1002\"] }\n\n[[step]]\nconsume = { queue = \"q\",",
+                "messages = [\"order-1001\", \"order-1002\"], orders = \"direct\", reconcile = true }\n\n[[step]]\nconsume = { queue = \"q\", command = \"true\",",
+                None,
+                "step: a reconciliation job compares the orders with the built-in consumer's business rows",
+            ),
+            (
                 r#"pattern = "no-inbox""#,
                 r#"pattern = "no-inbox"
 reconcile = false"#,
