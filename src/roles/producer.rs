@@ -104,14 +104,7 @@ pub async fn run(cfg: ProducerConfig) -> Result<i32> {
             confirmed += 1;
         }
     }
-    emit(
-        Record::new(&cfg.lab)
-            .with("destination", &cfg.destination)
-            .with("confirmed", confirmed)
-            .status(Status::Done),
-    );
-    link.0.close(200, "done".into()).await.ok();
-    Ok(0)
+    finish(&cfg, link, confirmed).await
 }
 
 /// Article 002's order service: each message is an order, committed in the
