@@ -130,13 +130,18 @@ pub async fn queue_state(channel: &Channel, queue: &str) -> Result<(u32, u32)> {
 #[error("the home node of queue `{0}` is down or inaccessible")]
 pub struct HomeNodeDown(pub String);
 
-/// RabbitMQ says it as a 404 NOT_FOUND whose reply text names the home
-/// node: the code alone is also "no such queue", so the text decides.
+/// RabbitMQ says it as a 404 NOT_FOUND whose reply text decides (the code
+/// alone is also "no such queue"): 3.10 answers at once, naming the home
+/// node ("... is down or inaccessible"); 4.0 keeps the queue's record when
+/// its node goes down and answers only after retrying the queue's process
+/// for about 60 s ("failed to perform operation on queue ... due to
+/// timeout", measured on 4.0.5).
 fn home_node_down(e: &lapin::Error) -> bool {
     use lapin::protocol::{AMQPErrorKind, AMQPSoftError};
     matches!(e.kind(), lapin::ErrorKind::ProtocolError(p)
         if *p.kind() == AMQPErrorKind::Soft(AMQPSoftError::NOTFOUND)
-            && p.get_message().as_str().contains("is down or inaccessible"))
+            && (p.get_message().as_str().contains("is down or inaccessible")
+                || p.get_message().as_str().contains("due to timeout")))
 }
 
 /// The messages waiting in a queue (message id, body), read without

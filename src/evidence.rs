@@ -45,12 +45,23 @@ pub struct Record {
     /// The broker settings the run relied on, as read from the broker.
     #[serde(default)]
     pub broker_settings: BTreeMap<String, String>,
+    /// The lab file's declared difference for the broker's generation:
+    /// `declaredViolations` and the transcript are that generation's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub declared_difference: Option<DeclaredDifference>,
     /// What the runner judged, on which observations: `mqlab check` re-judges it.
     #[serde(default)]
     pub history: History,
     /// A rendered `<run>.png` sits next to the page (not part of the JSON).
     #[serde(skip)]
     pub diagram_image: bool,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DeclaredDifference {
+    pub generation: String,
+    pub cause: String,
+    pub source: String,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -112,7 +123,10 @@ fn assertions(r: &RunRecord) -> Vec<Assertion> {
             }
         })
         .collect();
-    let snap_file = format!("snapshots/{}.snap", r.run);
+    let snap_file = match &r.declared {
+        Some(d) => format!("snapshots/{}.rabbitmq-{}.snap", r.run, d.generation),
+        None => format!("snapshots/{}.snap", r.run),
+    };
     let (actual, pass, detail) = match &r.snapshot {
         SnapshotResult::Matched => ("matched", true, None),
         SnapshotResult::Updated => ("updated", true, None),
@@ -187,6 +201,11 @@ pub fn record(r: &RunRecord, info: &EnvInfo) -> Record {
         },
         history: r.history.clone(),
         broker_settings: r.settings.iter().cloned().collect(),
+        declared_difference: r.declared.as_ref().map(|d| DeclaredDifference {
+            generation: d.generation.clone(),
+            cause: d.cause.clone(),
+            source: d.source.clone(),
+        }),
         diagram_image: false,
     }
 }
@@ -322,6 +341,14 @@ fn header(r: &Record) -> String {
             "| broker setting | `{}` = {} (read from the broker: the lab's bounds rely on it) |\n",
             cell(name),
             cell(value)
+        ));
+    }
+    if let Some(d) = &r.declared_difference {
+        md.push_str(&format!(
+            "| declared for RabbitMQ {} | {} ({}) |\n",
+            cell(&d.generation),
+            cell(&d.cause),
+            cell(&d.source)
         ));
     }
     md
@@ -902,6 +929,21 @@ pub fn lab_page(project: &crate::lab::Project, name: &str) -> Result<String> {
             declared.join(", "),
             mermaid(&lines)
         ));
+        for (g, diff) in &variant.generations {
+            let declared: Vec<String> = diff
+                .violations
+                .iter()
+                .map(|(k, val)| format!("`{k}={val}`"))
+                .collect();
+            let claim = diff.claim.as_deref().unwrap_or(&claim);
+            let snap = format!("{run}.rabbitmq-{g}");
+            out.push_str(&format!(
+                "\n#### On RabbitMQ {g}\n\n> {claim}\n\nRun it: `cargo run -- lab {run} --rabbitmq {g}`. Why it differs there: {} (source: {}).\n\nDeclared violations on {g} (its transcript: `snapshots/{snap}.snap`): {}.\n",
+                diff.cause,
+                diff.source,
+                declared.join(", "),
+            ));
+        }
     }
     Ok(out)
 }

@@ -47,6 +47,19 @@ pub struct RunRecord {
     pub facts: Vec<String>,
     /// The broker settings the run relied on, as read from the broker.
     pub settings: Vec<(String, String)>,
+    /// The lab file's declared difference for the generation the run was
+    /// on: `violations` and the snapshot are that generation's.
+    pub declared: Option<DeclaredDifference>,
+}
+
+/// What a lab file says differs on one RabbitMQ generation, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeclaredDifference {
+    /// `4.0`.
+    pub generation: String,
+    pub cause: String,
+    /// A URL, or "cause not identified".
+    pub source: String,
 }
 
 impl RunRecord {
@@ -98,6 +111,7 @@ mod tests {
             unreachable: None,
             facts: Vec::new(),
             settings: Vec::new(),
+            declared: None,
         }
     }
 

@@ -261,7 +261,7 @@ fn generation_matches(opts: &EnvOptions, env: &dyn Environment) -> Result<(), Er
         return Ok(());
     };
     let version = &env.info().broker_version;
-    match version.starts_with(&format!("RabbitMQ {}.", g.name())) {
+    match crate::vocab::Generation::of_version(version) == Some(g) {
         true => Ok(()),
         false => Err(Error::Environment(anyhow::anyhow!(
             "--rabbitmq {}, but the broker reports {version} (a container's image decides its generation)",

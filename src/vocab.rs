@@ -116,6 +116,33 @@ impl BrokerSetting {
 }
 
 names! {
+    /// A RabbitMQ generation mqlab runs (`--rabbitmq`), and for which a lab
+    /// file may declare what differs (`[variant.v.rabbitmq."4.0"]`).
+    #[derive(Default)]
+    pub enum Generation ("RabbitMQ generation") {
+        #[default]
+        V3_10 = "3.10": "RabbitMQ 3.10.8 (Debian bookworm's package): the stored snapshots are its transcripts",
+        V4_0 = "4.0": "RabbitMQ 4.0.5 (Debian trixie's package, on Erlang/OTP 27)",
+    }
+}
+
+impl Generation {
+    /// The generation of a broker that reports `version` (`RabbitMQ 4.0.5`,
+    /// or a cluster's `RabbitMQ 4.0.5 (3 nodes)`); `None` for any other.
+    pub fn of_version(version: &str) -> Option<Generation> {
+        let number = version.strip_prefix("RabbitMQ ")?;
+        Self::ALL
+            .iter()
+            .find(|(_, n, _)| {
+                number
+                    .strip_prefix(n)
+                    .is_some_and(|rest| rest.starts_with('.'))
+            })
+            .map(|(g, _, _)| *g)
+    }
+}
+
+names! {
     /// Who wrote a transcript line: the `[role]` prefix.
     pub enum Role ("role") {
         Producer = "producer": "the publishing role process",
@@ -1609,6 +1636,19 @@ impl QueueDecl {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A broker's version names its generation; a cluster's suffix and
+    /// another minor version do not fool it.
+    #[test]
+    fn generation_of_a_reported_version() {
+        let of = Generation::of_version;
+        assert_eq!(of("RabbitMQ 3.10.8"), Some(Generation::V3_10));
+        assert_eq!(of("RabbitMQ 4.0.5 (3 nodes)"), Some(Generation::V4_0));
+        assert_eq!(of("RabbitMQ 4.0"), None);
+        assert_eq!(of("RabbitMQ 3.13.7"), None);
+        assert_eq!(of("RabbitMQ 4.0x.1"), None);
+        assert_eq!(of("4.0.5"), None);
+    }
 
     fn queue(name: &str, dlx: Option<(&str, &str)>) -> QueueDecl {
         let mut arguments = std::collections::BTreeMap::new();

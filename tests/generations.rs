@@ -76,6 +76,68 @@ fn every_one_node_lab_holds(env: &[&str]) {
     assert_eq!(records, runs, "one evidence record per one-node run");
 }
 
+/// `lab --group cluster --rabbitmq 4.0` on three local 4.0.5 nodes: every
+/// cluster run passes, the counterexamples that declare a 4.0 difference
+/// against it (their own snapshots, `declaredDifference` in their
+/// evidence), the others against the 3.10 snapshots.
+#[test]
+#[ignore = "needs the RabbitMQ 4.0 root (scripts/rabbitmq-4-root.sh; .ci/run builds it), iptables and root"]
+fn the_cluster_group_holds_on_rabbitmq_4_0() {
+    require_root();
+    require_tool("iptables", &["/usr/sbin/iptables", "/sbin/iptables"]);
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let evidence = tempfile::tempdir().unwrap();
+    let (code, stdout, stderr) = run(&mut mqlab(&[
+        "lab",
+        "--group",
+        "cluster",
+        "--rabbitmq",
+        "4.0",
+        "--env",
+        "local",
+        "--evidence",
+        evidence.path().to_str().unwrap(),
+    ]));
+    assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let project = mqlab::lab::Project { root: root() };
+    let (mut runs, mut declared) = (0, 0);
+    for lab in project.lab_names().unwrap() {
+        for run in project.runs_of(&lab).unwrap() {
+            let loaded = project.load(&run).unwrap();
+            if !loaded.is_cluster() {
+                continue;
+            }
+            let path = evidence.path().join(format!("{run}.json"));
+            let record: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            let version = record["broker"]["version"].as_str().unwrap_or_default();
+            assert!(version.starts_with("RabbitMQ 4.0."), "{run}: {version}");
+            let declares = loaded
+                .generations
+                .contains_key(&mqlab::vocab::Generation::V4_0);
+            assert_eq!(
+                record["declaredDifference"]["generation"].as_str(),
+                declares.then_some("4.0"),
+                "{run}"
+            );
+            runs += 1;
+            declared += usize::from(declares);
+        }
+    }
+    let records = std::fs::read_dir(evidence.path())
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "json")
+        })
+        .count();
+    assert_eq!(records, runs, "one evidence record per cluster run");
+    assert!(declared > 0, "no cluster run declares a 4.0 difference");
+}
+
 /// `report merge` of the same runs on two generations: a matrix (a row per
 /// run, a column per broker version), each generation's pages in its own
 /// directory, one JUnit suite per run and generation.

@@ -64,6 +64,8 @@ fn every_lab_passes_and_matches_its_snapshot() {
             let name = e.unwrap().file_name().to_string_lossy().into_owned();
             name.strip_suffix(".snap").map(str::to_string)
         })
+        // Another generation's transcript of a run (`.rabbitmq-4.0`).
+        .filter(|run| !run.contains(".rabbitmq-"))
         .filter(|run| {
             let lab = run.split('@').next().unwrap();
             !project.is_cluster(lab).unwrap()

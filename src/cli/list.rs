@@ -17,6 +17,15 @@ pub(super) fn cmd_list(project: &Project) -> Result<i32> {
                 for (v, claim) in project.variants(&name)? {
                     out!("    --variant {v:<18} counterexample: {claim}");
                     if let Ok(var) = project.load(&format!("{name}@{v}")) {
+                        // Falsified on one generation only: named with it.
+                        for (g, diff) in &var.generations {
+                            falsified.extend(
+                                diff.violations
+                                    .keys()
+                                    .filter(|a| !var.violations.contains_key(*a))
+                                    .map(|a| (a.clone(), format!("{v} (RabbitMQ {g})"))),
+                            );
+                        }
                         falsified.extend(var.violations.into_keys().map(|a| (a, v.clone())));
                     }
                 }

@@ -421,11 +421,13 @@ fn setup(project: &Project, env: &args::EnvArgs, vhosts: Vec<String>) -> Result<
     let attach = env.attach(&vhosts).usage()?;
     // A kept environment's generation is its own: asking for 4.0 on a 3.10
     // one would build the wrong matrix.
-    if let Some(k) = attach.as_ref().filter(|k| {
-        env.rabbitmq == Some(crate::env::Generation::V4_0) && !k.broker.starts_with("RabbitMQ 4.0")
-    }) {
+    if let Some((g, k)) = env
+        .rabbitmq
+        .zip(attach.as_ref())
+        .filter(|(g, k)| crate::vocab::Generation::of_version(&k.broker) != Some(*g))
+    {
         return Err(Error::Usage(anyhow::anyhow!(
-            "--rabbitmq 4.0, but the environment in --env-dir runs {}",
+            "--rabbitmq {g}, but the environment in --env-dir runs {}",
             k.broker
         )));
     }

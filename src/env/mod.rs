@@ -158,25 +158,20 @@ impl std::fmt::Debug for Progress {
     }
 }
 
-/// The RabbitMQ generation a local node or a container runs: 3.10 from the
+/// The generation a local node or a container runs: 3.10 from the
 /// machine's own Debian packages, 4.0 from a Debian trixie root
 /// (`scripts/rabbitmq-4-root.sh`; its binaries need trixie's libraries) or
 /// its image. The broker's exact version is read from the server, as always.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum Generation {
-    #[default]
-    #[value(name = "3.10")]
-    V3_10,
-    #[value(name = "4.0")]
-    V4_0,
-}
+pub use crate::vocab::Generation;
 
-impl Generation {
-    pub fn name(self) -> &'static str {
-        match self {
-            Generation::V3_10 => "3.10",
-            Generation::V4_0 => "4.0",
-        }
+/// `--rabbitmq 3.10 | 4.0`, from the vocabulary's table.
+impl clap::ValueEnum for Generation {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[Generation::V3_10, Generation::V4_0]
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.name()).help(self.doc()))
     }
 }
 

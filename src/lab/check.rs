@@ -8,17 +8,17 @@ use std::path::Path;
 use toml::Spanned;
 
 use super::schema::{
-    RawConsume, RawFault, RawFullMessage, RawLab, RawMessage, RawPublish, RawQueue, RawStep,
-    RawVariant, Settle as RawSettle,
+    Expected, RawConsume, RawFault, RawFullMessage, RawLab, RawMessage, RawPublish, RawQueue,
+    RawStep, RawVariant, Settle as RawSettle,
 };
 use super::{
-    Action, Assertion, Consume, Downstream, Fault, Lab, LabError, LabErrors, Message, Publish,
-    Retry, Settle, Step,
+    Action, Assertion, Consume, Downstream, Fault, GenerationDiff, Lab, LabError, LabErrors,
+    Message, Publish, Retry, Settle, Step,
 };
 use crate::transcript::MessageMeta;
 use crate::vocab::{
-    check_queue_argument, ArgValue, Check, CounterRef, ExchangeDecl, FaultAction, Handoff,
-    OnFailure, Pattern, QueueDecl, Site, Target, Then, Topology, Window,
+    check_queue_argument, ArgValue, Check, CounterRef, ExchangeDecl, FaultAction, Generation,
+    Handoff, OnFailure, Pattern, QueueDecl, Site, Target, Then, Topology, Window,
 };
 use crate::vocab::{placement_of, placements_of};
 
@@ -193,6 +193,14 @@ pub enum ErrorKind {
     UnusedAlias(String),
     #[error("a counterexample declares at least one violation")]
     NoViolations,
+    #[error("unknown {what} `{0}` (known: {known})", what = crate::vocab::Generation::WHAT, known = crate::vocab::Generation::names().join(", "))]
+    UnknownGeneration(String),
+    #[error(
+        "{0} is the generation the stored snapshots come from: declare a difference on another one"
+    )]
+    BaseGeneration(crate::vocab::Generation),
+    #[error("name the release note or doc page of the broker change (a URL), or say \"cause not identified\"")]
+    NoSource,
     #[error("`{0}` is neither an assertion of this lab nor a check ({checks})", checks = Check::names().join(", "))]
     NotAnAssertion(String),
     #[error("`{0}` is a safe pattern, but a counterexample runs a consumer missing a safety step")]
@@ -391,8 +399,9 @@ impl<'a> Checker<'a> {
                 }
                 self.variant(name, def, &steps)
             }
-            None => BTreeMap::new(),
+            None => (BTreeMap::new(), BTreeMap::new()),
         };
+        let (violations, generations) = violations;
         let facts = self.facts(&raw, &steps);
         if !self.errs.is_empty() {
             return Err(self.errs);
@@ -405,6 +414,7 @@ impl<'a> Checker<'a> {
             topology,
             steps,
             violations,
+            generations,
             effects: raw.effects,
             nodes: self.nodes,
             facts,
@@ -1541,23 +1551,55 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn variant(&mut self, name: &str, v: &RawVariant, steps: &[Step]) -> BTreeMap<String, String> {
+    /// A variant's violations, and what it shows instead on another
+    /// generation.
+    fn variant(
+        &mut self,
+        name: &str,
+        v: &RawVariant,
+        steps: &[Step],
+    ) -> (
+        BTreeMap<String, String>,
+        BTreeMap<Generation, GenerationDiff>,
+    ) {
         let key = format!("variant.{name}");
-        if v.violations.is_empty() {
-            self.err(format!("{key}.violations"), None, ErrorKind::NoViolations);
-        }
-        let asserted = asserted(steps);
-        let mut violations = BTreeMap::new();
-        for (k, val) in &v.violations {
-            let is_check = k.parse::<Check>().is_ok();
-            if !asserted.contains(k.as_str()) && !is_check {
+        let violations = self.violations(&key, &v.violations, steps);
+        let mut generations = BTreeMap::new();
+        for (g, diff) in &v.rabbitmq {
+            let at = format!("{key}.rabbitmq.{g}");
+            let generation = match g.parse::<Generation>() {
+                Ok(Generation::V3_10) => {
+                    self.err(
+                        at.clone(),
+                        None,
+                        ErrorKind::BaseGeneration(Generation::V3_10),
+                    );
+                    continue;
+                }
+                Ok(generation) => generation,
+                Err(_) => {
+                    self.err(at.clone(), None, ErrorKind::UnknownGeneration(g.clone()));
+                    continue;
+                }
+            };
+            let source = diff.source.get_ref().trim();
+            if !(source.starts_with("https://") || source == "cause not identified") {
                 self.err(
-                    format!("{key}.violations.{k}"),
-                    span(val),
-                    ErrorKind::NotAnAssertion(k.clone()),
+                    format!("{at}.source"),
+                    span(&diff.source),
+                    ErrorKind::NoSource,
                 );
             }
-            violations.insert(k.clone(), val.get_ref().to_string());
+            let violations = self.violations(&at, &diff.violations, steps);
+            generations.insert(
+                generation,
+                GenerationDiff {
+                    claim: diff.claim.clone(),
+                    cause: diff.cause.clone(),
+                    source: source.to_string(),
+                    violations,
+                },
+            );
         }
         if let Some(o) = &v.orders {
             let serves = steps
@@ -1585,6 +1627,32 @@ impl<'a> Checker<'a> {
                     ErrorKind::SafePatternInVariant(*p.get_ref()),
                 );
             }
+        }
+        (violations, generations)
+    }
+
+    /// `violations` under `key`: at least one, each an assertion or a check.
+    fn violations(
+        &mut self,
+        key: &str,
+        declared: &BTreeMap<String, Spanned<Expected>>,
+        steps: &[Step],
+    ) -> BTreeMap<String, String> {
+        if declared.is_empty() {
+            self.err(format!("{key}.violations"), None, ErrorKind::NoViolations);
+        }
+        let asserted = asserted(steps);
+        let mut violations = BTreeMap::new();
+        for (k, val) in declared {
+            let is_check = k.parse::<Check>().is_ok();
+            if !asserted.contains(k.as_str()) && !is_check {
+                self.err(
+                    format!("{key}.violations.{k}"),
+                    span(val),
+                    ErrorKind::NotAnAssertion(k.clone()),
+                );
+            }
+            violations.insert(k.clone(), val.get_ref().to_string());
         }
         violations
     }
@@ -1943,6 +2011,36 @@ violations = { rows = 3 }
                 "variant.v.violations.row: `row` is neither an assertion of this lab nor a check (lost, duplicatesApplied, unexpected)",
             ),
             (r#"claim = "v""#, r#"claim = "v""#, Some("w"), "t.toml: unknown variant `w` of lab `t` (known: v)"),
+            (
+                r#"violations = { rows = 3 }"#,
+                "violations = { rows = 3 }\n[variant.v.rabbitmq.\"4.1\"]\ncause = \"c\"\nsource = \"https://x\"\nviolations = { rows = 4 }",
+                Some("v"),
+                "variant.v.rabbitmq.4.1: unknown RabbitMQ generation `4.1` (known: 3.10, 4.0)",
+            ),
+            (
+                r#"violations = { rows = 3 }"#,
+                "violations = { rows = 3 }\n[variant.v.rabbitmq.\"3.10\"]\ncause = \"c\"\nsource = \"https://x\"\nviolations = { rows = 4 }",
+                Some("v"),
+                "variant.v.rabbitmq.3.10: 3.10 is the generation the stored snapshots come from: declare a difference on another one",
+            ),
+            (
+                r#"violations = { rows = 3 }"#,
+                "violations = { rows = 3 }\n[variant.v.rabbitmq.\"4.0\"]\ncause = \"c\"\nsource = \"a guess\"\nviolations = { rows = 4 }",
+                Some("v"),
+                "variant.v.rabbitmq.4.0.source: name the release note or doc page of the broker change (a URL), or say \"cause not identified\"",
+            ),
+            (
+                r#"violations = { rows = 3 }"#,
+                "violations = { rows = 3 }\n[variant.v.rabbitmq.\"4.0\"]\ncause = \"c\"\nsource = \"https://x\"\nviolations = {  }",
+                Some("v"),
+                "variant.v.rabbitmq.4.0.violations: a counterexample declares at least one violation",
+            ),
+            (
+                r#"violations = { rows = 3 }"#,
+                "violations = { rows = 3 }\n[variant.v.rabbitmq.\"4.0\"]\ncause = \"c\"\nsource = \"https://x\"\nviolations = { row = 4 }",
+                Some("v"),
+                "variant.v.rabbitmq.4.0.violations.row: `row` is neither an assertion of this lab nor a check (lost, duplicatesApplied, unexpected)",
+            ),
             (
                 "[[queue]]\nname = \"q\"",
                 "[[queue]]\nname = \"q\"\narguments = { \"x-message-ttl\" = \"1s\" }",

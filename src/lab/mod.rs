@@ -29,6 +29,8 @@ pub struct Lab {
     pub steps: Vec<Step>,
     /// For a variant: assertion or check name → the value it must FAIL with.
     pub violations: BTreeMap<String, String>,
+    /// For a variant: what it shows instead on another RabbitMQ generation.
+    pub generations: BTreeMap<crate::vocab::Generation, GenerationDiff>,
     /// The SQL that reads a program's business effects (`(service, eventId)` rows).
     pub effects: Option<String>,
     /// 1, or 3 for a cluster lab.
@@ -37,6 +39,20 @@ pub struct Lab {
     pub facts: Vec<String>,
     /// Broker settings the lab's bounds rely on.
     pub settings: Vec<crate::vocab::BrokerSetting>,
+}
+
+/// A counterexample's declared difference on one RabbitMQ generation: its
+/// violations there (replacing the variant's), checked against a snapshot
+/// of its own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GenerationDiff {
+    /// The variant's claim there (`None`: the variant's own).
+    pub claim: Option<String>,
+    /// The broker change that causes it.
+    pub cause: String,
+    /// Where that change is named (a URL), or "cause not identified".
+    pub source: String,
+    pub violations: BTreeMap<String, String>,
 }
 
 impl Lab {

@@ -390,6 +390,28 @@ pub struct RawVariant {
     pub policy: Option<bool>,
     #[serde(default)]
     pub violations: BTreeMap<String, Spanned<Expected>>,
+    /// What this counterexample shows instead on one RabbitMQ generation
+    /// (`[variant.v.rabbitmq."4.0"]`), and why: a difference nobody
+    /// declared fails the run, as any other mismatch does.
+    #[serde(default)]
+    pub rabbitmq: BTreeMap<String, RawGenerationDiff>,
+}
+
+/// A counterexample's run on one generation: its own violations and its
+/// own snapshot (`snapshots/<run>.rabbitmq-<generation>.snap`), with the
+/// broker change that causes the difference.
+#[derive(Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct RawGenerationDiff {
+    /// The variant's claim on this generation, where it reads otherwise.
+    pub claim: Option<String>,
+    /// What changed in the broker, in a sentence.
+    pub cause: String,
+    /// The release note or doc page that names the change (a URL), or
+    /// "cause not identified".
+    pub source: Spanned<String>,
+    /// Replace the variant's violations on this generation.
+    pub violations: BTreeMap<String, Spanned<Expected>>,
 }
 
 /// An expected value: what the `[assert]` line must print.

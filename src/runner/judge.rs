@@ -10,9 +10,14 @@ impl Ctx<'_> {
     /// lab), after which the harness's channel, closed by that error, is
     /// opened again.
     pub(super) async fn queue_state(&mut self, queue: &str) -> Result<Option<(u32, u32)>> {
+        let nodes = (self.nodes_down.clone(), self.nodes_cut.clone());
+        if self.home_node_down.get(queue) == Some(&nodes) {
+            return Ok(None);
+        }
         match crate::amqp::queue_state(&self.conns().channel, queue).await {
             Ok(s) => Ok(Some(s)),
             Err(e) if e.downcast_ref::<crate::amqp::HomeNodeDown>().is_some() => {
+                self.home_node_down.insert(queue.to_string(), nodes);
                 let c = self.conns();
                 c.channel = c.amqp.create_channel().await?;
                 Ok(None)

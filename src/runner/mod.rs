@@ -94,6 +94,9 @@ struct Params<'a> {
     /// The broker settings the labs rely on, as read from the broker once
     /// before the suite (or why they could not be read).
     settings: BTreeMap<crate::vocab::BrokerSetting, std::result::Result<String, String>>,
+    /// The generation of the broker, read from it (`None`: one no lab file
+    /// can declare a difference for).
+    generation: Option<crate::vocab::Generation>,
 }
 
 impl<'a> Suite<'a> {
@@ -112,6 +115,7 @@ impl<'a> Suite<'a> {
             prefix: self.env.prefix(),
             node_ports: self.env.amqp_ports(),
             settings: self.settings.clone(),
+            generation: crate::vocab::Generation::of_version(&self.env.info().broker_version),
         }
     }
 
@@ -304,9 +308,15 @@ async fn execute(
     if let Some(c) = ctx.conns.take() {
         let _ = c.amqp.close(200, "done".into()).await;
     }
+    // A difference the lab file declares for this generation: its
+    // violations, and its own snapshot.
+    let declared = p
+        .generation
+        .and_then(|g| Some((g, lab.generations.get(&g)?)));
+    let violations = declared.map_or(&lab.violations, |(_, d)| &d.violations);
     let verdict = match &error {
         Some(e) => LabVerdict::Failed(e.clone()),
-        None => checker::lab_verdict(&ctx.outcomes, lab.variant.as_ref().map(|_| &lab.violations)),
+        None => checker::lab_verdict(&ctx.outcomes, lab.variant.as_ref().map(|_| violations)),
     };
     let (transcript, outcomes, mut history) = (ctx.transcript, ctx.outcomes, ctx.history);
     history.lines = transcript.lines().to_vec();
@@ -315,17 +325,23 @@ async fn execute(
         LabVerdict::Holds | LabVerdict::CounterexampleConfirmed
     );
     // A failed run is still compared: its diff shows where it went wrong.
-    let snapshot = compare_snapshot(p, lab, &run, &transcript, passed);
+    let snapshot_name = match declared {
+        Some((g, _)) => format!("{run}.rabbitmq-{g}"),
+        None => run.clone(),
+    };
+    let snapshot = compare_snapshot(p, lab, &snapshot_name, &transcript, passed);
     ctx.sink.tell(&Event::SnapshotCompared {
-        run: &run,
+        run: &snapshot_name,
         result: &snapshot,
     });
     RunRecord {
         run,
         lab: lab.name.clone(),
         variant: lab.variant.clone(),
-        claim: lab.claim.clone(),
-        violations: lab.violations.clone(),
+        claim: declared
+            .and_then(|(_, d)| d.claim.clone())
+            .unwrap_or_else(|| lab.claim.clone()),
+        violations: violations.clone(),
         transcript,
         outcomes,
         history,
@@ -336,6 +352,11 @@ async fn execute(
         unreachable,
         facts: lab.facts.clone(),
         settings,
+        declared: declared.map(|(g, d)| crate::record::DeclaredDifference {
+            generation: g.name().to_string(),
+            cause: d.cause.clone(),
+            source: d.source.clone(),
+        }),
     }
 }
 
@@ -386,6 +407,7 @@ impl<'a> Ctx<'a> {
             node_ports: p.node_ports.clone(),
             nodes_down: BTreeSet::new(),
             nodes_cut: BTreeSet::new(),
+            home_node_down: BTreeMap::new(),
             broker_paused: false,
             shared_vhost: p.vhost.is_some() || p.reused,
             unreachable: None,
@@ -428,6 +450,10 @@ struct Ctx<'a> {
     nodes_down: BTreeSet<usize>,
     /// Cluster nodes cut off by the lab, and not healed yet.
     nodes_cut: BTreeSet<usize>,
+    /// Queues the broker answered "home node down" for, with the nodes
+    /// down and cut off then: not asked again while those stay the same
+    /// (RabbitMQ 4.0 takes about 60 s to give that answer).
+    home_node_down: BTreeMap<String, (BTreeSet<usize>, BTreeSet<usize>)>,
     /// The broker paused by the lab and not resumed yet.
     broker_paused: bool,
     /// Other runs used this vhost before: delete the lab's queues first.
