@@ -292,27 +292,34 @@ pub fn evaluate(c: &CounterRef, entries: &[Entry], obs: &Observed) -> Result<Str
         Counter::RejectionRows => obs.ground.rejected.len().to_string(),
         Counter::RetryDelaysHonoured => {
             // Each redelivery of the message that waited at least the TTL
-            // its previous attempt owed: the lab's tier for that attempt
-            // (a run stored without the tiers: the tier the line names).
-            let owed = |e: &Entry| -> Option<u128> {
+            // its previous attempt owed (the lab's tier for that attempt; a
+            // run stored without the tiers: the tier the line names) and
+            // less than the next tier's (twice the last's): a TTL is no
+            // precise timer, but a wait as long as a later tier's is a
+            // retry sent to the wrong tier.
+            let owed = |e: &Entry| -> Option<(u128, u128)> {
                 let k: usize = e.get("attempt")?.parse().ok()?;
                 let last = obs.retry_tiers.len().checked_sub(1)?;
-                obs.retry_tiers
-                    .get(k.saturating_sub(1).min(last))
-                    .map(|t| u128::from(*t))
+                let i = k.saturating_sub(1).min(last);
+                let t = u128::from(*obs.retry_tiers.get(i)?);
+                let next = obs.retry_tiers.get(i + 1).map(|n| u128::from(*n));
+                Some((t, next.unwrap_or(2 * t)))
             };
-            let mut ttl: Option<u128> = None;
+            let mut ttl: Option<(u128, u128)> = None;
             let mut honoured = 0;
             for e in entries
                 .iter()
                 .filter(|e| e.role == Role::Consumer.name() && e.get("messageId") == q)
             {
                 if e.is(Role::Consumer, Status::RetryScheduled) {
-                    ttl = owed(e).or_else(|| e.get("ttlMs").and_then(|t| t.parse().ok()));
+                    ttl = owed(e).or_else(|| {
+                        let t: u128 = e.get("ttlMs")?.parse().ok()?;
+                        Some((t, 2 * t))
+                    });
                 } else if e.is(Role::Consumer, Status::Received) {
                     let delay = e.get("delayMs").and_then(|d| d.parse::<u128>().ok());
-                    if let (Some(t), Some(d)) = (ttl.take(), delay) {
-                        if d >= t {
+                    if let (Some((t, within)), Some(d)) = (ttl.take(), delay) {
+                        if d >= t && d < within {
                             honoured += 1;
                         }
                     }
@@ -820,13 +827,25 @@ mod tests {
         let mut obs = Observed::default();
         assert_eq!(
             evaluate(&c, &lines, &obs).unwrap(),
-            "3",
-            "no tiers stored: the line's"
+            "2",
+            "no tiers stored: the line's TTL, and under twice it (820 is not)"
         );
         obs.retry_tiers = vec![200, 400, 800];
         assert_eq!(evaluate(&c, &lines, &obs).unwrap(), "2");
         obs.retry_tiers = vec![200, 400, 900];
         assert_eq!(evaluate(&c, &lines, &obs).unwrap(), "1");
+        // Every retry in the last tier: long enough, and too long for the
+        // first two attempts (as long as the next tier's TTL, or longer).
+        let last = entries(&[
+            "[consumer] messageId=mid-2 attempt=1 tier=t3 ttlMs=800 status=retry_scheduled",
+            "[consumer] messageId=mid-2 attempt=2 delayMs=805 status=received",
+            "[consumer] messageId=mid-2 attempt=2 tier=t3 ttlMs=800 status=retry_scheduled",
+            "[consumer] messageId=mid-2 attempt=3 delayMs=800 status=received",
+            "[consumer] messageId=mid-2 attempt=3 tier=t3 ttlMs=800 status=retry_scheduled",
+            "[consumer] messageId=mid-2 attempt=4 delayMs=810 status=received",
+        ]);
+        obs.retry_tiers = vec![200, 400, 800];
+        assert_eq!(evaluate(&c, &last, &obs).unwrap(), "1");
     }
 
     /// Jepsen-style: literal histories for each verdict.

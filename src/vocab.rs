@@ -591,6 +591,7 @@ names! {
         DlqAckFirst = "dlq-ack-first": "retry-dlq's DLQ move in the wrong order: acks the original, then publishes the copy; a crash between the two loses the message",
         InboxByEvent = "inbox-by-event": "inbox, but the inbox is keyed by eventId alone, not (service, eventId): a second subscribing service skips what the first applied",
         NoBackoff = "no-backoff": "classified, but republishes every retry to the first tier: each waits the shortest delay, with no back-off",
+        LongestDelay = "longest-delay": "classified, but republishes every retry to the last tier: each waits the longest delay, the first retries far later than their tier",
         InboxSavepoint = "inbox-savepoint": "inbox, but the row is inserted without ON CONFLICT under a savepoint: a caught unique violation rolls back to it, and the transaction goes on",
         CatchUniqueViolation = "catch-unique-violation": "inbox-savepoint without the savepoint: it catches the unique violation and goes on in the aborted transaction, so a duplicate fails (25P02) into the retry loop and the DLQ",
         BlockKey = "block-key": "retries a transient failure in place, on the same delivery held unacked (one consumer: everything behind it in the queue waits, its key's later events with the rest), and writes without the guards: the key's events commit in publish order; out of attempts the event goes to the DLQ and the key's later events go on",
@@ -632,10 +633,20 @@ pub enum OnFailure {
         dlq: DlqOrder,
         /// `false`: every failure is taken as transient (retried, then dead-lettered).
         by_class: bool,
-        /// `true`: attempt k is republished to tier k (the last tier
-        /// after that); `false`: always to the first tier.
-        backoff: bool,
+        /// Which tier attempt k is republished to.
+        backoff: Backoff,
     },
+}
+
+/// The retry tier a classified consumer republishes attempt k to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backoff {
+    /// Tier k (the last tier after that): the waits grow.
+    ByAttempt,
+    /// Always the first: the shortest wait each time.
+    FirstTier,
+    /// Always the last: the longest wait each time.
+    LastTier,
 }
 
 /// Where a consumer reads a message's attempt number.
@@ -681,7 +692,7 @@ const CLASSIFIED_FAILURE: OnFailure = OnFailure::Classified {
     attempts: AttemptsFrom::Header,
     dlq: DlqOrder::ConfirmThenAck,
     by_class: true,
-    backoff: true,
+    backoff: Backoff::ByAttempt,
 };
 
 /// The retry-dlq page's failure handling (the seed labs' consumer).
@@ -796,7 +807,7 @@ pub const PATTERNS: &[PatternDef] = &[
             attempts: AttemptsFrom::XDeath,
             dlq: DlqOrder::ConfirmThenAck,
             by_class: true,
-            backoff: true,
+            backoff: Backoff::ByAttempt,
         },
     },
     PatternDef {
@@ -808,7 +819,7 @@ pub const PATTERNS: &[PatternDef] = &[
             attempts: AttemptsFrom::Header,
             dlq: DlqOrder::AckThenPublish,
             by_class: true,
-            backoff: true,
+            backoff: Backoff::ByAttempt,
         },
     },
     PatternDef {
@@ -834,7 +845,7 @@ pub const PATTERNS: &[PatternDef] = &[
             attempts: AttemptsFrom::Header,
             dlq: DlqOrder::ConfirmThenAck,
             by_class: false,
-            backoff: true,
+            backoff: Backoff::ByAttempt,
         },
     },
     PatternDef {
@@ -846,7 +857,19 @@ pub const PATTERNS: &[PatternDef] = &[
             attempts: AttemptsFrom::Header,
             dlq: DlqOrder::ConfirmThenAck,
             by_class: true,
-            backoff: false,
+            backoff: Backoff::FirstTier,
+        },
+    },
+    PatternDef {
+        pattern: Pattern::LongestDelay,
+        safe: false,
+        steps: SAFE_PATH,
+        auto_ack: false,
+        on_failure: OnFailure::Classified {
+            attempts: AttemptsFrom::Header,
+            dlq: DlqOrder::ConfirmThenAck,
+            by_class: true,
+            backoff: Backoff::LastTier,
         },
     },
     PatternDef {
@@ -1099,7 +1122,7 @@ names! {
         RetriesInPlace = "retriesInPlace": "transient failures tried again on the same delivery, held unacked (block-key)",
         Rejections = "rejections": "business rejections the consumer recorded and acked",
         RejectionRows = "rejectionRows": "business rejection rows in PostgreSQL",
-        RetryDelaysHonoured = "retryDelaysHonoured": "redeliveries of a message that waited at least the TTL its attempt owes: the lab's tier k for attempt k, the last after that (measured, not printed)",
+        RetryDelaysHonoured = "retryDelaysHonoured": "redeliveries of a message that waited at least the TTL its attempt owes (the lab's tier k for attempt k, the last after that) and less than the next tier's (twice the last's): measured, not printed",
         DlqHeader = "dlqHeader": "`dlqHeader:<queue>/<header>`: that diagnostic header of each message in the queue, read without consuming",
         Returned = "returned": "publishes the broker returned as unroutable (mandatory)",
         Nacked = "nacked": "publishes the broker refused (basic.nack: a full queue with reject-publish)",

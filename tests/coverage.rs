@@ -136,6 +136,11 @@ const COVERAGE: &[(Pattern, Edit, Pattern)] = &[
         Edit::Failure("backoff"),
         Pattern::NoBackoff,
     ),
+    (
+        Pattern::Classified,
+        Edit::Failure("backoff"),
+        Pattern::LongestDelay,
+    ),
     // The write's guards, both read from the order's state before it is
     // set: the version comparison (a change event only when newer:
     // per-key-order@overwrite) and the status check (a delayed cancel only
@@ -216,7 +221,7 @@ fn failure_settings(f: OnFailure) -> Vec<(&'static str, String)> {
                 format!("{:?}", dlq == DlqOrder::ConfirmThenAck),
             ),
             ("by class", by_class.to_string()),
-            ("backoff", backoff.to_string()),
+            ("backoff", format!("{backoff:?}")),
         ],
     }
 }

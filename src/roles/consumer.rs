@@ -25,7 +25,7 @@ use crate::protocol::ConsumerConfig;
 use crate::store::{self, InboxRow, OrderCreated, StateWrite};
 use crate::transcript::{MessageMeta, Record};
 use crate::vocab::{
-    AttemptsFrom, DlqOrder, FailureClass, OnFailure, PatternDef, Status, Step, Window,
+    AttemptsFrom, Backoff, DlqOrder, FailureClass, OnFailure, PatternDef, Status, Step, Window,
     RETRY_ATTEMPT_HEADER,
 };
 
@@ -672,14 +672,18 @@ impl Consumer {
             .context("a classified consumer without a retry policy")?;
         if class == FailureClass::Transient && attempt < retry.max_attempts {
             // Attempt k waits in tier k (the last one after that); without
-            // back-off, always in the first.
-            let backoff = matches!(
-                self.def().on_failure,
-                OnFailure::Classified { backoff: true, .. }
-            );
-            let k = match backoff {
-                true => (attempt as usize - 1).min(retry.tiers.len() - 1),
-                false => 0,
+            // back-off, always in the first (or the last).
+            let last = retry.tiers.len() - 1;
+            let k = match self.def().on_failure {
+                OnFailure::Classified {
+                    backoff: Backoff::FirstTier,
+                    ..
+                } => 0,
+                OnFailure::Classified {
+                    backoff: Backoff::LastTier,
+                    ..
+                } => last,
+                _ => (attempt as usize - 1).min(last),
             };
             let tier = &retry.tiers[k];
             let mut properties = diagnostics(&self.cfg, d, meta, attempt, class, error);
