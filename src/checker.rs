@@ -294,7 +294,8 @@ pub fn evaluate(c: &CounterRef, entries: &[Entry], obs: &Observed) -> Result<Str
             // Each redelivery of the message that waited at least the TTL
             // its previous attempt owed (the lab's tier for that attempt; a
             // run stored without the tiers: the tier the line names) and
-            // less than the next tier's (twice the last's): a TTL is no
+            // less than the next tier's, or twice its own when that is
+            // longer (and for the last tier): a TTL is no
             // precise timer, but a wait as long as a later tier's is a
             // retry sent to the wrong tier.
             let owed = |e: &Entry| -> Option<(u128, u128)> {
@@ -303,7 +304,7 @@ pub fn evaluate(c: &CounterRef, entries: &[Entry], obs: &Observed) -> Result<Str
                 let i = k.saturating_sub(1).min(last);
                 let t = u128::from(*obs.retry_tiers.get(i)?);
                 let next = obs.retry_tiers.get(i + 1).map(|n| u128::from(*n));
-                Some((t, next.unwrap_or(2 * t)))
+                Some((t, next.map_or(2 * t, |n| n.max(2 * t))))
             };
             let mut ttl: Option<(u128, u128)> = None;
             let mut honoured = 0;

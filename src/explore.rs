@@ -133,6 +133,7 @@ fn with_label(mut lab: Lab, label: &str) -> Lab {
     };
     lab.variant = Some(run);
     lab.violations = BTreeMap::new();
+    lab.generations = BTreeMap::new();
     lab
 }
 

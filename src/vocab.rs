@@ -1122,7 +1122,7 @@ names! {
         RetriesInPlace = "retriesInPlace": "transient failures tried again on the same delivery, held unacked (block-key)",
         Rejections = "rejections": "business rejections the consumer recorded and acked",
         RejectionRows = "rejectionRows": "business rejection rows in PostgreSQL",
-        RetryDelaysHonoured = "retryDelaysHonoured": "redeliveries of a message that waited at least the TTL its attempt owes (the lab's tier k for attempt k, the last after that) and less than the next tier's (twice the last's): measured, not printed",
+        RetryDelaysHonoured = "retryDelaysHonoured": "redeliveries of a message that waited at least the TTL its attempt owes (the lab's tier k for attempt k, the last after that) and less than the next tier's or twice its own, whichever is longer: measured, not printed",
         DlqHeader = "dlqHeader": "`dlqHeader:<queue>/<header>`: that diagnostic header of each message in the queue, read without consuming",
         Returned = "returned": "publishes the broker returned as unroutable (mandatory)",
         Nacked = "nacked": "publishes the broker refused (basic.nack: a full queue with reject-publish)",

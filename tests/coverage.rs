@@ -508,3 +508,29 @@ fn every_generation_snapshot_belongs_to_a_declared_difference() {
         "the cluster labs declare their 4.0 differences"
     );
 }
+
+/// A declared generation difference is what its stored transcript shows:
+/// the `FAIL` lines of `snapshots/<run>.rabbitmq-<g>.snap` are exactly the
+/// declared violations, with their values (the cluster runs that show it
+/// live need root and the 4.0 root: tests/generations).
+#[test]
+fn every_declared_generation_difference_is_its_snapshots_failures() {
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let project = Project { root: root.clone() };
+    for name in project.lab_names().unwrap() {
+        for run in project.runs_of(&name).unwrap() {
+            for (g, diff) in &project.load(&run).unwrap().generations {
+                let path = root.join(format!("snapshots/{run}.rabbitmq-{g}.snap"));
+                let text = std::fs::read_to_string(&path).unwrap();
+                let failed: std::collections::BTreeMap<String, String> = text
+                    .lines()
+                    .filter(|l| l.starts_with("[assert] ") || l.starts_with("[check] "))
+                    .filter_map(|l| l.split_once(' ')?.1.split_once(" FAIL"))
+                    .filter_map(|(nv, _)| nv.split_once('='))
+                    .map(|(n, v)| (n.to_string(), v.to_string()))
+                    .collect();
+                assert_eq!(failed, diff.violations, "{}", path.display());
+            }
+        }
+    }
+}

@@ -23,7 +23,7 @@ pub(super) fn cmd_list(project: &Project) -> Result<i32> {
                                 diff.violations
                                     .keys()
                                     .filter(|a| !var.violations.contains_key(*a))
-                                    .map(|a| (a.clone(), format!("{v} (RabbitMQ {g})"))),
+                                    .map(|a| (a.clone(), format!("{v} on RabbitMQ {g}"))),
                             );
                         }
                         falsified.extend(var.violations.into_keys().map(|a| (a, v.clone())));

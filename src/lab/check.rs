@@ -201,6 +201,8 @@ pub enum ErrorKind {
     BaseGeneration(crate::vocab::Generation),
     #[error("name the release note or doc page of the broker change (a URL), or say \"cause not identified\"")]
     NoSource,
+    #[error("say which broker change causes the difference, in a sentence (or \"cause not identified\")")]
+    NoCause,
     #[error("`{0}` is neither an assertion of this lab nor a check ({checks})", checks = Check::names().join(", "))]
     NotAnAssertion(String),
     #[error("`{0}` is a safe pattern, but a counterexample runs a consumer missing a safety step")]
@@ -446,11 +448,10 @@ impl<'a> Checker<'a> {
                     },
                 );
             }
-            if let Some((v, _)) = raw
-                .variant
-                .iter()
-                .find(|(_, v)| v.violations.contains_key(name))
-            {
+            if let Some((v, _)) = raw.variant.iter().find(|(_, v)| {
+                v.violations.contains_key(name)
+                    || v.rabbitmq.values().any(|d| d.violations.contains_key(name))
+            }) {
                 self.err(
                     format!("facts[{i}]"),
                     span(f),
@@ -1582,6 +1583,9 @@ impl<'a> Checker<'a> {
                     continue;
                 }
             };
+            if diff.cause.trim().is_empty() {
+                self.err(format!("{at}.cause"), None, ErrorKind::NoCause);
+            }
             let source = diff.source.get_ref().trim();
             if !(source.starts_with("https://") || source == "cause not identified") {
                 self.err(
@@ -2016,6 +2020,12 @@ violations = { rows = 3 }
                 "violations = { rows = 3 }\n[variant.v.rabbitmq.\"4.1\"]\ncause = \"c\"\nsource = \"https://x\"\nviolations = { rows = 4 }",
                 Some("v"),
                 "variant.v.rabbitmq.4.1: unknown RabbitMQ generation `4.1` (known: 3.10, 4.0)",
+            ),
+            (
+                r#"violations = { rows = 3 }"#,
+                "violations = { rows = 3 }\n[variant.v.rabbitmq.\"4.0\"]\ncause = \" \"\nsource = \"https://x\"\nviolations = { rows = 4 }",
+                Some("v"),
+                "variant.v.rabbitmq.4.0.cause: say which broker change causes the difference, in a sentence (or \"cause not identified\")",
             ),
             (
                 r#"violations = { rows = 3 }"#,

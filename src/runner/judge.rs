@@ -11,13 +11,18 @@ impl Ctx<'_> {
     /// opened again.
     pub(super) async fn queue_state(&mut self, queue: &str) -> Result<Option<(u32, u32)>> {
         let nodes = (self.nodes_down.clone(), self.nodes_cut.clone());
-        if self.home_node_down.get(queue) == Some(&nodes) {
+        // Only while the lab holds a node down or cut off: an answer
+        // given with every node up is never taken as lasting.
+        let faulted = !nodes.0.is_empty() || !nodes.1.is_empty();
+        if faulted && self.home_node_down.get(queue) == Some(&nodes) {
             return Ok(None);
         }
         match crate::amqp::queue_state(&self.conns().channel, queue).await {
             Ok(s) => Ok(Some(s)),
             Err(e) if e.downcast_ref::<crate::amqp::HomeNodeDown>().is_some() => {
-                self.home_node_down.insert(queue.to_string(), nodes);
+                if faulted {
+                    self.home_node_down.insert(queue.to_string(), nodes);
+                }
                 let c = self.conns();
                 c.channel = c.amqp.create_channel().await?;
                 Ok(None)
@@ -195,9 +200,11 @@ impl Ctx<'_> {
         for q in queues {
             // A queue on a node that is down is not read: a counter that
             // needs its depth says so.
-            if let Some((ready, _)) = self.queue_state(&q).await? {
-                self.observed.depths.insert(q, ready);
-            }
+            // An earlier reading is not this one: it goes.
+            match self.queue_state(&q).await? {
+                Some((ready, _)) => self.observed.depths.insert(q, ready),
+                None => self.observed.depths.remove(&q),
+            };
         }
         // Only the queues a `dlqHeader` counter reads are peeked: a peek
         // requeues, which marks the messages redelivered.

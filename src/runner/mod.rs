@@ -329,7 +329,10 @@ async fn execute(
         Some((g, _)) => format!("{run}.rabbitmq-{g}"),
         None => run.clone(),
     };
-    let snapshot = compare_snapshot(p, lab, &snapshot_name, &transcript, passed);
+    // The common snapshots are 3.10's transcripts: a run on another
+    // generation rewrites only a snapshot its lab file declares for it.
+    let may_update = declared.is_some() || p.generation == Some(crate::vocab::Generation::V3_10);
+    let snapshot = compare_snapshot(p, lab, &snapshot_name, &transcript, passed && may_update);
     ctx.sink.tell(&Event::SnapshotCompared {
         run: &snapshot_name,
         result: &snapshot,
@@ -361,13 +364,14 @@ async fn execute(
 }
 
 /// The snapshot comparison of a finished run (none for `explore`'s points);
-/// a passing run's differing snapshot is rewritten with `--update`.
+/// with `--update`, a differing snapshot is rewritten when `updatable` (the
+/// run passed, on the generation the snapshot is for).
 fn compare_snapshot(
     p: &Params<'_>,
     lab: &Lab,
     run: &str,
     transcript: &Transcript,
-    passed: bool,
+    updatable: bool,
 ) -> SnapshotResult {
     // Before the comparison: it leaves a differing run as `.snap.new`,
     // which a point of `explore` must not write into the project.
@@ -377,7 +381,7 @@ fn compare_snapshot(
     let path = snapshot::path_for(&p.project.snapshots_dir(), run);
     let lab_file = format!("labs/{}.toml", lab.name);
     let normalized = transcript.normalized();
-    match snapshot::compare(&path, &lab_file, &normalized, p.update && passed) {
+    match snapshot::compare(&path, &lab_file, &normalized, p.update && updatable) {
         Ok(snapshot::Outcome::Matched) => SnapshotResult::Matched,
         Ok(snapshot::Outcome::Updated) => SnapshotResult::Updated,
         Ok(snapshot::Outcome::Mismatch(diff)) => SnapshotResult::Mismatch(diff),
