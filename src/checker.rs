@@ -849,7 +849,8 @@ mod tests {
         assert_eq!(evaluate(&c, &last, &obs).unwrap(), "1");
     }
 
-    /// Jepsen-style: literal histories for each verdict.
+    /// Jepsen-style: literal histories for each verdict. Long because it
+    /// is a table: each history beside the verdict it must get.
     #[test]
     fn total_queue_verdicts() {
         let row = |e: &str| ("svc".to_string(), e.to_string());

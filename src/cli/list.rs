@@ -8,6 +8,13 @@ use crate::lab::Project;
 use crate::sinks::out;
 
 pub(super) fn cmd_list(project: &Project) -> Result<i32> {
+    labs(project)?;
+    vocabulary();
+    Ok(exit::OK)
+}
+
+/// Each lab with its claim, its counterexamples and what falsifies what.
+fn labs(project: &Project) -> Result<()> {
     out!("labs ({}):", project.labs_dir().display());
     for name in project.lab_names()? {
         match project.load(&name) {
@@ -34,6 +41,12 @@ pub(super) fn cmd_list(project: &Project) -> Result<i32> {
             Err(e) => out!("  {name:<20} INVALID: {e:#}"),
         }
     }
+    Ok(())
+}
+
+/// The tables the engine reads: patterns, placements with their windows,
+/// counters, inspect fields, broker settings.
+fn vocabulary() {
     use crate::vocab::{Counter, InspectField, Target, PATTERNS};
     out!("\nconsumer patterns (their steps; the fault windows follow from them):");
     for p in PATTERNS {
@@ -98,7 +111,6 @@ pub(super) fn cmd_list(project: &Project) -> Result<i32> {
     for (s, name, doc) in crate::vocab::BrokerSetting::ALL {
         out!("  {name} = {}: {doc}", s.required());
     }
-    Ok(exit::OK)
 }
 
 /// Which variant falsifies each of a lab's assertions, and its harness

@@ -360,45 +360,7 @@ impl<'a> Checker<'a> {
         }
         let violations = match &variant_def {
             Some((name, def)) => {
-                if def.reconcile == Some(false) && !written_reconciles {
-                    self.err(
-                        format!("variant.{name}.reconcile"),
-                        None,
-                        ErrorKind::NoReconcileToDrop,
-                    );
-                }
-                let named = def
-                    .arguments
-                    .keys()
-                    .map(|q| ("arguments", q))
-                    .chain(def.bind.keys().map(|q| ("bind", q)))
-                    .chain(def.unset.keys().map(|q| ("unset", q)));
-                for (key, q) in named {
-                    if !raw.queues.iter().any(|r| r.name.get_ref() == q) {
-                        self.err(
-                            format!("variant.{name}.{key}.{q}"),
-                            None,
-                            ErrorKind::UnknownQueue(q.clone()),
-                        );
-                    }
-                }
-                // In the lab as written: an argument it does not set cannot
-                // be shown necessary by removing it.
-                for (q, args) in &def.unset {
-                    let Some(declared) = written.iter().find(|r| r.name.get_ref() == q) else {
-                        continue;
-                    };
-                    for a in args.iter().filter(|a| !declared.arguments.contains_key(*a)) {
-                        self.err(
-                            format!("variant.{name}.unset.{q}"),
-                            None,
-                            ErrorKind::NotAnArgument {
-                                queue: q.clone(),
-                                argument: a.clone(),
-                            },
-                        );
-                    }
-                }
+                self.variant_keys(name, def, &raw, &written, written_reconciles);
                 self.variant(name, def, &steps)
             }
             None => (BTreeMap::new(), BTreeMap::new()),
@@ -422,6 +384,57 @@ impl<'a> Checker<'a> {
             facts,
             settings: raw.settings,
         })
+    }
+
+    /// A variant's keys that name the lab as written: its queues, the
+    /// arguments it unsets, the reconciliation it drops.
+    fn variant_keys(
+        &mut self,
+        name: &str,
+        def: &RawVariant,
+        raw: &RawLab,
+        written: &[RawQueue],
+        written_reconciles: bool,
+    ) {
+        if def.reconcile == Some(false) && !written_reconciles {
+            self.err(
+                format!("variant.{name}.reconcile"),
+                None,
+                ErrorKind::NoReconcileToDrop,
+            );
+        }
+        let named = def
+            .arguments
+            .keys()
+            .map(|q| ("arguments", q))
+            .chain(def.bind.keys().map(|q| ("bind", q)))
+            .chain(def.unset.keys().map(|q| ("unset", q)));
+        for (key, q) in named {
+            if !raw.queues.iter().any(|r| r.name.get_ref() == q) {
+                self.err(
+                    format!("variant.{name}.{key}.{q}"),
+                    None,
+                    ErrorKind::UnknownQueue(q.clone()),
+                );
+            }
+        }
+        // In the lab as written: an argument it does not set cannot
+        // be shown necessary by removing it.
+        for (q, args) in &def.unset {
+            let Some(declared) = written.iter().find(|r| r.name.get_ref() == q) else {
+                continue;
+            };
+            for a in args.iter().filter(|a| !declared.arguments.contains_key(*a)) {
+                self.err(
+                    format!("variant.{name}.unset.{q}"),
+                    None,
+                    ErrorKind::NotAnArgument {
+                        queue: q.clone(),
+                        argument: a.clone(),
+                    },
+                );
+            }
+        }
     }
 
     /// `facts`: each names an assertion of the lab that no variant falsifies.
@@ -583,94 +596,28 @@ impl<'a> Checker<'a> {
         raw: &RawLab,
         topology: &Topology,
     ) -> Option<Option<Step>> {
-        if let Some(p) = &s.policy {
-            if actions(s) > 1 {
-                self.err(key.to_string(), None, ErrorKind::StepActions);
-                return Some(None);
-            }
-            match topology
-                .queues
-                .iter()
-                .find(|q| &q.name == p.queue.get_ref())
-            {
-                None => self.err(
-                    format!("{key}.policy.queue"),
-                    span(&p.queue),
-                    ErrorKind::UnknownQueue(p.queue.get_ref().clone()),
-                ),
-                Some(q) => {
-                    if let Some(ArgValue::Str(kind)) = q.arguments.get("x-queue-type") {
-                        if kind != "classic" {
-                            self.err(
-                                format!("{key}.policy.queue"),
-                                span(&p.queue),
-                                ErrorKind::PolicyOnClassicOnly(q.name.clone(), kind.clone()),
-                            );
-                        }
-                    }
-                }
-            }
-            let asserts = self.asserts(&format!("{key}.assert"), &s.assert, raw);
-            return Some(Some(Step {
-                action: Action::Policy {
-                    name: p.name.clone(),
-                    queue: p.queue.get_ref().clone(),
-                    definition: serde_json::to_string(&p.definition)
-                        .expect("a map of strings, numbers and booleans"),
-                },
-                fault: None,
-                asserts,
-            }));
+        if s.policy.is_none()
+            && s.purge_inbox.is_none()
+            && s.declare.is_none()
+            && s.await_depth.is_none()
+        {
+            return None;
         }
-        if let Some(p) = &s.purge_inbox {
-            if actions(s) > 1 {
-                self.err(key.to_string(), None, ErrorKind::StepActions);
-                return Some(None);
-            }
-            let asserts = self.asserts(&format!("{key}.assert"), &s.assert, raw);
-            return Some(Some(Step {
-                action: Action::PurgeInbox {
-                    service: p.service.clone(),
-                    retention_ms: p.retention_ms,
-                },
-                fault: None,
-                asserts,
-            }));
+        if actions(s) > 1 {
+            self.err(key.to_string(), None, ErrorKind::StepActions);
+            return Some(None);
         }
-        if let Some(names) = &s.declare {
-            if actions(s) > 1 {
-                self.err(key.to_string(), None, ErrorKind::StepActions);
-                return Some(None);
+        let action = if let Some(p) = &s.policy {
+            self.policy(key, p, topology)
+        } else if let Some(p) = &s.purge_inbox {
+            Action::PurgeInbox {
+                service: p.service.clone(),
+                retention_ms: p.retention_ms,
             }
-            for (j, n) in names.iter().enumerate() {
-                let later = topology
-                    .queues
-                    .iter()
-                    .any(|q| q.later && &q.name == n.get_ref())
-                    || topology
-                        .exchanges
-                        .iter()
-                        .any(|x| x.later && &x.name == n.get_ref());
-                if !later {
-                    self.err(
-                        format!("{key}.declare[{j}]"),
-                        span(n),
-                        ErrorKind::NotLater(n.get_ref().clone()),
-                    );
-                }
-            }
-            let asserts = self.asserts(&format!("{key}.assert"), &s.assert, raw);
-            return Some(Some(Step {
-                action: Action::Declare(names.iter().map(|n| n.get_ref().clone()).collect()),
-                fault: None,
-                asserts,
-            }));
-        }
-        if let Some(a) = &s.await_depth {
-            if actions(s) > 1 {
-                self.err(key.to_string(), None, ErrorKind::StepActions);
-                return Some(None);
-            }
+        } else if let Some(names) = &s.declare {
+            self.declare(key, names, topology)
+        } else {
+            let a = s.await_depth.as_ref().expect("one of the four");
             if !topology.queues.iter().any(|q| &q.name == a.queue.get_ref()) {
                 self.err(
                     format!("{key}.await.queue"),
@@ -678,18 +625,73 @@ impl<'a> Checker<'a> {
                     ErrorKind::UnknownQueue(a.queue.get_ref().clone()),
                 );
             }
-            let asserts = self.asserts(&format!("{key}.assert"), &s.assert, raw);
-            return Some(Some(Step {
-                action: Action::Await {
-                    queue: a.queue.get_ref().clone(),
-                    depth: a.depth,
-                    within_secs: a.within_secs.get(),
-                },
-                fault: None,
-                asserts,
-            }));
+            Action::Await {
+                queue: a.queue.get_ref().clone(),
+                depth: a.depth,
+                within_secs: a.within_secs.get(),
+            }
+        };
+        let asserts = self.asserts(&format!("{key}.assert"), &s.assert, raw);
+        Some(Some(Step {
+            action,
+            fault: None,
+            asserts,
+        }))
+    }
+
+    /// A `policy` step: its queue declared, and a classic one (a quorum or
+    /// stream queue applies a policy after it reports it).
+    fn policy(&mut self, key: &str, p: &super::schema::RawPolicy, topology: &Topology) -> Action {
+        match topology
+            .queues
+            .iter()
+            .find(|q| &q.name == p.queue.get_ref())
+        {
+            None => self.err(
+                format!("{key}.policy.queue"),
+                span(&p.queue),
+                ErrorKind::UnknownQueue(p.queue.get_ref().clone()),
+            ),
+            Some(q) => {
+                if let Some(ArgValue::Str(kind)) = q.arguments.get("x-queue-type") {
+                    if kind != "classic" {
+                        self.err(
+                            format!("{key}.policy.queue"),
+                            span(&p.queue),
+                            ErrorKind::PolicyOnClassicOnly(q.name.clone(), kind.clone()),
+                        );
+                    }
+                }
+            }
         }
-        None
+        Action::Policy {
+            name: p.name.clone(),
+            queue: p.queue.get_ref().clone(),
+            definition: serde_json::to_string(&p.definition)
+                .expect("a map of strings, numbers and booleans"),
+        }
+    }
+
+    /// A `declare` step: each name a queue or exchange marked `later`.
+    fn declare(&mut self, key: &str, names: &[Spanned<String>], topology: &Topology) -> Action {
+        for (j, n) in names.iter().enumerate() {
+            let later = topology
+                .queues
+                .iter()
+                .any(|q| q.later && &q.name == n.get_ref())
+                || topology
+                    .exchanges
+                    .iter()
+                    .any(|x| x.later && &x.name == n.get_ref());
+            if !later {
+                self.err(
+                    format!("{key}.declare[{j}]"),
+                    span(n),
+                    ErrorKind::NotLater(n.get_ref().clone()),
+                );
+            }
+        }
+        Action::Declare(names.iter().map(|n| n.get_ref().clone()).collect())
     }
 
     /// Long because it checks one section of the file key by key, in the

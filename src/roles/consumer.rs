@@ -184,41 +184,9 @@ impl Consumer {
             progress.received += 1;
             let meta = meta_of(&d);
             let headers = d.properties.headers().as_ref();
-            let attempt = match self.def().on_failure {
-                OnFailure::Classified {
-                    attempts: AttemptsFrom::Header,
-                    ..
-                }
-                | OnFailure::RetryThenDlq {
-                    attempts: AttemptsFrom::Header,
-                    ..
-                } => amqp::header_str(headers, RETRY_ATTEMPT_HEADER)
-                    .and_then(|a| a.parse().ok())
-                    .unwrap_or(1),
-                OnFailure::RetryThenDlq {
-                    attempts: AttemptsFrom::XDeathFirst,
-                    ..
-                } => amqp::attempt_from_first_x_death(headers),
-                _ => amqp::attempt_from_x_death(headers),
-            };
+            let attempt = self.attempt_of(headers);
             capture_headers(&d, &meta, attempt);
-            let mut received = self
-                .line(&meta)
-                .with("consumer", &self.cfg.consumer)
-                .with("attempt", attempt);
-            // How long a retried or delayed copy really waited (normalized
-            // out; the checker compares it with a TTL or a lab's band).
-            if let Some(at) = amqp::header_str(headers, RETRY_PUBLISHED_AT)
-                .or_else(|| amqp::header_str(headers, PUBLISHED_AT))
-                .and_then(|a| a.parse::<u128>().ok())
-            {
-                received = received.with("delayMs", now_ms().saturating_sub(at));
-            }
-            emit(
-                received
-                    .with("redelivered", d.redelivered)
-                    .status(Status::Received),
-            );
+            self.received(&d, &meta, attempt);
             // A failure retried in place holds the delivery: what is behind
             // it waits (block-key).
             let mut attempt = attempt;
@@ -238,6 +206,49 @@ impl Consumer {
             }
         }
         Ok(())
+    }
+
+    /// The delivery's attempt number, read where this pattern reads it.
+    fn attempt_of(&self, headers: Option<&FieldTable>) -> u32 {
+        match self.def().on_failure {
+            OnFailure::Classified {
+                attempts: AttemptsFrom::Header,
+                ..
+            }
+            | OnFailure::RetryThenDlq {
+                attempts: AttemptsFrom::Header,
+                ..
+            } => amqp::header_str(headers, RETRY_ATTEMPT_HEADER)
+                .and_then(|a| a.parse().ok())
+                .unwrap_or(1),
+            OnFailure::RetryThenDlq {
+                attempts: AttemptsFrom::XDeathFirst,
+                ..
+            } => amqp::attempt_from_first_x_death(headers),
+            _ => amqp::attempt_from_x_death(headers),
+        }
+    }
+
+    /// The `received` line of a delivery.
+    fn received(&self, d: &Delivery, meta: &MessageMeta, attempt: u32) {
+        let headers = d.properties.headers().as_ref();
+        let mut received = self
+            .line(meta)
+            .with("consumer", &self.cfg.consumer)
+            .with("attempt", attempt);
+        // How long a retried or delayed copy really waited (normalized
+        // out; the checker compares it with a TTL or a lab's band).
+        if let Some(at) = amqp::header_str(headers, RETRY_PUBLISHED_AT)
+            .or_else(|| amqp::header_str(headers, PUBLISHED_AT))
+            .and_then(|a| a.parse::<u128>().ok())
+        {
+            received = received.with("delayMs", now_ms().saturating_sub(at));
+        }
+        emit(
+            received
+                .with("redelivered", d.redelivered)
+                .status(Status::Received),
+        );
     }
 
     fn def(&self) -> &'static PatternDef {
@@ -551,31 +562,8 @@ impl Consumer {
                     .await
             }
             OnFailure::RetryInPlace => {
-                let retry = self
-                    .cfg
-                    .retry
-                    .clone()
-                    .context("a consumer that retries in place without a retry policy")?;
-                if class == FailureClass::Transient && attempt < retry.max_attempts {
-                    store::rollback(&mut self.db).await?;
-                    emit(
-                        self.line(meta)
-                            .with("attempt", attempt)
-                            .with("failureClass", class)
-                            .status(Status::RetryInPlace),
-                    );
-                    return Ok(Outcome::RetryInPlace);
-                }
-                self.classified(
-                    d,
-                    meta,
-                    attempt,
-                    event_id,
-                    class,
-                    error,
-                    DlqOrder::ConfirmThenAck,
-                )
-                .await
+                self.retry_in_place(d, meta, attempt, event_id, class, error)
+                    .await
             }
             OnFailure::RequeueForever => {
                 store::rollback(&mut self.db).await?;
@@ -593,46 +581,102 @@ impl Consumer {
                 dlq,
                 ..
             } => {
-                // The retry-dlq page: every failure takes the same loop.
-                store::rollback(&mut self.db).await?;
-                let Some(retry) = self.cfg.retry.clone() else {
-                    // Rejected, it would be dropped: a silent skip.
-                    anyhow::ensure!(
-                        class != FailureClass::Conflict,
-                        "{}: a conflict (another business content under an eventId already applied) and no DLQ to isolate it in (the consume step sets no `retry`)",
-                        meta.message_id
-                    );
-                    d.acker.nack(reject(false)).await?;
-                    return self.settled(meta, attempt, Status::Rejected);
-                };
-                // A conflict is no failure that passes: isolated at once.
-                if attempt < retry.max_attempts && class != FailureClass::Conflict {
-                    d.acker.nack(reject(false)).await?;
-                    emit(
-                        self.line(meta)
-                            .with("attempt", attempt)
-                            .status(Status::Retry),
-                    );
-                    return Ok(match self.cfg.rejected_leave {
-                        true => Outcome::Left,
-                        false => Outcome::Pending,
-                    });
-                }
-                let properties = diagnostics(&self.cfg, d, meta, attempt, class, error);
-                self.move_to_dlq(&retry.dlq, d, meta, properties, dlq, (confirm, mandatory))
-                    .await?;
-                if class == FailureClass::Conflict {
-                    emit(
-                        self.line(meta)
-                            .with("attempt", attempt)
-                            .with("failureClass", class)
-                            .status(Status::MovedToDlq),
-                    );
-                    return Ok(Outcome::Settled);
-                }
-                self.settled(meta, attempt, Status::PoisonToDlq)
+                self.retry_then_dlq(d, meta, attempt, class, error, (confirm, mandatory), dlq)
+                    .await
             }
         }
+    }
+
+    /// RetryInPlace's failure: a transient one rolled back and tried again
+    /// on the same delivery (held: what is behind it waits), the last
+    /// attempt's as `classified` does it.
+    async fn retry_in_place(
+        &mut self,
+        d: &Delivery,
+        meta: &MessageMeta,
+        attempt: u32,
+        event_id: &str,
+        class: FailureClass,
+        error: &str,
+    ) -> Result<Outcome> {
+        let retry = self
+            .cfg
+            .retry
+            .clone()
+            .context("a consumer that retries in place without a retry policy")?;
+        if class == FailureClass::Transient && attempt < retry.max_attempts {
+            store::rollback(&mut self.db).await?;
+            emit(
+                self.line(meta)
+                    .with("attempt", attempt)
+                    .with("failureClass", class)
+                    .status(Status::RetryInPlace),
+            );
+            return Ok(Outcome::RetryInPlace);
+        }
+        self.classified(
+            d,
+            meta,
+            attempt,
+            event_id,
+            class,
+            error,
+            DlqOrder::ConfirmThenAck,
+        )
+        .await
+    }
+
+    /// The retry-dlq page's failure: rejected into the broker's retry loop
+    /// until the last attempt, then moved to the DLQ.
+    #[allow(clippy::too_many_arguments)] // the delivery, its failure, and the move's settings
+    async fn retry_then_dlq(
+        &mut self,
+        d: &Delivery,
+        meta: &MessageMeta,
+        attempt: u32,
+        class: FailureClass,
+        error: &str,
+        (confirm, mandatory): (bool, bool),
+        dlq: DlqOrder,
+    ) -> Result<Outcome> {
+        // The retry-dlq page: every failure takes the same loop.
+        store::rollback(&mut self.db).await?;
+        let Some(retry) = self.cfg.retry.clone() else {
+            // Rejected, it would be dropped: a silent skip.
+            anyhow::ensure!(
+                class != FailureClass::Conflict,
+                "{}: a conflict (another business content under an eventId already applied) and no DLQ to isolate it in (the consume step sets no `retry`)",
+                meta.message_id
+            );
+            d.acker.nack(reject(false)).await?;
+            return self.settled(meta, attempt, Status::Rejected);
+        };
+        // A conflict is no failure that passes: isolated at once.
+        if attempt < retry.max_attempts && class != FailureClass::Conflict {
+            d.acker.nack(reject(false)).await?;
+            emit(
+                self.line(meta)
+                    .with("attempt", attempt)
+                    .status(Status::Retry),
+            );
+            return Ok(match self.cfg.rejected_leave {
+                true => Outcome::Left,
+                false => Outcome::Pending,
+            });
+        }
+        let properties = diagnostics(&self.cfg, d, meta, attempt, class, error);
+        self.move_to_dlq(&retry.dlq, d, meta, properties, dlq, (confirm, mandatory))
+            .await?;
+        if class == FailureClass::Conflict {
+            emit(
+                self.line(meta)
+                    .with("attempt", attempt)
+                    .with("failureClass", class)
+                    .status(Status::MovedToDlq),
+            );
+            return Ok(Outcome::Settled);
+        }
+        self.settled(meta, attempt, Status::PoisonToDlq)
     }
 
     /// Article 000's classes: a business rejection is recorded (with the
