@@ -409,6 +409,107 @@ fn every_safe_step_has_a_counterexample_a_lab_runs() {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
+/// Every step of every safe pattern has a fault window (issue 20, item 7):
+/// a kill right after it is a point `explore` tries, before the next step
+/// the broker or the database sees (a `COMMIT`, an ack). A step whose
+/// effect is visible only with a later step's (the inbox row, written in
+/// the transaction the commit ends) is covered by the window before that
+/// commit. And a failure path that publishes a copy, then acks the
+/// original, has its window between the two (the DLQ move's, the retry
+/// republish's). A new safe step, or a new order of the steps, that leaves
+/// a boundary with no window fails here.
+#[test]
+fn every_safe_step_has_a_window() {
+    let problems: Vec<String> = PATTERNS
+        .iter()
+        .filter(|d| d.safe)
+        .flat_map(window_gaps)
+        .collect();
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    // The check itself can fail: a step after the ack with no window of
+    // its own, and a DLQ move with none between its publish and its ack.
+    let made_up = PatternDef {
+        steps: &[
+            Step::Receive,
+            Step::Write,
+            Step::Commit,
+            Step::Ack,
+            Step::InboxInsert,
+        ],
+        on_failure: OnFailure::RetryThenDlq {
+            confirm: true,
+            mandatory: true,
+            dlq: DlqOrder::ConfirmThenAck,
+            attempts: mqlab::vocab::AttemptsFrom::XDeath,
+        },
+        auto_ack: false,
+        ..*def(Pattern::Inbox)
+    };
+    assert_eq!(
+        window_gaps(&made_up).len(),
+        1,
+        "{:?}",
+        window_gaps(&made_up)
+    );
+    let no_move = PatternDef {
+        steps: &[
+            Step::Receive,
+            Step::InboxOwnTx,
+            Step::Write,
+            Step::Commit,
+            Step::Ack,
+        ],
+        ..made_up
+    };
+    assert_eq!(
+        window_gaps(&no_move).len(),
+        1,
+        "{:?}",
+        window_gaps(&no_move)
+    );
+}
+
+/// The boundaries of `d`'s path with no fault window: a step with no
+/// window at or after it before the path ends (a step's effect may show
+/// only with a later step's: the inbox row with the write, whose window
+/// is before the commit that ends their transaction; a commit and an ack
+/// always have one), and a failure path that publishes a copy and acks the
+/// original with no window between the two.
+fn window_gaps(d: &PatternDef) -> Vec<String> {
+    use mqlab::vocab::Window;
+    let mut gaps = Vec::new();
+    for (i, step) in d.steps.iter().enumerate() {
+        if (i..d.steps.len()).all(|j| d.window_after(j).is_none()) {
+            gaps.push(format!(
+                "{}'s step `{step}` has no window after it",
+                d.pattern
+            ));
+        }
+    }
+    let republishes = match d.on_failure {
+        OnFailure::Classified { .. } | OnFailure::RetryInPlace => true,
+        OnFailure::RetryThenDlq { confirm, .. } => confirm && !d.auto_ack,
+        OnFailure::RequeueForever => false,
+    };
+    let between_publish_and_ack = [
+        Window::AfterDlqConfirmBeforeAck,
+        Window::AfterRetryPublishBeforeAck,
+        Window::AfterAckBeforeDlqPublish,
+    ];
+    if republishes
+        && !d
+            .windows_for(true)
+            .iter()
+            .any(|w| between_publish_and_ack.contains(w))
+    {
+        gaps.push(format!(
+            "{}'s failure path publishes a copy and acks the original with no window between",
+            d.pattern
+        ));
+    }
+    gaps
+}
+
 /// Claim-bearing assertions no variant falsifies yet: each a gap to close
 /// with a variant (issue 20 item 8), listed so that no new one appears.
 /// None today: the last one, quorum-partition's `confirmed` (on 3.10.8 the
