@@ -437,7 +437,7 @@ impl LocalEnv {
         let cookie = home.join(".erlang.cookie");
         std::fs::write(&cookie, format!("MQLAB{}", std::process::id()))?;
         std::fs::set_permissions(&cookie, std::fs::Permissions::from_mode(0o400))?;
-        let definitions = base.join("etc/definitions.json");
+        let definitions = definitions_file(base);
         std::fs::write(&definitions, definitions_json(&opts.vhosts).to_string())?;
         let management = match self.management_port {
             Some(port) => format!("management.tcp.ip = 127.0.0.1\nmanagement.tcp.port = {port}\n"),
@@ -954,6 +954,11 @@ impl Drop for LocalEnv {
     }
 }
 
+/// The definitions the node imports at each boot, under its `base`.
+fn definitions_file(base: &Path) -> PathBuf {
+    base.join("etc/definitions.json")
+}
+
 /// Kills a kept node this process did not start (its whole process group)
 /// and waits until it is gone (or a zombie: every port closed).
 async fn kill_foreign(pid: u32, mark: &std::ffi::OsStr) -> Result<()> {
@@ -1064,6 +1069,35 @@ impl super::Environment for LocalEnv {
 
     fn sync_metadata(&self, n: usize) -> super::EnvFuture<'_, ()> {
         Box::pin(super::nodes::sync_metadata(self, n))
+    }
+
+    /// A kept or attached environment keeps them: the user looks at them.
+    /// The definitions file then lists the others only: a restart imports
+    /// it again, and would bring the deleted ones back.
+    fn delete_vhosts<'a>(&'a self, vhosts: &'a [String]) -> super::EnvFuture<'a, ()> {
+        if self.keep || self.attached {
+            return Box::pin(async { Ok(()) });
+        }
+        // A restart waits until the first vhost takes a connection: kept.
+        let gone: Vec<String> = vhosts
+            .iter()
+            .filter(|v| **v != self.ready_probe.0)
+            .cloned()
+            .collect();
+        Box::pin(async move {
+            super::nodes::delete_vhosts(self, &gone).await?;
+            let left: Vec<String> = self
+                .vhosts
+                .iter()
+                .filter(|v| !gone.contains(v))
+                .cloned()
+                .collect();
+            std::fs::write(
+                definitions_file(&self.dir.join("rabbit")),
+                definitions_json(&left).to_string(),
+            )?;
+            Ok(())
+        })
     }
 
     fn set_policy<'a>(&'a self, p: &'a super::PolicyRequest<'a>) -> super::EnvFuture<'a, ()> {

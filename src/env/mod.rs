@@ -405,6 +405,14 @@ pub trait Environment {
     fn heal(&mut self) -> EnvFuture<'_, ()> {
         needs_cluster("healing a partition")
     }
+    /// Deletes the vhosts of runs that ended (see [`nodes::delete_vhosts`]),
+    /// before the runs that restart the broker. Local nodes only: a
+    /// container imports its definitions file again at a restart (and would
+    /// bring them back), and a broker that is not mqlab's keeps them until
+    /// the environment stops.
+    fn delete_vhosts<'a>(&'a self, _vhosts: &'a [String]) -> EnvFuture<'a, ()> {
+        Box::pin(async { Ok(()) })
+    }
     /// Sets a policy for one queue of `vhost` on the running broker and
     /// waits until the queue has it in force (see [`nodes::set_policy`]).
     fn set_policy<'a>(&'a self, p: &'a PolicyRequest<'a>) -> EnvFuture<'a, ()> {

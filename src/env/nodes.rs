@@ -57,12 +57,7 @@ fn in_range(nodes: &impl Nodes, n: usize) -> Result<()> {
 /// then waits until that queue reports the policy: a queue learns of a new
 /// or changed policy after the call returns.
 pub async fn set_policy(nodes: &impl Nodes, p: &super::PolicyRequest<'_>) -> Result<()> {
-    // Each string as its bytes: no quote or backslash, which a container's
-    // rabbitmqctl (Debian's wrapper, through `su -c`) would mangle.
-    let bin = |s: &str| {
-        let bytes: Vec<String> = s.bytes().map(|b| b.to_string()).collect();
-        format!("<<{}>>", bytes.join(","))
-    };
+    let bin = erlang_binary;
     let pattern = format!("^{}$", regex_escaped(p.queue));
     let set = format!(
         "rabbit_policy:parse_set({}, {}, {}, {}, 0, {}, {}).",
@@ -100,6 +95,35 @@ pub async fn set_policy(nodes: &impl Nodes, p: &super::PolicyRequest<'_>) -> Res
                 p.queue
             )
         })
+}
+
+/// A string as an Erlang binary of its bytes, for `rabbitmqctl eval`: no
+/// quote or backslash, which a container's rabbitmqctl (Debian's wrapper,
+/// through `su -c`) would mangle.
+fn erlang_binary(s: &str) -> String {
+    let bytes: Vec<String> = s.bytes().map(|b| b.to_string()).collect();
+    format!("<<{}>>", bytes.join(","))
+}
+
+/// Deletes vhosts whose runs ended (with their queues and messages): a
+/// broker restarted later recovers only what is left. Measured on a local
+/// 3.10.8 node after `lab --all`'s concurrent runs (86 vhosts): a broker
+/// restart took 11-12 s, 8 s once they were deleted, 6.5 s with one vhost.
+pub async fn delete_vhosts(nodes: &impl Nodes, vhosts: &[String]) -> Result<()> {
+    if vhosts.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = vhosts.iter().map(|v| erlang_binary(v)).collect();
+    let expr = format!(
+        "lists:usort([rabbit_vhost:delete(V, {}) || V <- [{}]]).",
+        erlang_binary("mqlab"),
+        list.join(",")
+    );
+    let answer = nodes.eval(1, &expr).await?;
+    if answer != "[ok]" {
+        bail!("deleting the vhosts of ended runs: {answer}");
+    }
+    Ok(())
 }
 
 /// `name` as a regular expression that matches only itself.

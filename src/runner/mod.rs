@@ -172,6 +172,19 @@ impl<'a> Suite<'a> {
                 }));
                 futures_util::StreamExt::for_each_concurrent(runs, self.jobs, |f| f).await;
             }
+            // The runs alone restart or pause the broker: it recovers
+            // only the vhosts still there.
+            if labs.iter().any(alone) {
+                let ended: Vec<String> = labs
+                    .iter()
+                    .filter(|l| !alone(l))
+                    .map(|l| format!("{}{}", self.env.prefix(), vhost_for(&l.run_name())))
+                    .collect();
+                if let Err(e) = self.env.delete_vhosts(&ended).await {
+                    // Not a verdict: a restart then recovers them too, slower.
+                    eprintln!("mqlab: {e:#}");
+                }
+            }
             for (index, lab) in labs.iter().enumerate().filter(|(_, l)| alone(l)) {
                 self.run_logged(lab, index, total, records, sink).await;
             }
