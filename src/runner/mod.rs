@@ -172,9 +172,9 @@ impl<'a> Suite<'a> {
                 }));
                 futures_util::StreamExt::for_each_concurrent(runs, self.jobs, |f| f).await;
             }
-            // The runs alone restart or pause the broker: it recovers
-            // only the vhosts still there.
-            if labs.iter().any(alone) {
+            // A run that kills, restarts or pauses the broker comes next:
+            // a restarted node recovers only the vhosts still there.
+            if labs.iter().any(Lab::has_broker_fault) {
                 let ended: Vec<String> = labs
                     .iter()
                     .filter(|l| !alone(l))
