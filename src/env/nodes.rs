@@ -119,9 +119,19 @@ pub async fn delete_vhosts(nodes: &impl Nodes, vhosts: &[String]) -> Result<()> 
         erlang_binary("mqlab"),
         list.join(",")
     );
-    let answer = nodes.eval(1, &expr).await?;
+    // An error names the expression: its vhosts as byte lists, kilobytes.
+    let answer = nodes.eval(1, &expr).await.map_err(|e| {
+        anyhow::anyhow!(
+            "deleting the {} vhosts of ended runs: {}",
+            vhosts.len(),
+            format!("{e:#}").replace(&expr, "<the deletion>")
+        )
+    })?;
     if answer != "[ok]" {
-        bail!("deleting the vhosts of ended runs: {answer}");
+        bail!(
+            "deleting the {} vhosts of ended runs: {answer}",
+            vhosts.len()
+        );
     }
     Ok(())
 }
