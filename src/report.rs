@@ -175,7 +175,9 @@ fn write_matrix(
 ) -> Result<()> {
     let mut md = String::from(
         "# mqlab evidence, by broker generation\n\nWritten by `mqlab report merge` from runs on several brokers: \
-         each generation's pages in a directory of its own (its own index); a run missing on one is `–`.\n\n| run |",
+         each generation's pages in a directory of its own (its own index); a run missing on one is `–`; \
+         a verdict reached with the lab file's declared difference for that generation (its own violations \
+         and snapshot, its cause on the run's page) says so.\n\n| run |",
     );
     for v in versions {
         md.push_str(&format!(" [{v}]({}/README.md) |", slug(v)));
@@ -188,7 +190,17 @@ fn write_matrix(
         md.push_str(&format!("| {run} |"));
         for v in versions {
             match records.get(&(run.to_string(), v.to_string())) {
-                Some((r, _)) => md.push_str(&format!(" [{}]({}/{run}.md) |", r.verdict, slug(v))),
+                Some((r, _)) => {
+                    let declared = match &r.declared_difference {
+                        Some(d) => format!(" (as declared for {})", d.generation),
+                        None => String::new(),
+                    };
+                    md.push_str(&format!(
+                        " [{}]({}/{run}.md){declared} |",
+                        r.verdict,
+                        slug(v)
+                    ))
+                }
                 None => md.push_str(" – |"),
             }
         }
@@ -196,4 +208,53 @@ fn write_matrix(
     }
     std::fs::write(out.join("README.md"), md)
         .with_context(|| format!("cannot write the evidence index in `{}`", out.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The matrix marks a verdict reached with a declared difference: a
+    /// reader of the index sees which cells are the generation's own
+    /// expectation, not the 3.10 one.
+    #[test]
+    fn the_matrix_marks_a_declared_difference() {
+        let base: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/evidence/consumer-crash.json"),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let (a, b, out) = (
+            tmp.path().join("a"),
+            tmp.path().join("b"),
+            tmp.path().join("out"),
+        );
+        for (dir, version, declared) in
+            [(&a, "RabbitMQ 3.10.8", false), (&b, "RabbitMQ 4.0.5", true)]
+        {
+            std::fs::create_dir_all(dir).unwrap();
+            let mut r = base.clone();
+            r["broker"]["version"] = version.into();
+            if declared {
+                r["declaredDifference"] = serde_json::json!({
+                    "generation": "4.0",
+                    "cause": "a cause",
+                    "source": "cause not identified",
+                });
+            }
+            std::fs::write(dir.join("consumer-crash.json"), r.to_string()).unwrap();
+        }
+        merge(&[a, b], &out, None).unwrap();
+        let index = std::fs::read_to_string(out.join("README.md")).unwrap();
+        let row = index
+            .lines()
+            .find(|l| l.starts_with("| consumer-crash |"))
+            .unwrap();
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        assert!(!cells[2].contains("declared"), "{row}");
+        assert!(cells[3].ends_with("(as declared for 4.0)"), "{row}");
+    }
 }
