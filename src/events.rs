@@ -34,6 +34,10 @@ pub enum Event<'a> {
     SnapshotCompared {
         run: &'a str,
         result: &'a SnapshotResult,
+        /// The run's generation when `--update` may not rewrite this
+        /// snapshot (3.10's, on a generation the lab file declares nothing
+        /// for): a mismatch is declared in the lab file first.
+        not_updatable_on: Option<crate::vocab::Generation>,
     },
     LabFinished(&'a RunRecord),
     SuiteFinished {

@@ -100,7 +100,11 @@ impl Sink for Terminal {
             Event::Phase { run, phase } => self.bar.set_message(format!("{run}: {phase}")),
             Event::Line(line) => self.bar.suspend(|| out(line)),
             Event::Outcome(_) => {}
-            Event::SnapshotCompared { run, result } => {
+            Event::SnapshotCompared {
+                run,
+                result,
+                not_updatable_on,
+            } => {
                 let path = snapshot::path_for(&self.snapshots, run);
                 match result {
                     SnapshotResult::Matched | SnapshotResult::Skipped => {}
@@ -109,8 +113,15 @@ impl Sink for Terminal {
                     }
                     SnapshotResult::Mismatch(diff) => {
                         self.bar.suspend(|| out(diff));
+                        let accept = match not_updatable_on {
+                            // The common snapshots are 3.10's transcripts.
+                            Some(g) => format!(
+                                "a difference on RabbitMQ {g}: declare it in the lab file (docs/writing-labs.md), then --update writes its own snapshot"
+                            ),
+                            None => "accept with --update or `cargo insta review`".into(),
+                        };
                         self.say(&format!(
-                            "{run}: transcript differs from {} (actual run written to {}.new; accept with --update or `cargo insta review`)",
+                            "{run}: transcript differs from {} (actual run written to {}.new; {accept})",
                             path.display(),
                             path.display()
                         ));

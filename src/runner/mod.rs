@@ -263,7 +263,7 @@ struct Held {
 enum HeldEvent {
     Line(String),
     Outcome(Outcome),
-    Snapshot(String, SnapshotResult),
+    Snapshot(String, SnapshotResult, Option<crate::vocab::Generation>),
 }
 
 impl Sink for Held {
@@ -271,9 +271,15 @@ impl Sink for Held {
         match event {
             Event::Line(l) => self.events.push(HeldEvent::Line(l.to_string())),
             Event::Outcome(o) => self.events.push(HeldEvent::Outcome((*o).clone())),
-            Event::SnapshotCompared { run, result } => self
-                .events
-                .push(HeldEvent::Snapshot(run.to_string(), (*result).clone())),
+            Event::SnapshotCompared {
+                run,
+                result,
+                not_updatable_on,
+            } => self.events.push(HeldEvent::Snapshot(
+                run.to_string(),
+                (*result).clone(),
+                *not_updatable_on,
+            )),
             _ => {}
         }
         Ok(())
@@ -286,8 +292,12 @@ impl Held {
             match e {
                 HeldEvent::Line(l) => sink.tell(&Event::Line(l)),
                 HeldEvent::Outcome(o) => sink.tell(&Event::Outcome(o)),
-                HeldEvent::Snapshot(run, result) => {
-                    sink.tell(&Event::SnapshotCompared { run, result })
+                HeldEvent::Snapshot(run, result, not_updatable_on) => {
+                    sink.tell(&Event::SnapshotCompared {
+                        run,
+                        result,
+                        not_updatable_on: *not_updatable_on,
+                    })
                 }
             }
         }
@@ -349,6 +359,7 @@ async fn execute(
     ctx.sink.tell(&Event::SnapshotCompared {
         run: &snapshot_name,
         result: &snapshot,
+        not_updatable_on: p.generation.filter(|_| !may_update),
     });
     RunRecord {
         run,
