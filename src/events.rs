@@ -34,10 +34,9 @@ pub enum Event<'a> {
     SnapshotCompared {
         run: &'a str,
         result: &'a SnapshotResult,
-        /// The run's generation when `--update` may not rewrite this
-        /// snapshot (3.10's, on a generation the lab file declares nothing
-        /// for): a mismatch is declared in the lab file first.
-        not_updatable_on: Option<crate::vocab::Generation>,
+        /// Why `--update` would not rewrite this snapshot (a failed run;
+        /// 3.10's snapshot on another generation), when it would not.
+        update_refused: Option<&'a str>,
     },
     LabFinished(&'a RunRecord),
     SuiteFinished {

@@ -103,7 +103,7 @@ impl Sink for Terminal {
             Event::SnapshotCompared {
                 run,
                 result,
-                not_updatable_on,
+                update_refused,
             } => {
                 let path = snapshot::path_for(&self.snapshots, run);
                 match result {
@@ -113,13 +113,8 @@ impl Sink for Terminal {
                     }
                     SnapshotResult::Mismatch(diff) => {
                         self.bar.suspend(|| out(diff));
-                        let accept = match not_updatable_on {
-                            // The common snapshots are 3.10's transcripts.
-                            Some(g) => format!(
-                                "a difference on RabbitMQ {g}: declare it in the lab file (docs/writing-labs.md), then --update writes its own snapshot"
-                            ),
-                            None => "accept with --update or `cargo insta review`".into(),
-                        };
+                        let accept = update_refused
+                            .unwrap_or("accept with --update or `cargo insta review`");
                         self.say(&format!(
                             "{run}: transcript differs from {} (actual run written to {}.new; {accept})",
                             path.display(),

@@ -263,7 +263,7 @@ struct Held {
 enum HeldEvent {
     Line(String),
     Outcome(Outcome),
-    Snapshot(String, SnapshotResult, Option<crate::vocab::Generation>),
+    Snapshot(String, SnapshotResult, Option<String>),
 }
 
 impl Sink for Held {
@@ -274,11 +274,11 @@ impl Sink for Held {
             Event::SnapshotCompared {
                 run,
                 result,
-                not_updatable_on,
+                update_refused,
             } => self.events.push(HeldEvent::Snapshot(
                 run.to_string(),
                 (*result).clone(),
-                *not_updatable_on,
+                update_refused.map(str::to_string),
             )),
             _ => {}
         }
@@ -292,11 +292,11 @@ impl Held {
             match e {
                 HeldEvent::Line(l) => sink.tell(&Event::Line(l)),
                 HeldEvent::Outcome(o) => sink.tell(&Event::Outcome(o)),
-                HeldEvent::Snapshot(run, result, not_updatable_on) => {
+                HeldEvent::Snapshot(run, result, update_refused) => {
                     sink.tell(&Event::SnapshotCompared {
                         run,
                         result,
-                        not_updatable_on: *not_updatable_on,
+                        update_refused: update_refused.as_deref(),
                     })
                 }
             }
@@ -356,10 +356,11 @@ async fn execute(
     // generation rewrites only a snapshot its lab file declares for it.
     let may_update = declared.is_some() || p.generation == Some(crate::vocab::Generation::V3_10);
     let snapshot = compare_snapshot(p, lab, &snapshot_name, &transcript, passed && may_update);
+    let update_refused = update_refused(passed, may_update, p.generation, lab.variant.as_deref());
     ctx.sink.tell(&Event::SnapshotCompared {
         run: &snapshot_name,
         result: &snapshot,
-        not_updatable_on: p.generation.filter(|_| !may_update),
+        update_refused: update_refused.as_deref(),
     });
     RunRecord {
         run,
@@ -390,6 +391,30 @@ async fn execute(
 /// The snapshot comparison of a finished run (none for `explore`'s points);
 /// with `--update`, a differing snapshot is rewritten when `updatable` (the
 /// run passed, on the generation the snapshot is for).
+/// Why `--update` would not rewrite a run's snapshot, said where a
+/// mismatch is reported: "accept with --update" would do nothing there.
+fn update_refused(
+    passed: bool,
+    may_update: bool,
+    generation: Option<crate::vocab::Generation>,
+    variant: Option<&str>,
+) -> Option<String> {
+    if may_update {
+        return (!passed)
+            .then(|| "the run failed: --update rewrites a passing run's snapshot only".into());
+    }
+    // The common snapshots are 3.10's transcripts.
+    Some(match (generation, variant) {
+        (None, _) => "--update writes snapshots on RabbitMQ 3.10 and on a generation a lab file declares a difference for; this broker's version is neither".into(),
+        (Some(g), Some(v)) => format!(
+            "a difference on RabbitMQ {g}: declare it in the lab file ([variant.{v}.rabbitmq.\"{g}\"], docs/writing-labs.md), then --update writes its own snapshot"
+        ),
+        (Some(g), None) => format!(
+            "the safe run differs on RabbitMQ {g}: a finding, not a declaration (only a counterexample declares a difference per generation)"
+        ),
+    })
+}
+
 fn compare_snapshot(
     p: &Params<'_>,
     lab: &Lab,
@@ -816,6 +841,21 @@ fn point_of(f: &Fault) -> FaultPoint {
 mod tests {
     use super::*;
     use crate::vocab::BrokerSetting::DeadLetterConfirmTimeout as T;
+
+    /// The mismatch hint never says "accept with --update" where --update
+    /// would write nothing.
+    #[test]
+    fn a_mismatch_says_why_update_would_not_rewrite_it() {
+        use crate::vocab::Generation::{V3_10, V4_0};
+        assert_eq!(update_refused(true, true, Some(V3_10), None), None);
+        assert_eq!(update_refused(true, true, Some(V4_0), Some("v")), None);
+        let said = |passed, may, g, v| update_refused(passed, may, g, v).unwrap();
+        assert!(said(false, true, Some(V3_10), None).contains("the run failed"));
+        assert!(said(true, false, Some(V4_0), Some("classic-queue"))
+            .contains("[variant.classic-queue.rabbitmq.\"4.0\"]"));
+        assert!(said(true, false, Some(V4_0), None).contains("a finding, not a declaration"));
+        assert!(said(true, false, None, Some("v")).contains("this broker's version is neither"));
+    }
 
     /// A lab relying on a setting runs only where the broker has it at the
     /// value its bounds need; RabbitMQ's default, another value or an
