@@ -57,16 +57,15 @@ fn in_range(nodes: &impl Nodes, n: usize) -> Result<()> {
 /// then waits until that queue reports the policy: a queue learns of a new
 /// or changed policy after the call returns.
 pub async fn set_policy(nodes: &impl Nodes, p: &super::PolicyRequest<'_>) -> Result<()> {
-    let bin = erlang_binary;
     let pattern = format!("^{}$", regex_escaped(p.queue));
     let set = format!(
         "rabbit_policy:parse_set({}, {}, {}, {}, 0, {}, {}).",
-        bin(p.vhost),
-        bin(p.name),
-        bin(&pattern),
-        bin(p.definition),
-        bin("queues"),
-        bin("mqlab")
+        erlang_binary(p.vhost),
+        erlang_binary(p.name),
+        erlang_binary(&pattern),
+        erlang_binary(p.definition),
+        erlang_binary("queues"),
+        erlang_binary("mqlab")
     );
     let answer = nodes.eval(1, &set).await?;
     if answer != "ok" {
@@ -80,10 +79,10 @@ pub async fn set_policy(nodes: &impl Nodes, p: &super::PolicyRequest<'_>) -> Res
          [{{policy, N}}, {{effective_policy_definition, D}}] = rabbit_amqqueue:info(Q, [policy, effective_policy_definition]), \
          Have = case D of M when is_map(M) -> M; L -> maps:from_list(L) end, \
          N =:= {} andalso Have =:= rabbit_json:decode({}).",
-        bin(p.vhost),
-        bin(p.queue),
-        bin(p.name),
-        bin(p.definition)
+        erlang_binary(p.vhost),
+        erlang_binary(p.queue),
+        erlang_binary(p.name),
+        erlang_binary(p.definition)
     );
     let deadline = Instant::now() + Duration::from_secs(10);
     super::poll_eval(deadline, "true", || nodes.eval(1, &in_force))

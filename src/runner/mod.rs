@@ -356,11 +356,11 @@ async fn execute(
     // generation rewrites only a snapshot its lab file declares for it.
     let may_update = declared.is_some() || p.generation == Some(crate::vocab::Generation::V3_10);
     let snapshot = compare_snapshot(p, lab, &snapshot_name, &transcript, passed && may_update);
-    let update_refused = update_refused(passed, may_update, p.generation, lab.variant.as_deref());
+    let refused = update_refused(passed, may_update, p.generation, lab.variant.as_deref());
     ctx.sink.tell(&Event::SnapshotCompared {
         run: &snapshot_name,
         result: &snapshot,
-        update_refused: update_refused.as_deref(),
+        update_refused: refused.as_deref(),
     });
     RunRecord {
         run,
@@ -388,9 +388,6 @@ async fn execute(
     }
 }
 
-/// The snapshot comparison of a finished run (none for `explore`'s points);
-/// with `--update`, a differing snapshot is rewritten when `updatable` (the
-/// run passed, on the generation the snapshot is for).
 /// Why `--update` would not rewrite a run's snapshot, said where a
 /// mismatch is reported: "accept with --update" would do nothing there.
 fn update_refused(
@@ -415,6 +412,9 @@ fn update_refused(
     })
 }
 
+/// The snapshot comparison of a finished run (none for `explore`'s points);
+/// with `--update`, a differing snapshot is rewritten when `updatable` (the
+/// run passed, on the generation the snapshot is for).
 fn compare_snapshot(
     p: &Params<'_>,
     lab: &Lab,
