@@ -469,6 +469,9 @@ pub fn mermaid(lines: &[String]) -> String {
                     has_db = true;
                     body.push(format!("    P->>DB: mark {mid}'s outbox row sent"));
                 }
+                Status::OutboxKept => body.push(format!(
+                    "    Note over P: refused: the outbox row of {mid}'s event stays unsent, the relay's pass ends"
+                )),
                 Status::CrashInjected if order_service(&entries, e).is_some() => {
                     let relays = entries
                         .iter()

@@ -141,6 +141,10 @@ pub struct OrderService {
     /// again the event of each committed order no service applied.
     #[serde(default)]
     pub reconcile: bool,
+    /// The outbox relay's next pass alone: it creates no order, and
+    /// publishes the rows an earlier pass left unsent.
+    #[serde(default)]
+    pub relay: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -356,10 +356,11 @@ pub async fn order_without_event(conn: &mut PgConnection, event_id: &str) -> Res
     .await?)
 }
 
-/// The outbox rows not yet marked sent: their message ids, in commit order.
-pub async fn unsent(conn: &mut PgConnection) -> Result<Vec<String>> {
-    Ok(sqlx::query_scalar(
-        "SELECT message_id FROM service_outbox WHERE sent_at IS NULL ORDER BY seq",
+/// The outbox rows not yet marked sent: their message ids and eventIds,
+/// in commit order.
+pub async fn unsent(conn: &mut PgConnection) -> Result<Vec<(String, String)>> {
+    Ok(sqlx::query_as(
+        "SELECT message_id, event_id FROM service_outbox WHERE sent_at IS NULL ORDER BY seq",
     )
     .fetch_all(conn)
     .await?)

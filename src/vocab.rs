@@ -160,7 +160,7 @@ names! {
     /// The last field of every role line: what happened.
     pub enum Status ("status") {
         Confirmed = "confirmed": "producer: the broker confirmed the publish",
-        Nacked = "nacked": "producer: the broker refused the publish (basic.nack); it is parked if the lab names a parking queue, else sent again (taken as done by a producer that does not resend)",
+        Nacked = "nacked": "producer: the broker refused the publish (basic.nack); it is parked if the lab names a parking queue, kept in the outbox by an outbox relay, else sent again (taken as done by a producer that does not resend)",
         ConfirmTimeout = "confirm_timeout": "producer: no confirm within the timeout; it is sent again",
         Unconfirmed = "unconfirmed": "producer: published without a confirm",
         Returned = "returned": "producer: the broker returned a mandatory publish no queue took",
@@ -169,6 +169,7 @@ names! {
         OrderExists = "order_exists": "producer (a restarted order service): the order is already committed; the service takes it as done and writes nothing",
         Reconcile = "reconcile": "producer (an order service's reconciliation job): the order is committed and no service applied or rejected its event; the event is published again",
         OutboxSent = "outbox_sent": "producer (an outbox relay): the row marked sent (after the broker confirmed its publish, or after the publish without a confirm; outbox-mark-first: before it)",
+        OutboxKept = "outbox_kept": "producer (an outbox relay): the broker refused the row's publish; the row stays unsent for the relay's next pass, and this pass ends",
         Received = "received": "consumer: a delivery arrived",
         BusinessCommitted = "business_committed": "consumer: the business transaction committed",
         DuplicateSkipped = "duplicate_skipped": "consumer: the inbox already had the event; rolled back and acked",

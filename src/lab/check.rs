@@ -63,8 +63,10 @@ pub enum ErrorKind {
         "pattern `{0}` calls a downstream service: set `downstream` (timeout_ms, lose_response)"
     )]
     NoDownstream(Pattern),
-    #[error("an outbox relay publishes each row until the broker takes it: `park` and `resend = false` do not apply to a step with `orders = \"{0}\"`")]
-    OutboxParkOrNoResend(Handoff),
+    #[error("an outbox relay keeps in its outbox what the broker refuses: `park` does not apply to a step with `orders = \"{0}\"`")]
+    OutboxPark(Handoff),
+    #[error("`relay = true` is an outbox relay's next pass: set `orders` to an outbox handoff (outbox, outbox-after-commit, outbox-mark-first), without `reconcile`")]
+    RelayWithoutOutbox,
     #[error(
         "no publish step of this lab sets `orders`: a variant's `orders` would change nothing"
     )]
@@ -899,13 +901,27 @@ impl<'a> Checker<'a> {
             .as_ref()
             .filter(|o| *o.get_ref() != Handoff::Direct)
         {
-            if p.park.is_some() || !p.resend {
+            if p.park.is_some() {
                 self.err(
                     format!("{key}.publish.orders"),
                     span(o),
-                    ErrorKind::OutboxParkOrNoResend(*o.get_ref()),
+                    ErrorKind::OutboxPark(*o.get_ref()),
                 );
             }
+        }
+        if p.relay
+            && (p.reconcile
+                || p.orders
+                    .as_ref()
+                    .map(|o| *o.get_ref())
+                    .unwrap_or(Handoff::Direct)
+                    == Handoff::Direct)
+        {
+            self.err(
+                format!("{key}.publish.relay"),
+                None,
+                ErrorKind::RelayWithoutOutbox,
+            );
         }
         Publish {
             exchange,
@@ -920,6 +936,7 @@ impl<'a> Checker<'a> {
             node: self.node(format!("{key}.publish.node"), &p.node),
             orders: p.orders.as_ref().map(|o| *o.get_ref()),
             reconcile: p.reconcile,
+            relay: p.relay,
         }
     }
 
@@ -1785,7 +1802,7 @@ fn vary_publish(p: &mut RawPublish, v: &RawVariant) {
     if let Some(x) = v.resend {
         p.resend = x;
     }
-    if let (Some(x), true) = (&v.orders, p.orders.is_some() && !p.reconcile) {
+    if let (Some(x), true) = (&v.orders, p.orders.is_some() && !p.reconcile && !p.relay) {
         p.orders = Some(x.clone());
     }
     if v.park == Some(false) {
@@ -2361,9 +2378,15 @@ fault = { target = "producer", action = "kill", window = "before-commit", messag
             ),
             (
                 r#"publish = { routing_key = "q","#,
-                r#"publish = { routing_key = "q", orders = "outbox", resend = false,"#,
+                r#"publish = { routing_key = "q", orders = "outbox", mandatory = true, park = "q","#,
                 None,
-                "step[0].publish.orders: an outbox relay publishes each row until the broker takes it: `park` and `resend = false` do not apply to a step with `orders = \"outbox\"`",
+                "step[0].publish.orders: an outbox relay keeps in its outbox what the broker refuses: `park` does not apply to a step with `orders = \"outbox\"`",
+            ),
+            (
+                r#"publish = { routing_key = "q","#,
+                r#"publish = { routing_key = "q", orders = "direct", relay = true,"#,
+                None,
+                "step[0].publish.relay: `relay = true` is an outbox relay's next pass: set `orders` to an outbox handoff (outbox, outbox-after-commit, outbox-mark-first), without `reconcile`",
             ),
             (
                 r#"publish = { routing_key = "q","#,

@@ -263,6 +263,8 @@ pub struct Publish {
     pub orders: Option<Handoff>,
     /// The order service's reconciliation job rather than its requests.
     pub reconcile: bool,
+    /// The outbox relay's next pass rather than the service's requests.
+    pub relay: bool,
 }
 
 impl Publish {
@@ -271,8 +273,8 @@ impl Publish {
         use crate::vocab::{Windows, ORDER_SERVICE_WINDOWS, PRODUCER_WINDOWS};
         match p.windows {
             Windows::These(ws) => ws.to_vec(),
-            // A reconciliation job commits no order.
-            Windows::ProducerPath if self.orders.is_some() && !self.reconcile => {
+            // A reconciliation job, or a relay's pass alone, commits no order.
+            Windows::ProducerPath if self.orders.is_some() && !self.reconcile && !self.relay => {
                 ORDER_SERVICE_WINDOWS.to_vec()
             }
             Windows::ProducerPath => PRODUCER_WINDOWS.to_vec(),

@@ -171,6 +171,10 @@ pub struct RawPublish {
     /// is closed by compensation and reconciliation), not its requests.
     #[serde(default)]
     pub reconcile: bool,
+    /// With an outbox `orders`: the relay's next pass alone, which
+    /// publishes the rows an earlier pass left unsent (a refused publish).
+    #[serde(default)]
+    pub relay: bool,
 }
 
 #[derive(Deserialize, Clone, Debug)]

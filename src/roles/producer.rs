@@ -136,6 +136,10 @@ async fn order_service(cfg: &ProducerConfig, svc: &OrderService) -> Result<i32> 
         }
         return finish(cfg, link, confirmed).await;
     }
+    if svc.relay {
+        // The relay's next pass alone: the orders are in.
+        return relay(cfg, svc, &mut db, link, &journal, confirmed).await;
+    }
     for m in &cfg.messages {
         let (event_id, mid) = (
             store::event_id(m.body.as_bytes(), &m.meta.message_id),
@@ -167,27 +171,47 @@ async fn order_service(cfg: &ProducerConfig, svc: &OrderService) -> Result<i32> 
             Handoff::Outbox | Handoff::OutboxMarkFirst => {}
         }
     }
-    // The relay: what the outbox holds unsent, in commit order (this
-    // step's rows: another order step relays its own).
+    relay(cfg, svc, &mut db, link, &journal, confirmed).await
+}
+
+/// The relay: what the outbox holds unsent, in commit order, each row
+/// published under this step's message of its event (a row an earlier
+/// step left unsent goes out under a new message id, the same eventId)
+/// and marked sent after the broker's confirm. A publish the broker
+/// refuses (a nack from a full queue, a return) leaves its row unsent and
+/// ends the pass: the queue is full, and the rows behind it keep their
+/// order for the next pass. A relay that does not resend (`resend =
+/// false`) takes the refusal as done and marks the row all the same.
+async fn relay(
+    cfg: &ProducerConfig,
+    svc: &OrderService,
+    db: &mut sqlx::PgConnection,
+    mut link: (Connection, Channel),
+    journal: &Journal,
+    mut confirmed: usize,
+) -> Result<i32> {
     let mark_first = svc.handoff == Handoff::OutboxMarkFirst;
-    for mid in store::unsent(&mut db).await? {
-        let Some(m) = cfg.messages.iter().find(|m| m.meta.message_id == mid) else {
+    for (mid, event_id) in store::unsent(db).await? {
+        let Some(m) = cfg.messages.iter().find(|m| {
+            m.meta.message_id == mid
+                || store::event_id(m.body.as_bytes(), &m.meta.message_id) == event_id
+        }) else {
             continue;
         };
         if mark_first {
-            store::mark_sent(&mut db, &mid).await?;
+            store::mark_sent(db, &mid).await?;
             emit(line(cfg, &m.meta).status(Status::OutboxSent));
         }
-        let sends = journal.sent.get(&mid).copied().unwrap_or(0);
+        let sends = journal.sent.get(&m.meta.message_id).copied().unwrap_or(0);
         let acked = send(cfg, &mut link, m, sends).await?;
         if acked {
             confirmed += 1;
-        } else if cfg.confirm {
-            // Returned or refused: the row stays unsent, and the run says so.
-            bail!("the relay's publish of {mid} was not confirmed; its outbox row stays unsent");
+        } else if cfg.confirm && cfg.resend && !mark_first {
+            emit(line(cfg, &m.meta).status(Status::OutboxKept));
+            break;
         }
         if !mark_first {
-            store::mark_sent(&mut db, &mid).await?;
+            store::mark_sent(db, &mid).await?;
             emit(line(cfg, &m.meta).status(Status::OutboxSent));
         }
     }
@@ -271,8 +295,9 @@ async fn send(
             }
             // A nack (a full queue with `reject-publish`) is handed to the
             // parking queue, the producer's outbox, when the lab names one;
-            // a producer that neither parks nor resends takes it as done.
-            Status::Nacked if cfg.park.is_some() || !cfg.resend => {
+            // a producer that neither parks nor resends takes it as done;
+            // an outbox relay leaves its row unsent for its next pass.
+            Status::Nacked if cfg.park.is_some() || !cfg.resend || relays(cfg) => {
                 if let Some(park) = &cfg.park {
                     park_it(cfg, &link.1, m, &meta, park).await?;
                 }
@@ -290,6 +315,13 @@ async fn send(
             _ => continue,
         }
     }
+}
+
+/// The producer is an outbox relay: what the broker refuses stays in its outbox.
+fn relays(cfg: &ProducerConfig) -> bool {
+    cfg.orders
+        .as_ref()
+        .is_some_and(|o| o.handoff != Handoff::Direct && !o.reconcile)
 }
 
 fn line(cfg: &ProducerConfig, meta: &MessageMeta) -> Record {

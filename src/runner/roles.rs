@@ -227,6 +227,7 @@ impl Ctx<'_> {
                 database_url: self.endpoints.pg_url(&self.database),
                 handoff,
                 reconcile: p.reconcile,
+                relay: p.relay,
             }),
         }
     }
