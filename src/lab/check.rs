@@ -77,6 +77,8 @@ pub enum ErrorKind {
     ReconcileWithProgram,
     #[error("no publish step of this lab sets `reconcile = true`: a variant's `reconcile = false` would change nothing")]
     NoReconcileToDrop,
+    #[error("no publish step of this lab sets `relay = true`: a variant's `relay = false` would change nothing")]
+    NoRelayToDrop,
     #[error("an order service without confirms marks or moves on as soon as a publish is written: a cut publish is seen only by its missing confirm, so set `confirm = true`")]
     CutWithoutConfirm,
     #[error("`outbox` is the safe handoff, but a counterexample hands its events over another way (direct, outbox-mark-first, outbox-after-commit)")]
@@ -309,10 +311,13 @@ impl<'a> Checker<'a> {
     pub fn lab(mut self, raw: RawLab, variant: Option<&str>) -> Result<Lab, Vec<LabError>> {
         // The queues as written, before a variant's overrides.
         let written = raw.queues.clone();
-        let written_reconciles = raw
-            .steps
-            .iter()
-            .any(|s| s.publish.as_ref().is_some_and(|p| p.reconcile));
+        // The order-service steps as written, which a variant may leave out.
+        let written_publish = |f: fn(&RawPublish) -> bool| {
+            raw.steps
+                .iter()
+                .any(|s| s.publish.as_ref().is_some_and(f))
+        };
+        let written_jobs = (written_publish(|p| p.reconcile), written_publish(|p| p.relay));
         let (raw, variant_def) = match variant {
             None => (raw, None),
             Some(v) => match raw.variant.get(v).cloned() {
@@ -362,7 +367,7 @@ impl<'a> Checker<'a> {
         }
         let violations = match &variant_def {
             Some((name, def)) => {
-                self.variant_keys(name, def, &raw, &written, written_reconciles);
+                self.variant_keys(name, def, &raw, &written, written_jobs);
                 self.variant(name, def, &steps)
             }
             None => (BTreeMap::new(), BTreeMap::new()),
@@ -396,13 +401,20 @@ impl<'a> Checker<'a> {
         def: &RawVariant,
         raw: &RawLab,
         written: &[RawQueue],
-        written_reconciles: bool,
+        (written_reconciles, written_relays): (bool, bool),
     ) {
         if def.reconcile == Some(false) && !written_reconciles {
             self.err(
                 format!("variant.{name}.reconcile"),
                 None,
                 ErrorKind::NoReconcileToDrop,
+            );
+        }
+        if def.relay == Some(false) && !written_relays {
+            self.err(
+                format!("variant.{name}.relay"),
+                None,
+                ErrorKind::NoRelayToDrop,
             );
         }
         let named = def
@@ -1747,6 +1759,10 @@ fn apply_variant(mut raw: RawLab, v: &RawVariant) -> RawLab {
         raw.steps
             .retain(|s| !s.publish.as_ref().is_some_and(|p| p.reconcile));
     }
+    if v.relay == Some(false) {
+        raw.steps
+            .retain(|s| !s.publish.as_ref().is_some_and(|p| p.relay));
+    }
     vary_queues(&mut raw.queues, v);
     // A variant that takes away what a parking queue is for (confirms,
     // `mandatory`, the queue's reject-publish) takes the parking with it.
@@ -2413,6 +2429,13 @@ fault = { target = "network", action = "cut", window = "after-publish-before-bro
 reconcile = false"#,
                 Some("v"),
                 "variant.v.reconcile: no publish step of this lab sets `reconcile = true`: a variant's `reconcile = false` would change nothing",
+            ),
+            (
+                r#"pattern = "no-inbox""#,
+                r#"pattern = "no-inbox"
+relay = false"#,
+                Some("v"),
+                "variant.v.relay: no publish step of this lab sets `relay = true`: a variant's `relay = false` would change nothing",
             ),
             (
                 r#"pattern = "no-inbox""#,

@@ -366,6 +366,8 @@ pub struct RawVariant {
     pub orders: Option<Spanned<Handoff>>,
     /// `false`: the reconciliation steps (`reconcile = true`) left out.
     pub reconcile: Option<bool>,
+    /// `false`: the outbox relay's later passes (`relay = true`) left out.
+    pub relay: Option<bool>,
     /// `false`: returned and nacked messages are not parked (a return is
     /// dropped; a nack is sent again, or taken as done without `resend`).
     pub park: Option<bool>,
