@@ -64,6 +64,18 @@ impl Verdict {
         }
     }
 
+    /// Which of two verdicts in one matrix cell the cell shows: a lab with
+    /// two consume steps has two points per (window, message), one of them
+    /// never reached (the message is consumed in the other step).
+    fn weight(&self) -> u8 {
+        match self {
+            Verdict::Violation(_) => 3,
+            Verdict::Error(_) => 2,
+            Verdict::Ok => 1,
+            Verdict::Unreachable(_) => 0,
+        }
+    }
+
     /// The matrix cell.
     pub fn cell(&self) -> String {
         match self {
@@ -428,11 +440,13 @@ pub struct Matrix {
     pub cells: BTreeMap<(String, String), String>,
 }
 
-/// The matrix: one row per fault, one column per message (or step).
+/// The matrix: one row per fault, one column per message (or step). A
+/// cell several points share shows the most telling of their verdicts (a
+/// violation, an error, a hold, then never reached).
 pub fn matrix(results: &[(Point, Verdict)]) -> Matrix {
     let mut rows: Vec<String> = Vec::new();
     let mut columns: Vec<String> = Vec::new();
-    let mut cells = BTreeMap::new();
+    let mut shown: BTreeMap<(String, String), &Verdict> = BTreeMap::new();
     for (p, v) in results {
         if !rows.contains(&p.row) {
             rows.push(p.row.clone());
@@ -440,12 +454,15 @@ pub fn matrix(results: &[(Point, Verdict)]) -> Matrix {
         if !columns.contains(&p.column) {
             columns.push(p.column.clone());
         }
-        cells.insert((p.row.clone(), p.column.clone()), v.cell());
+        let cell = shown.entry((p.row.clone(), p.column.clone())).or_insert(v);
+        if v.weight() > cell.weight() {
+            *cell = v;
+        }
     }
     Matrix {
         rows,
         columns,
-        cells,
+        cells: shown.into_iter().map(|(k, v)| (k, v.cell())).collect(),
     }
 }
 
@@ -620,6 +637,23 @@ mod tests {
             t(1, 2, 3, 4).summary(1.3),
             "10 points in 1.3 s: 1 hold, 2 violate a check, 3 never reach their window, 4 errors"
         );
+    }
+
+    /// Two points in one cell (a message consumed in one of two consume
+    /// steps): the cell shows the one that ran, and a violation above all.
+    #[test]
+    fn a_shared_cell_shows_the_most_telling_verdict() {
+        let p = points(&lab()).remove(0);
+        let never = Verdict::Unreachable("not consumed in this step".into());
+        let cell = |vs: &[Verdict]| {
+            let results: Vec<_> = vs.iter().map(|v| (p.clone(), v.clone())).collect();
+            matrix(&results).cells[&(p.row.clone(), p.column.clone())].clone()
+        };
+        assert_eq!(cell(&[Verdict::Ok, never.clone()]), "ok");
+        assert_eq!(cell(&[never.clone(), Verdict::Ok]), "ok");
+        assert_eq!(cell(&[never.clone(), never.clone()]), "–");
+        let lost = Verdict::Violation("lost=1".into());
+        assert_eq!(cell(&[Verdict::Ok, lost, never]), "lost=1");
     }
 
     #[test]

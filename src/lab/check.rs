@@ -313,11 +313,12 @@ impl<'a> Checker<'a> {
         let written = raw.queues.clone();
         // The order-service steps as written, which a variant may leave out.
         let written_publish = |f: fn(&RawPublish) -> bool| {
-            raw.steps
-                .iter()
-                .any(|s| s.publish.as_ref().is_some_and(f))
+            raw.steps.iter().any(|s| s.publish.as_ref().is_some_and(f))
         };
-        let written_jobs = (written_publish(|p| p.reconcile), written_publish(|p| p.relay));
+        let written_jobs = (
+            written_publish(|p| p.reconcile),
+            written_publish(|p| p.relay),
+        );
         let (raw, variant_def) = match variant {
             None => (raw, None),
             Some(v) => match raw.variant.get(v).cloned() {
