@@ -465,12 +465,16 @@ pub fn mermaid(lines: &[String]) -> String {
                     has_db = true;
                     body.push(format!("    Note over P: the order of {mid} is committed already: taken as done"));
                 }
+                // `row`: the outbox row, when another message carries its event.
                 Status::OutboxSent => {
                     has_db = true;
-                    body.push(format!("    P->>DB: mark {mid}'s outbox row sent"));
+                    body.push(match e.get("row") {
+                        Some(row) => format!("    P->>DB: mark {row}'s outbox row sent (published as {mid})"),
+                        None => format!("    P->>DB: mark {mid}'s outbox row sent"),
+                    });
                 }
                 Status::OutboxKept => body.push(format!(
-                    "    Note over P: refused: the outbox row of {mid}'s event stays unsent, the relay's pass ends"
+                    "    Note over P: nacked: the outbox row of {mid}'s event stays unsent, the relay's pass ends"
                 )),
                 Status::CrashInjected if order_service(&entries, e).is_some() => {
                     let relays = entries

@@ -160,7 +160,7 @@ names! {
     /// The last field of every role line: what happened.
     pub enum Status ("status") {
         Confirmed = "confirmed": "producer: the broker confirmed the publish",
-        Nacked = "nacked": "producer: the broker refused the publish (basic.nack); it is parked if the lab names a parking queue, kept in the outbox by an outbox relay, else sent again (taken as done by a producer that does not resend)",
+        Nacked = "nacked": "producer: the broker refused the publish (basic.nack); it is parked if the lab names a parking queue, kept unsent in its outbox by an outbox relay that marks after the confirm, else sent again (taken as done by a producer that does not resend)",
         ConfirmTimeout = "confirm_timeout": "producer: no confirm within the timeout; it is sent again",
         Unconfirmed = "unconfirmed": "producer: published without a confirm",
         Returned = "returned": "producer: the broker returned a mandatory publish no queue took",
@@ -168,7 +168,7 @@ names! {
         OrderCommitted = "order_committed": "producer (an order service): the order committed, with its outbox row if it has an outbox",
         OrderExists = "order_exists": "producer (a restarted order service): the order is already committed; the service takes it as done and writes nothing",
         Reconcile = "reconcile": "producer (an order service's reconciliation job): the order is committed and no service applied or rejected its event; the event is published again",
-        OutboxSent = "outbox_sent": "producer (an outbox relay): the row marked sent (after the broker confirmed its publish, or after the publish without a confirm; outbox-mark-first: before it)",
+        OutboxSent = "outbox_sent": "producer (an outbox relay): the row marked sent (after the broker confirmed its publish, after the publish without a confirm, or after a refusal a relay with resend = false takes as done; outbox-mark-first: before it); `row` names the row when another message carried its event",
         OutboxKept = "outbox_kept": "producer (an outbox relay): the broker refused the row's publish; the row stays unsent for the relay's next pass, and this pass ends",
         Received = "received": "consumer: a delivery arrived",
         BusinessCommitted = "business_committed": "consumer: the business transaction committed",
@@ -240,6 +240,14 @@ names! {
         Outbox = "outbox": "commits the order and its event (an outbox row) in one transaction; a relay publishes each unsent row (with the step's confirm and mandatory) and then marks it sent: killed before the mark, the row is published again (a duplicate for the inbox)",
         OutboxMarkFirst = "outbox-mark-first": "as outbox, but the relay marks a row sent before it publishes it: a publish lost on the way leaves the row marked, and the event is never sent again",
         OutboxAfterCommit = "outbox-after-commit": "as outbox, but writes the outbox row in a transaction of its own after the order's commit: killed between the two, the order has no row for the relay to publish",
+    }
+}
+
+impl Handoff {
+    /// A relay publishes the event from an outbox row (every handoff but
+    /// `direct`).
+    pub fn is_outbox(self) -> bool {
+        self != Handoff::Direct
     }
 }
 

@@ -79,6 +79,8 @@ pub enum ErrorKind {
     NoReconcileToDrop,
     #[error("no publish step of this lab sets `relay = true`: a variant's `relay = false` would change nothing")]
     NoRelayToDrop,
+    #[error("`relay = true` is a later pass of the relay of an earlier publish step's outbox: no step before it commits orders with an outbox")]
+    RelayWithoutEarlierOutbox,
     #[error("an order service without confirms marks or moves on as soon as a publish is written: a cut publish is seen only by its missing confirm, so set `confirm = true`")]
     CutWithoutConfirm,
     #[error("`outbox` is the safe handoff, but a counterexample hands its events over another way (direct, outbox-mark-first, outbox-after-commit)")]
@@ -363,6 +365,22 @@ impl<'a> Checker<'a> {
         let program = steps
             .iter()
             .any(|s| matches!(&s.action, Action::Consume(c) if c.command.is_some()));
+        // A relay's later pass relays what an earlier step's outbox holds.
+        let outbox_step = |p: &Publish| p.orders.is_some_and(Handoff::is_outbox) && !p.relay;
+        let first_outbox = steps
+            .iter()
+            .position(|s| matches!(&s.action, Action::Publish(p) if outbox_step(p)));
+        for (i, s) in steps.iter().enumerate() {
+            if matches!(&s.action, Action::Publish(p) if p.relay && p.orders.is_some_and(Handoff::is_outbox))
+                && first_outbox.is_none_or(|f| f > i)
+            {
+                self.err(
+                    format!("step[{i}].publish.relay"),
+                    None,
+                    ErrorKind::RelayWithoutEarlierOutbox,
+                );
+            }
+        }
         if reconciles && program {
             self.err("step", None, ErrorKind::ReconcileWithProgram);
         }
@@ -909,11 +927,7 @@ impl<'a> Checker<'a> {
                 ErrorKind::ReconcileWithoutOrders,
             );
         }
-        if let Some(o) = p
-            .orders
-            .as_ref()
-            .filter(|o| *o.get_ref() != Handoff::Direct)
-        {
+        if let Some(o) = p.orders.as_ref().filter(|o| o.get_ref().is_outbox()) {
             if p.park.is_some() {
                 self.err(
                     format!("{key}.publish.orders"),
@@ -922,14 +936,7 @@ impl<'a> Checker<'a> {
                 );
             }
         }
-        if p.relay
-            && (p.reconcile
-                || p.orders
-                    .as_ref()
-                    .map(|o| *o.get_ref())
-                    .unwrap_or(Handoff::Direct)
-                    == Handoff::Direct)
-        {
+        if p.relay && (p.reconcile || !p.orders.as_ref().is_some_and(|o| o.get_ref().is_outbox())) {
             self.err(
                 format!("{key}.publish.relay"),
                 None,
@@ -1819,7 +1826,7 @@ fn vary_publish(p: &mut RawPublish, v: &RawVariant) {
     if let Some(x) = v.resend {
         p.resend = x;
     }
-    if let (Some(x), true) = (&v.orders, p.orders.is_some() && !p.reconcile && !p.relay) {
+    if let (Some(x), true) = (&v.orders, p.orders.is_some() && !p.reconcile) {
         p.orders = Some(x.clone());
     }
     if v.park == Some(false) {
@@ -2404,6 +2411,12 @@ fault = { target = "producer", action = "kill", window = "before-commit", messag
                 r#"publish = { routing_key = "q", orders = "direct", relay = true,"#,
                 None,
                 "step[0].publish.relay: `relay = true` is an outbox relay's next pass: set `orders` to an outbox handoff (outbox, outbox-after-commit, outbox-mark-first), without `reconcile`",
+            ),
+            (
+                r#"publish = { routing_key = "q","#,
+                r#"publish = { routing_key = "q", orders = "outbox", relay = true,"#,
+                None,
+                "step[0].publish.relay: `relay = true` is a later pass of the relay of an earlier publish step's outbox: no step before it commits orders with an outbox",
             ),
             (
                 r#"publish = { routing_key = "q","#,

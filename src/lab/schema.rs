@@ -159,7 +159,8 @@ pub struct RawPublish {
     pub park: Option<Spanned<String>>,
     /// A publish whose confirm does not come within this is sent again.
     pub confirm_timeout_ms: Option<NonZeroU64>,
-    /// A restarted producer sends again what it sent and never saw confirmed.
+    /// A restarted producer sends again what it sent and never saw confirmed
+    /// (false: an outbox relay takes a refusal as done and marks the row).
     #[serde(default = "yes")]
     pub resend: bool,
     /// The cluster node the producer connects to (default 1).

@@ -6,7 +6,8 @@
 //! saw confirmed, and skips what was. A nack or a confirm timeout is logged
 //! and the message sent again; a mandatory publish the broker returns, and a
 //! nack when the lab names a parking queue, is logged and published there
-//! (confirmed).
+//! (confirmed). An order service's outbox relay keeps a nacked row unsent
+//! for a later pass instead.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -100,7 +101,7 @@ pub async fn run(cfg: ProducerConfig) -> Result<i32> {
             continue;
         }
         let sends = journal.sent.get(base).copied().unwrap_or(0);
-        if send(&cfg, &mut link, m, sends).await? {
+        if send(&cfg, &mut link, m, sends).await? == Status::Confirmed {
             confirmed += 1;
         }
     }
@@ -130,7 +131,7 @@ async fn order_service(cfg: &ProducerConfig, svc: &OrderService) -> Result<i32> 
             }
             emit(line(cfg, &m.meta).status(Status::Reconcile));
             let sends = journal.sent.get(&m.meta.message_id).copied().unwrap_or(0);
-            if send(cfg, &mut link, m, sends).await? {
+            if send(cfg, &mut link, m, sends).await? == Status::Confirmed {
                 confirmed += 1;
             }
         }
@@ -145,7 +146,7 @@ async fn order_service(cfg: &ProducerConfig, svc: &OrderService) -> Result<i32> 
             store::event_id(m.body.as_bytes(), &m.meta.message_id),
             m.meta.message_id.as_str(),
         );
-        let same_tx = matches!(svc.handoff, Handoff::Outbox | Handoff::OutboxMarkFirst);
+        let same_tx = svc.handoff.is_outbox() && svc.handoff != Handoff::OutboxAfterCommit;
         let row = same_tx.then_some(mid);
         if !store::commit_order(&mut db, &event_id, &m.meta.aggregate_id, row).await? {
             emit(line(cfg, &m.meta).status(Status::OrderExists));
@@ -163,7 +164,7 @@ async fn order_service(cfg: &ProducerConfig, svc: &OrderService) -> Result<i32> 
         .await;
         match svc.handoff {
             Handoff::Direct => {
-                if send(cfg, &mut link, m, 0).await? {
+                if send(cfg, &mut link, m, 0).await? == Status::Confirmed {
                     confirmed += 1;
                 }
             }
@@ -175,13 +176,15 @@ async fn order_service(cfg: &ProducerConfig, svc: &OrderService) -> Result<i32> 
 }
 
 /// The relay: what the outbox holds unsent, in commit order, each row
-/// published under this step's message of its event (a row an earlier
-/// step left unsent goes out under a new message id, the same eventId)
-/// and marked sent after the broker's confirm. A publish the broker
-/// refuses (a nack from a full queue, a return) leaves its row unsent and
-/// ends the pass: the queue is full, and the rows behind it keep their
-/// order for the next pass. A relay that does not resend (`resend =
-/// false`) takes the refusal as done and marks the row all the same.
+/// published and marked sent after the broker's confirm. The service's own
+/// pass relays the rows of its messages; a pass of its own (`relay`)
+/// relays any unsent row, under this step's message of its event (a new
+/// message id, the same eventId; a row whose event the step does not list
+/// is an error). A nack (a full queue under `reject-publish`) leaves the
+/// row unsent for a later pass and ends this one (the rows behind it keep
+/// their order); a return is an error, as is a nack of a relay that marks
+/// first (it resends, as a plain producer does). A relay that does not
+/// resend (`resend = false`) takes a refusal as done and marks the row.
 async fn relay(
     cfg: &ProducerConfig,
     svc: &OrderService,
@@ -191,28 +194,45 @@ async fn relay(
     mut confirmed: usize,
 ) -> Result<i32> {
     let mark_first = svc.handoff == Handoff::OutboxMarkFirst;
-    for (mid, event_id) in store::unsent(db).await? {
-        let Some(m) = cfg.messages.iter().find(|m| {
-            m.meta.message_id == mid
-                || store::event_id(m.body.as_bytes(), &m.meta.message_id) == event_id
-        }) else {
+    for (row, event_id) in store::unsent(db).await? {
+        let m = cfg.messages.iter().find(|m| {
+            m.meta.message_id == row
+                || svc.relay && store::event_id(m.body.as_bytes(), &m.meta.message_id) == event_id
+        });
+        let Some(m) = m else {
+            if svc.relay {
+                bail!("the relay's pass lists no message of event {event_id}, whose outbox row ({row}) is unsent: list its fixture in the step");
+            }
             continue;
         };
+        // The line names the row when another message carries its event.
+        let says = |status| {
+            let l = line(cfg, &m.meta);
+            match row == m.meta.message_id {
+                true => l.status(status),
+                false => l.with("row", &row).status(status),
+            }
+        };
         if mark_first {
-            store::mark_sent(db, &mid).await?;
-            emit(line(cfg, &m.meta).status(Status::OutboxSent));
+            store::mark_sent(db, &row).await?;
+            emit(says(Status::OutboxSent));
         }
         let sends = journal.sent.get(&m.meta.message_id).copied().unwrap_or(0);
-        let acked = send(cfg, &mut link, m, sends).await?;
-        if acked {
-            confirmed += 1;
-        } else if cfg.confirm && cfg.resend && !mark_first {
-            emit(line(cfg, &m.meta).status(Status::OutboxKept));
-            break;
+        match send(cfg, &mut link, m, sends).await? {
+            Status::Confirmed => confirmed += 1,
+            Status::Nacked if cfg.resend => {
+                emit(says(Status::OutboxKept));
+                break;
+            }
+            Status::Nacked | Status::Returned if cfg.resend => {
+                bail!("the relay's publish of {row} was not confirmed; its outbox row stays unsent")
+            }
+            // Published without a confirm, or a refusal taken as done.
+            _ => {}
         }
         if !mark_first {
-            store::mark_sent(db, &mid).await?;
-            emit(line(cfg, &m.meta).status(Status::OutboxSent));
+            store::mark_sent(db, &row).await?;
+            emit(says(Status::OutboxSent));
         }
     }
     finish(cfg, link, confirmed).await
@@ -235,14 +255,15 @@ async fn finish(
 }
 
 /// Sends `m` until the broker has answered for it (a confirm, a return, a
-/// nack it parks or takes as done, or nothing asked), under a message id of its own on each resend after the
-/// `sends` before; true when a confirm came.
+/// nack it parks, takes as done or, as an outbox relay, keeps; or nothing
+/// asked), under a message id of its own on each resend after the `sends`
+/// before; the answer it ended with.
 async fn send(
     cfg: &ProducerConfig,
     link: &mut (Connection, Channel),
     m: &OutMessage,
     mut sends: u32,
-) -> Result<bool> {
+) -> Result<Status> {
     let base = &m.meta.message_id;
     loop {
         sends += 1;
@@ -284,32 +305,32 @@ async fn send(
                     )
                     .await;
                 }
-                return Ok(status == Status::Confirmed);
+                return Ok(status);
             }
             // A producer that does not resend takes a confirm that did not
             // come in time as delivered: it cannot tell a lost publish from
             // a lost confirm, and does not try.
             Status::ConfirmTimeout if !cfg.resend => {
                 Journal::append(&cfg.journal, "done", base)?;
-                return Ok(false);
+                return Ok(status);
             }
             // A nack (a full queue with `reject-publish`) is handed to the
             // parking queue, the producer's outbox, when the lab names one;
             // a producer that neither parks nor resends takes it as done;
-            // an outbox relay leaves its row unsent for its next pass.
-            Status::Nacked if cfg.park.is_some() || !cfg.resend || relays(cfg) => {
+            // an outbox relay keeps its row unsent for a later pass.
+            Status::Nacked if cfg.park.is_some() || !cfg.resend || keeps_nacked_rows(cfg) => {
                 if let Some(park) = &cfg.park {
                     park_it(cfg, &link.1, m, &meta, park).await?;
                 }
                 Journal::append(&cfg.journal, "done", base)?;
-                return Ok(false);
+                return Ok(status);
             }
             Status::Returned => {
                 if let Some(park) = &cfg.park {
                     park_it(cfg, &link.1, m, &meta, park).await?;
                 }
                 Journal::append(&cfg.journal, "done", base)?;
-                return Ok(false);
+                return Ok(status);
             }
             // Sent again, as the same event.
             _ => continue,
@@ -317,11 +338,13 @@ async fn send(
     }
 }
 
-/// The producer is an outbox relay: what the broker refuses stays in its outbox.
-fn relays(cfg: &ProducerConfig) -> bool {
+/// The producer is an outbox relay that marks a row after its confirm: a
+/// row the broker nacks stays in its outbox (one that marks first has
+/// marked it already, and resends as a plain producer does).
+fn keeps_nacked_rows(cfg: &ProducerConfig) -> bool {
     cfg.orders
         .as_ref()
-        .is_some_and(|o| o.handoff != Handoff::Direct && !o.reconcile)
+        .is_some_and(|o| o.handoff.is_outbox() && o.handoff != Handoff::OutboxMarkFirst)
 }
 
 fn line(cfg: &ProducerConfig, meta: &MessageMeta) -> Record {
