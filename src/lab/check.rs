@@ -63,7 +63,7 @@ pub enum ErrorKind {
         "pattern `{0}` calls a downstream service: set `downstream` (timeout_ms, lose_response)"
     )]
     NoDownstream(Pattern),
-    #[error("an outbox relay keeps in its outbox what the broker refuses: `park` does not apply to a step with `orders = \"{0}\"`")]
+    #[error("an outbox relay keeps a nacked row in its outbox: `park` does not apply to a step with `orders = \"{0}\"`")]
     OutboxPark(Handoff),
     #[error("`relay = true` is an outbox relay's next pass: set `orders` to an outbox handoff (outbox, outbox-after-commit, outbox-mark-first), without `reconcile`")]
     RelayWithoutOutbox,
@@ -2404,7 +2404,7 @@ fault = { target = "producer", action = "kill", window = "before-commit", messag
                 r#"publish = { routing_key = "q","#,
                 r#"publish = { routing_key = "q", orders = "outbox", mandatory = true, park = "q","#,
                 None,
-                "step[0].publish.orders: an outbox relay keeps in its outbox what the broker refuses: `park` does not apply to a step with `orders = \"outbox\"`",
+                "step[0].publish.orders: an outbox relay keeps a nacked row in its outbox: `park` does not apply to a step with `orders = \"outbox\"`",
             ),
             (
                 r#"publish = { routing_key = "q","#,
