@@ -446,7 +446,7 @@ pub struct Matrix {
 pub fn matrix(results: &[(Point, Verdict)]) -> Matrix {
     let mut rows: Vec<String> = Vec::new();
     let mut columns: Vec<String> = Vec::new();
-    let mut shown: BTreeMap<(String, String), &Verdict> = BTreeMap::new();
+    let mut shown: BTreeMap<(String, String), Verdict> = BTreeMap::new();
     for (p, v) in results {
         if !rows.contains(&p.row) {
             rows.push(p.row.clone());
@@ -454,9 +454,16 @@ pub fn matrix(results: &[(Point, Verdict)]) -> Matrix {
         if !columns.contains(&p.column) {
             columns.push(p.column.clone());
         }
-        let cell = shown.entry((p.row.clone(), p.column.clone())).or_insert(v);
+        let cell = shown
+            .entry((p.row.clone(), p.column.clone()))
+            .or_insert_with(|| v.clone());
         if v.weight() > cell.weight() {
-            *cell = v;
+            *cell = v.clone();
+        } else if let (Verdict::Violation(a), Verdict::Violation(b)) = (&mut *cell, v) {
+            // Two different violations in one cell: both.
+            if !a.split(" / ").any(|x| x == b) {
+                *a = format!("{a} / {b}");
+            }
         }
     }
     Matrix {
@@ -653,7 +660,13 @@ mod tests {
         assert_eq!(cell(&[never.clone(), Verdict::Ok]), "ok");
         assert_eq!(cell(&[never.clone(), never.clone()]), "–");
         let lost = Verdict::Violation("lost=1".into());
-        assert_eq!(cell(&[Verdict::Ok, lost, never]), "lost=1");
+        assert_eq!(cell(&[Verdict::Ok, lost.clone(), never]), "lost=1");
+        assert_eq!(cell(&[Verdict::Error("x".into()), Verdict::Ok]), "error");
+        let doubled = Verdict::Violation("duplicatesApplied=1".into());
+        assert_eq!(
+            cell(&[lost.clone(), doubled, lost]),
+            "lost=1 / duplicatesApplied=1"
+        );
     }
 
     #[test]

@@ -1279,7 +1279,7 @@ impl fmt::Display for CounterRef {
 names! {
     /// The total-queue checks every lab ends with, each expected to be 0.
     pub enum Check ("check") {
-        Lost = "lost": "events the producer sent (whatever the broker answered), counted per service the lab routed each to, that the service neither applied nor rejected and no queue holds (nor an order service's outbox, as a row not marked sent)",
+        Lost = "lost": "events the producer sent (whatever the broker answered), counted per service the lab routed each to, that the service neither applied nor rejected and no queue holds",
         DuplicatesApplied = "duplicatesApplied": "business effects beyond the first per (service, eventId)",
         Unexpected = "unexpected": "events applied that the producer never sent",
     }

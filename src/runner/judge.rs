@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::checker::{Owed, Queued};
-use crate::vocab::{Handoff, ORIGINAL_QUEUE, PARKED_BY};
+use crate::vocab::{ORIGINAL_QUEUE, PARKED_BY};
 
 impl Ctx<'_> {
     /// Ready messages and consumers of a queue; `None` when the broker says
@@ -118,28 +118,6 @@ impl Ctx<'_> {
                     queued_in
                         .0
                         .entry(held_for.clone())
-                        .or_default()
-                        .insert(event.clone());
-                }
-                queued.insert(event);
-            }
-        }
-        // An order service's outbox is durable too: an event whose row is
-        // still unsent (a relay's pass ended at a refusal) is held for each
-        // queue it is owed to, as a parked copy is: not lost, not applied.
-        if self.lab.steps.iter().any(
-            |s| matches!(&s.action, Action::Publish(p) if p.orders.is_some_and(Handoff::is_outbox)),
-        ) {
-            for (_, event) in store::unsent(&mut self.conns().db).await? {
-                for q in owed
-                    .0
-                    .get(&event)
-                    .into_iter()
-                    .flat_map(|routes| routes.keys())
-                {
-                    queued_in
-                        .0
-                        .entry(q.clone())
                         .or_default()
                         .insert(event.clone());
                 }
