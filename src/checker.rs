@@ -26,6 +26,10 @@ pub struct Observed {
     /// Queues read without consuming (for `dlqHeader`): each message's headers.
     #[serde(default)]
     pub dlq: BTreeMap<String, Vec<BTreeMap<String, String>>>,
+    /// Ready messages of each queue a consumer kill's `depthAtKill` names,
+    /// read while the consumer was held at its window, before the kill.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub depths_at_kill: BTreeMap<String, u32>,
     /// The TTL of each retry tier of the lab, in order: the wait attempt k
     /// owes (tier k, the last one after that), read from the lab, not from
     /// the tier the consumer chose.
@@ -253,6 +257,14 @@ pub fn evaluate(c: &CounterRef, entries: &[Entry], obs: &Observed) -> Result<Str
             return obs.depths.get(queue).map(|d| d.to_string()).ok_or_else(|| {
                 format!("queue `{queue}` could not be read (unavailable: its node down or cut off)")
             });
+        }
+        Counter::DepthAtKill => {
+            let queue = q.unwrap_or_default();
+            return obs
+                .depths_at_kill
+                .get(queue)
+                .map(|d| d.to_string())
+                .ok_or_else(|| format!("queue `{queue}` was not read at a consumer kill"));
         }
         Counter::Attempts => consumer(Status::Received)
             .filter(of_message)

@@ -17,8 +17,8 @@ use super::{
 };
 use crate::transcript::MessageMeta;
 use crate::vocab::{
-    check_queue_argument, ArgValue, Check, CounterRef, ExchangeDecl, FaultAction, Generation,
-    Handoff, OnFailure, Pattern, QueueDecl, Site, Target, Then, Topology, Window,
+    check_queue_argument, ArgValue, Check, Counter, CounterRef, ExchangeDecl, FaultAction,
+    Generation, Handoff, OnFailure, Pattern, QueueDecl, Site, Target, Then, Topology, Window,
 };
 use crate::vocab::{placement_of, placements_of};
 
@@ -1355,6 +1355,16 @@ impl<'a> Checker<'a> {
             _ => Vec::new(),
         };
         let asserts = self.asserts(&format!("{fkey}.assert"), &f.assert, raw);
+        let at_kill = asserts
+            .iter()
+            .any(|a| a.counter.counter == Counter::DepthAtKill);
+        if at_kill && (target, act) != (Target::Consumer, FaultAction::Kill) {
+            self.err(
+                format!("{fkey}.assert"),
+                span(spanned),
+                ErrorKind::ConsumerOnly("depthAtKill"),
+            );
+        }
         Some(Fault {
             node,
             target,
@@ -1804,6 +1814,9 @@ fn vary_consume(c: &mut RawConsume, v: &RawVariant) {
     }
     if let Some(n) = v.settle {
         c.settle = RawSettle::Count(n);
+    }
+    if let Some(n) = v.prefetch {
+        c.prefetch = n;
     }
     if v.max_deliveries.is_some() {
         c.max_deliveries = v.max_deliveries;
@@ -2481,6 +2494,38 @@ orders = "direct""#,
             }
         }
         assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    }
+
+    /// `depthAtKill` is read at a consumer kill: on any other fault it
+    /// would never be read, and is refused.
+    #[test]
+    fn depth_at_kill_only_on_a_consumer_kill() {
+        let at_kill = BASE
+            .replacen(
+                r#"assert = ["crashExitCode"]"#,
+                r#"assert = ["crashExitCode", "d"]"#,
+                1,
+            )
+            .replacen(
+                "rows = \"businessRows\"",
+                "rows = \"businessRows\"\nd = \"depthAtKill:q\"",
+                1,
+            )
+            .replacen("rows = 2", "rows = 2\nd = 0", 1);
+        assert!(super::super::from_str(&at_kill, "t", &fixtures(), None).is_ok());
+        let cut = at_kill
+            .replacen(
+                r#"target = "consumer", action = "kill""#,
+                r#"target = "network", action = "cut""#,
+                1,
+            )
+            .replacen(r#"then = "restart", "#, "", 1);
+        let e = super::super::from_str(&cut, "t", &fixtures(), None).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("step[1].fault.assert: `depthAtKill` applies to a consumer kill only"),
+            "got {e}"
+        );
     }
 
     #[test]

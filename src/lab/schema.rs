@@ -353,6 +353,9 @@ pub struct RawVariant {
     /// The fault's `commit` (a program's k-th `COMMIT` at `before-commit`).
     pub commit: Option<Spanned<usize>>,
     pub settle: Option<NonZeroUsize>,
+    /// Every consume step's prefetch (what the broker pushes to a consumer
+    /// before its first ack).
+    pub prefetch: Option<NonZeroU16>,
     pub max_deliveries: Option<NonZeroUsize>,
     /// A DLQ the consumer publishes to; may name a queue that does not exist.
     pub dlq: Option<Spanned<String>>,

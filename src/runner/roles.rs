@@ -187,6 +187,20 @@ impl Ctx<'_> {
         // Ground truth at the moment of the kill, before anything can change it.
         self.observed.crash_business_rows =
             Some(store::business_rows_for(&mut self.conns().db, &f.message).await?);
+        // What a queue-depth monitor sees while the consumer holds its
+        // prefetched deliveries unacked: read before they go back.
+        let held: Vec<String> = f
+            .asserts
+            .iter()
+            .filter(|a| a.counter.counter == Counter::DepthAtKill)
+            .filter_map(|a| a.counter.arg.clone())
+            .collect();
+        for q in held {
+            match self.queue_state(&q).await? {
+                Some((ready, _)) => self.observed.depths_at_kill.insert(q, ready),
+                None => self.observed.depths_at_kill.remove(&q),
+            };
+        }
         let pid = proc.child.id().context("role already reaped")?;
         signal::kill(Pid::from_raw(pid as i32), Signal::SIGKILL)?;
         let code = self.wait_exit(proc, d).await?;
