@@ -604,6 +604,13 @@ pub fn mermaid(lines: &[String]) -> String {
                         has_db = true;
                         body.push(format!("    {c}->>DB: commit the business row for {mid}"));
                     }
+                    Status::BusinessRejected => {
+                        has_db = true;
+                        body.push(format!(
+                            "    {c}->>DB: commit {mid}'s business rejection (no business row)"
+                        ));
+                        body.push(format!("    {c}-->>{q}: ack {mid}"));
+                    }
                     Status::DuplicateSkipped => {
                         has_db = true;
                         body.push(format!(
@@ -630,7 +637,7 @@ pub fn mermaid(lines: &[String]) -> String {
                         next_is_new_process = true;
                     }
                     Status::AtRendezvous => body.push(format!(
-                        "    Note over {c}: held at the window ({mid}), its transaction open (SIGSTOP)"
+                        "    Note over {c}: held at the window ({mid}): stopped (SIGSTOP)"
                     )),
                     Status::Done => {
                         body.push(format!(

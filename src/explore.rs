@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use crate::exit;
 use crate::lab::{Action, Assertion, Consume, Fault, Lab, Settle, Step};
 use crate::record::RunRecord;
-use crate::vocab::{Check, Counter, Explore, Placement, Site, Window, PLACEMENTS};
+use crate::vocab::{Check, Counter, Explore, FaultAction, Placement, Site, Window, PLACEMENTS};
 
 /// One fault point: where, and the lab that injects exactly it.
 #[derive(Clone, Debug)]
@@ -159,8 +159,8 @@ pub fn points(lab: &Lab) -> Vec<Point> {
     for (i, step) in base.steps.iter().enumerate().take(own) {
         let mut at = |row: String, column: String, f: Fault| {
             let mut l = base.clone();
-            if f.action == crate::vocab::FaultAction::Rendezvous {
-                // The lab's own instances, as its rendezvous needs them.
+            if matches!(f.action, FaultAction::Rendezvous | FaultAction::Stall) {
+                // The lab's own instances, as its rendezvous or stall needs them.
                 l.steps[i].action = lab.steps[i].action.clone();
             }
             l.steps[i].fault = Some(f);
@@ -195,7 +195,7 @@ pub fn points(lab: &Lab) -> Vec<Point> {
                 // instances hold copies at once (a crash point runs one).
                 if let Some(f) = rendezvous_of(lab, i) {
                     at(
-                        format!("consumer/rendezvous-{}", f.window),
+                        format!("consumer/{}-{}", f.action, f.window),
                         f.message.clone(),
                         f,
                     );
@@ -226,13 +226,13 @@ pub fn points(lab: &Lab) -> Vec<Point> {
     out
 }
 
-/// Step `i`'s rendezvous, as the lab declares it, without its assertions
-/// (a point is judged by the checker alone).
+/// Step `i`'s rendezvous (or stall), as the lab declares it, without its
+/// assertions (a point is judged by the checker alone).
 fn rendezvous_of(lab: &Lab, i: usize) -> Option<Fault> {
     let mut f = lab.steps[i]
         .fault
         .clone()
-        .filter(|f| f.action == crate::vocab::FaultAction::Rendezvous)?;
+        .filter(|f| matches!(f.action, FaultAction::Rendezvous | FaultAction::Stall))?;
     f.asserts.clear();
     Some(f)
 }

@@ -174,7 +174,7 @@ names! {
         BusinessCommitted = "business_committed": "consumer: the business transaction committed",
         DuplicateSkipped = "duplicate_skipped": "consumer: the inbox already had the event; rolled back and acked",
         CrashInjected = "crash_injected": "a role reached the selected fault window and blocks there",
-        AtRendezvous = "at_rendezvous": "consumer: an instance reached the rendezvous window with a copy of the event and is held there until the harness releases it (the built-in consumer stops itself, SIGSTOP; a program's COMMIT is held by its PostgreSQL proxy)",
+        AtRendezvous = "at_rendezvous": "consumer: an instance reached the window of a rendezvous (with a copy of the event) or of a stall and is held there until the harness releases it (the built-in consumer stops itself, SIGSTOP; a program's COMMIT is held by its PostgreSQL proxy)",
         Retry = "retry": "consumer: rejected into the retry queue",
         Requeued = "requeued": "consumer: nacked with requeue=true",
         Rejected = "rejected": "consumer: rejected without a retry policy",
@@ -393,6 +393,13 @@ pub const PLACEMENTS: &[Placement] = &[
         ..placement(Target::Consumer, FaultAction::Rendezvous, Site::Consume, Windows::ConsumerPath, Then::None)
     },
     Placement {
+        built_in_only: true,
+        explore: Explore::No,
+        doc: "with `instances = 2` (competing consumers of one service, prefetch 1): the instance that takes the message is held at the window while the other settles every other message, then released: what it took first completes last",
+        note: "{mid} held while the other instance goes on",
+        ..placement(Target::Consumer, FaultAction::Stall, Site::Consume, Windows::ConsumerPath, Then::None)
+    },
+    Placement {
         explore: Explore::Row("network/cut-publish"),
         doc: "the publish itself is dropped and the connection closed (the broker never gets the message)",
         note: "the publish of {mid} dropped, the connection cut",
@@ -461,6 +468,9 @@ pub fn placements_markdown() -> String {
                 .map(|w| format!("`{w}`"))
                 .collect::<Vec<_>>()
                 .join(", "),
+            Windows::ConsumerPath if p.built_in_only => {
+                "those the consumer's pattern passes".to_string()
+            }
             Windows::ConsumerPath if p.program_windows.len() < PROGRAM_WINDOWS.len() => format!(
                 "those the consumer's pattern passes, or a program's {}",
                 p.program_windows
@@ -1369,6 +1379,7 @@ names! {
         Heal = "heal": "end the partition (node)",
         Pause = "pause": "stop the broker (SIGSTOP; `docker pause` in containers) while a publish waits for its confirm, and resume it once the producer timed out (broker, publish step)",
         Rendezvous = "rendezvous": "hold each instance with a copy of the message's event at the window (or while it waits on the database) until all are there, then release them one at a time (consumer with `instances`)",
+        Stall = "stall": "hold the instance that takes the message at the window while the other instance settles every other message, then release it (consumer with `instances = 2`): a slow worker, finishing last what it took first",
     }
 }
 

@@ -19,6 +19,7 @@ pub mod pgproxy;
 pub mod point;
 pub mod proxy;
 pub mod rendezvous;
+pub mod stall;
 
 use anyhow::Result;
 

@@ -138,7 +138,7 @@ pub enum ErrorKind {
     FactFalsified { name: String, variant: String },
     #[error("`commit` picks which of a program's COMMITs for the message `before-commit` holds (1: the first): it needs `window = \"before-commit\"` on a consume step that runs a program, and a value of 1 or more")]
     CommitOrdinal,
-    #[error("`instances = {0}` runs competing consumers, whose order only a `rendezvous` fault fixes: add one (`target = \"consumer\"`, `action = \"rendezvous\"`), or drop `instances`")]
+    #[error("`instances = {0}` runs competing consumers, whose order only a `rendezvous` or `stall` fault fixes: add one (`target = \"consumer\"`, `action = \"rendezvous\"`), or drop `instances`")]
     InstancesNeedRendezvous(usize),
     #[error("a rendezvous holds one copy of the event per instance: set `instances` to 2 or more on the step")]
     RendezvousNeedsInstances,
@@ -153,6 +153,8 @@ pub enum ErrorKind {
         "competing consumers under a rendezvous take one message at a time: set `prefetch = 1`"
     )]
     RendezvousPrefetch,
+    #[error("a stall holds the instance that takes the message while one other goes on: set `instances = 2` and `prefetch = 1` on the step")]
+    StallInstances,
     #[error("the {0} is faulted inside a publish or consume step, not in a step of its own")]
     NotBetweenSteps(Target),
     #[error("a broker restart happens between steps: it has no window and no message")]
@@ -788,9 +790,9 @@ impl<'a> Checker<'a> {
                 self.fault(&key, s, &action, &published, raw)
             };
             if let Action::Consume(c) = &action {
-                let rendezvous = fault
-                    .as_ref()
-                    .is_some_and(|f| f.action == FaultAction::Rendezvous);
+                let rendezvous = fault.as_ref().is_some_and(|f| {
+                    matches!(f.action, FaultAction::Rendezvous | FaultAction::Stall)
+                });
                 if c.instances > 1 && !rendezvous {
                     self.err(
                         format!("{key}.consume.instances"),
@@ -1351,6 +1353,12 @@ impl<'a> Checker<'a> {
         let copies = match action {
             Action::Consume(c) if act == FaultAction::Rendezvous => {
                 self.rendezvous(&fkey, spanned, c, message)
+            }
+            Action::Consume(c) if act == FaultAction::Stall => {
+                if (c.instances, c.prefetch) != (2, 1) {
+                    self.err(fkey.clone(), span(spanned), ErrorKind::StallInstances);
+                }
+                vec![message.get_ref().clone()]
             }
             _ => Vec::new(),
         };
@@ -2172,13 +2180,13 @@ violations = { rows = 3 }
                 r#"fault = { target = "consumer", action = "kill""#,
                 r#"fault = { target = "network", action = "hold""#,
                 None,
-                "(producer: kill on a publish step; consumer: kill or rendezvous on a consume step; broker: pause on a publish step, restart in a step of its own; network: cut (built-in consumer) on a consume step, cut or hold on a publish step; node: kill on a publish step, kill, restart, partition or heal in a step of its own)",
+                "(producer: kill on a publish step; consumer: kill, rendezvous or stall (built-in consumer) on a consume step; broker: pause on a publish step, restart in a step of its own; network: cut (built-in consumer) on a consume step, cut or hold on a publish step; node: kill on a publish step, kill, restart, partition or heal in a step of its own)",
             ),
             (
                 r#"settle = 2 }"#,
                 r#"settle = 2, instances = 2 }"#,
                 None,
-                "t.toml:12:50: step[1].consume.instances: `instances = 2` runs competing consumers, whose order only a `rendezvous` fault fixes",
+                "t.toml:12:50: step[1].consume.instances: `instances = 2` runs competing consumers, whose order only a `rendezvous` or `stall` fault fixes",
             ),
             (
                 "settle = 2 }\nfault = { target = \"consumer\", action = \"kill\", window = \"after-commit-before-ack\", message = \"mid-1\", then = \"restart\",",

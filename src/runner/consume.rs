@@ -43,7 +43,7 @@ impl Ctx<'_> {
         }
         let mut cfg = self.consumer_config(c, settle, None);
         match fault.map(|f| (f, f.target, f.action)) {
-            Some((f, Target::Consumer, FaultAction::Rendezvous)) => {
+            Some((f, Target::Consumer, FaultAction::Rendezvous | FaultAction::Stall)) => {
                 return self.consume_crowd(c, f, settle, d).await;
             }
             Some((f, Target::Consumer, FaultAction::Kill)) => {

@@ -24,7 +24,10 @@ impl Ctx<'_> {
             procs: Vec::new(),
             db,
         };
-        let result = crate::faults::rendezvous::run(&mut crowd, f, settle).await;
+        let result = match f.action {
+            FaultAction::Stall => crate::faults::stall::run(&mut crowd, f, settle).await,
+            _ => crate::faults::rendezvous::run(&mut crowd, f, settle).await,
+        };
         let procs = std::mem::take(&mut crowd.procs);
         for mut p in procs {
             // On an error: a stopped instance is killed, not left behind.

@@ -1,0 +1,225 @@
+//! The stall (article 002: the order messages are taken in is not the
+//! order concurrent workers complete them in): two competing instances of
+//! one service, prefetch 1. The one that takes the lab's message is held at
+//! the window (a slow worker: a call that hangs, a long GC) while the other
+//! settles every other message of the step; then it is released and
+//! completes last what was delivered first.
+//!
+//! Held at a window before the first database statement, the slow instance
+//! holds no lock; held later, it may hold a row the other one needs: that
+//! is reported as soon as the other waits on it, never waited out.
+//!
+//! It runs on the rendezvous's [`Crowd`] (the runner's instances).
+
+use std::collections::BTreeSet;
+
+use anyhow::{bail, Result};
+
+use super::rendezvous::{Crowd, Seen};
+use crate::lab::Fault;
+use crate::transcript::Record;
+use crate::vocab::{FaultAction, Status, Target};
+
+/// Runs the consume step: `settle` distinct messages settled in all.
+pub async fn run<C: Crowd>(c: &mut C, f: &Fault, settle: usize) -> Result<()> {
+    let mut settled: BTreeSet<String> = BTreeSet::new();
+    c.start().await?;
+    // consumer-1 takes the lab's message (what is before it, it settles).
+    loop {
+        match c.watch(0, None).await? {
+            Seen::AtWindow(m) if m == f.message => {
+                c.stopped(0).await?;
+                break;
+            }
+            Seen::Settled(m) => {
+                settled.insert(m);
+                if settled.contains(&f.message) || settled.len() >= settle {
+                    bail!(
+                        "window `{}` is unreachable at {}: consumer-1 settled it without passing the window",
+                        f.window,
+                        f.message
+                    );
+                }
+            }
+            Seen::Exited(code) => bail!(
+                "consumer-1 exited ({code}) before it reached the stall at {}",
+                f.message
+            ),
+            Seen::AtWindow(_) | Seen::Received(_) | Seen::Other | Seen::LockWait => {}
+        }
+    }
+    let lab = c.lab().to_string();
+    // Stamped when said, each.
+    let line = || {
+        Record::new(&lab)
+            .with("target", Target::Consumer)
+            .with("action", FaultAction::Stall)
+            .with("window", f.window)
+            .with("messageId", &f.message)
+    };
+    c.say(&line().with("held", "consumer-1").status(Status::Injected));
+    // consumer-2 settles everything else; a lock wait means consumer-1
+    // holds a row it needs: an error now, not a deadline later.
+    c.start().await?;
+    while settled.len() + 1 < settle {
+        match c.watch(1, Some(0)).await? {
+            Seen::Settled(m) => {
+                settled.insert(m);
+            }
+            Seen::LockWait => bail!(
+                "consumer-2 waits on a lock consumer-1 holds at `{}` of {}: hold it at a window before its first statement",
+                f.window,
+                f.message
+            ),
+            Seen::Exited(code) => bail!(
+                "consumer-2 exited ({code}) during the stall at {}, with {} of {settle} messages settled",
+                f.message,
+                settled.len()
+            ),
+            Seen::AtWindow(_) | Seen::Received(_) | Seen::Other => {}
+        }
+    }
+    c.say(&line().status(Status::Healed));
+    c.resume(0)?;
+    while !settled.contains(&f.message) {
+        match c.watch(0, None).await? {
+            Seen::Settled(m) => {
+                settled.insert(m);
+            }
+            Seen::Exited(code) => bail!(
+                "consumer-1 exited ({code}) after the stall at {} before it settled it",
+                f.message
+            ),
+            Seen::AtWindow(_) | Seen::Received(_) | Seen::Other | Seen::LockWait => {}
+        }
+    }
+    c.finish().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::VecDeque;
+
+    /// Instances that do what their script says, in order.
+    struct Script {
+        steps: Vec<VecDeque<Seen>>,
+        started: usize,
+        said: Vec<String>,
+        resumed: Vec<usize>,
+    }
+
+    impl Crowd for Script {
+        fn lab(&self) -> &str {
+            "t"
+        }
+        fn say(&mut self, line: &str) {
+            self.said.push(line.to_string());
+        }
+        async fn start(&mut self) -> Result<()> {
+            self.started += 1;
+            Ok(())
+        }
+        async fn watch(&mut self, i: usize, _locks: Option<usize>) -> Result<Seen> {
+            Ok(self.steps[i].pop_front().unwrap_or(Seen::Exited(0)))
+        }
+        async fn stopped(&mut self, _i: usize) -> Result<()> {
+            Ok(())
+        }
+        async fn stop(&mut self, _i: usize) -> Result<Vec<Seen>> {
+            Ok(Vec::new())
+        }
+        fn resume(&mut self, i: usize) -> Result<()> {
+            self.resumed.push(i);
+            Ok(())
+        }
+        async fn finish(&mut self) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    fn m(s: &str) -> String {
+        s.to_string()
+    }
+
+    fn run_script(steps: Vec<Vec<Seen>>) -> (Result<()>, Script) {
+        let f = Fault {
+            target: Target::Consumer,
+            node: None,
+            action: FaultAction::Stall,
+            window: crate::vocab::Window::AfterReceive,
+            commit: 1,
+            message: "mid-1".into(),
+            then: crate::vocab::Then::None,
+            kill_at_depth: None,
+            restart_settle: None,
+            restart_drain: false,
+            copies: vec!["mid-1".into()],
+            asserts: Vec::new(),
+        };
+        let mut c = Script {
+            steps: steps.into_iter().map(VecDeque::from).collect(),
+            started: 0,
+            said: Vec::new(),
+            resumed: Vec::new(),
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let r = rt.block_on(run(&mut c, &f, 3));
+        (r, c)
+    }
+
+    /// consumer-1 held with mid-1 while consumer-2 settles mid-2 and
+    /// mid-3; then released, it settles mid-1.
+    #[test]
+    fn the_held_instance_completes_last() {
+        let (r, c) = run_script(vec![
+            vec![
+                Seen::Received(m("mid-1")),
+                Seen::AtWindow(m("mid-1")),
+                Seen::Settled(m("mid-1")),
+            ],
+            vec![
+                Seen::Received(m("mid-2")),
+                Seen::Settled(m("mid-2")),
+                Seen::Received(m("mid-3")),
+                Seen::Settled(m("mid-3")),
+            ],
+        ]);
+        r.unwrap();
+        assert_eq!((c.started, c.resumed.as_slice()), (2, [0].as_slice()));
+        assert!(
+            c.said[0].contains("held=consumer-1 status=injected"),
+            "{:?}",
+            c.said
+        );
+        assert!(c.said[1].ends_with("status=healed"), "{:?}", c.said);
+    }
+
+    /// consumer-2 waits on a row consumer-1 holds: an error at once.
+    #[test]
+    fn a_lock_the_held_instance_holds_is_an_error() {
+        let (r, _) = run_script(vec![
+            vec![Seen::AtWindow(m("mid-1"))],
+            vec![Seen::Received(m("mid-2")), Seen::LockWait],
+        ]);
+        let e = r.unwrap_err().to_string();
+        assert!(
+            e.contains("consumer-2 waits on a lock consumer-1 holds"),
+            "{e}"
+        );
+    }
+
+    /// consumer-1 settles the message without passing the window.
+    #[test]
+    fn the_window_must_be_reached() {
+        let (r, c) = run_script(vec![vec![
+            Seen::Received(m("mid-1")),
+            Seen::Settled(m("mid-1")),
+        ]]);
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("is unreachable at mid-1"), "{e}");
+        assert!(c.said.is_empty());
+    }
+}
