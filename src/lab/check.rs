@@ -77,6 +77,8 @@ pub enum ErrorKind {
     ReconcileWithProgram,
     #[error("no publish step of this lab sets `reconcile = true`: a variant's `reconcile = false` would change nothing")]
     NoReconcileToDrop,
+    #[error("`orders = \"{0}\"` leaves the lab's relay passes (`relay = true`) without an outbox: set `relay = false` in the variant too")]
+    VariantOrdersWithRelay(Handoff),
     #[error("no publish step of this lab sets `relay = true`: a variant's `relay = false` would change nothing")]
     NoRelayToDrop,
     #[error("`relay = true` is a later pass of the relay of an earlier publish step's outbox: no step before it commits orders with an outbox")]
@@ -430,6 +432,19 @@ impl<'a> Checker<'a> {
                 None,
                 ErrorKind::NoReconcileToDrop,
             );
+        }
+        // The variant's handoff, not the relay steps it reaches, is what to
+        // change: said once, at the variant's key.
+        if let Some(o) = def.orders.as_ref().filter(|o| !o.get_ref().is_outbox()) {
+            if written_relays && def.relay != Some(false) {
+                self.errs
+                    .retain(|e| e.kind != ErrorKind::RelayWithoutOutbox);
+                self.err(
+                    format!("variant.{name}.orders"),
+                    span(o),
+                    ErrorKind::VariantOrdersWithRelay(*o.get_ref()),
+                );
+            }
         }
         if def.relay == Some(false) && !written_relays {
             self.err(
@@ -2502,6 +2517,26 @@ orders = "direct""#,
             }
         }
         assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    }
+
+    /// A variant whose handoff has no outbox, on a lab with relay passes, is
+    /// refused at its own key, once.
+    #[test]
+    fn a_direct_variant_of_a_relay_lab_names_its_key() {
+        let path =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("labs/reject-publish-resend.toml");
+        let text = std::fs::read_to_string(path).unwrap()
+            + "\n[variant.direct]\nclaim = \"x\"\norders = \"direct\"\nviolations = { lost = 1 }\n";
+        let e = super::super::from_str(&text, "reject-publish-resend", &fixtures(), Some("direct"))
+            .unwrap_err()
+            .lines();
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(
+            e[0].contains(
+                "variant.direct.orders: `orders = \"direct\"` leaves the lab's relay passes"
+            ),
+            "{e:?}"
+        );
     }
 
     /// `depthAtKill` is read at a consumer kill: on any other fault it
