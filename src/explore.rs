@@ -156,6 +156,9 @@ pub fn points(lab: &Lab) -> Vec<Point> {
     let own = lab.steps.len();
     let mut out = Vec::new();
     let mut published: Vec<String> = Vec::new();
+    // Two consume steps give two points per (window, message): one cell,
+    // two runs, each with a name (logs, record) of its own.
+    let mut labels: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     for (i, step) in base.steps.iter().enumerate().take(own) {
         let mut at = |row: String, column: String, f: Fault| {
             let mut l = base.clone();
@@ -164,7 +167,11 @@ pub fn points(lab: &Lab) -> Vec<Point> {
                 l.steps[i].action = lab.steps[i].action.clone();
             }
             l.steps[i].fault = Some(f);
-            let label = format!("{}:{column}", row.replace('/', "-"));
+            let mut label = format!("{}:{column}", row.replace('/', "-"));
+            if !labels.insert(label.clone()) {
+                label = format!("{label}:step{i}");
+                labels.insert(label.clone());
+            }
             out.push(Point {
                 row,
                 column,
@@ -620,6 +627,25 @@ mod tests {
             assert_eq!(faults + restarts, 1, "{}", point.lab.run_name());
             assert!(point.lab.steps.iter().all(|s| s.asserts.is_empty()));
         }
+    }
+
+    /// A lab with two consume steps has two points per (window, message),
+    /// one cell: each still runs under a name of its own.
+    #[test]
+    fn points_that_share_a_cell_have_names_of_their_own() {
+        let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let lab = crate::lab::Project { root }
+            .load("reject-publish-resend")
+            .unwrap();
+        let p = points(&lab);
+        let cells: std::collections::BTreeSet<(&str, &str)> = p
+            .iter()
+            .map(|p| (p.row.as_str(), p.column.as_str()))
+            .collect();
+        assert!(cells.len() < p.len(), "no cell is shared");
+        let names: std::collections::BTreeSet<String> =
+            p.iter().map(|p| p.lab.run_name()).collect();
+        assert_eq!(names.len(), p.len());
     }
 
     /// The verdict policy: a doubt (an error) never passes a safe lab, and
