@@ -550,6 +550,12 @@ pub fn mermaid(lines: &[String]) -> String {
                         };
                         body.push(format!("    Note over C1,C{consumers}: {what}"));
                     }
+                    (Some("consumer"), Status::Injected) if action == "stall" => body.push(format!(
+                        "    Note over C1,C{consumers}: stall: consumer-1 holds {mid} while the other instance settles the rest"
+                    )),
+                    (Some("consumer"), Status::Healed) if action == "stall" => body.push(format!(
+                        "    Note over C1,C{consumers}: consumer-1 released: it completes {mid} last"
+                    )),
                     (Some("consumer"), Status::Healed) if action == "rendezvous" => body.push(
                         format!("    Note over C1,C{consumers}: every instance released, one at a time, consumer-1 first"),
                     ),

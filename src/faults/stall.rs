@@ -61,10 +61,16 @@ pub async fn run<C: Crowd>(c: &mut C, f: &Fault, settle: usize) -> Result<()> {
     // consumer-2 settles everything else; a lock wait means consumer-1
     // holds a row it needs: an error now, not a deadline later.
     c.start().await?;
+    let mut overtaken = 0;
     while settled.len() + 1 < settle {
         match c.watch(1, Some(0)).await? {
+            Seen::Received(m) | Seen::AtWindow(m) | Seen::Settled(m) if m == f.message => bail!(
+                "consumer-2 took {} while consumer-1 held it: the stall proves nothing",
+                f.message
+            ),
             Seen::Settled(m) => {
                 settled.insert(m);
+                overtaken += 1;
             }
             Seen::LockWait => bail!(
                 "consumer-2 waits on a lock consumer-1 holds at `{}` of {}: hold it at a window before its first statement",
@@ -79,6 +85,12 @@ pub async fn run<C: Crowd>(c: &mut C, f: &Fault, settle: usize) -> Result<()> {
             Seen::AtWindow(_) | Seen::Received(_) | Seen::Other => {}
         }
     }
+    if overtaken == 0 {
+        bail!(
+            "consumer-2 had nothing to settle while consumer-1 held {}: nothing completed before it, so the stall proves nothing",
+            f.message
+        );
+    }
     c.say(&line().status(Status::Healed));
     c.resume(0)?;
     while !settled.contains(&f.message) {
@@ -90,7 +102,10 @@ pub async fn run<C: Crowd>(c: &mut C, f: &Fault, settle: usize) -> Result<()> {
                 "consumer-1 exited ({code}) after the stall at {} before it settled it",
                 f.message
             ),
-            Seen::AtWindow(_) | Seen::Received(_) | Seen::Other | Seen::LockWait => {}
+            Seen::AtWindow(m) => bail!(
+                "consumer-1 came to the window with {m} again after the stall: it was delivered again"
+            ),
+            Seen::Received(_) | Seen::Other | Seen::LockWait => {}
         }
     }
     c.finish().await
@@ -207,6 +222,37 @@ mod tests {
         let e = r.unwrap_err().to_string();
         assert!(
             e.contains("consumer-2 waits on a lock consumer-1 holds"),
+            "{e}"
+        );
+    }
+
+    /// consumer-2 settles nothing while consumer-1 is held (the held
+    /// message was the last): no overtaking, an error.
+    #[test]
+    fn nothing_overtaken_is_no_stall() {
+        let steps = vec![
+            vec![
+                Seen::Settled(m("mid-2")),
+                Seen::Settled(m("mid-3")),
+                Seen::AtWindow(m("mid-1")),
+            ],
+            vec![],
+        ];
+        let (r, _) = run_script(steps);
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("consumer-2 had nothing to settle"), "{e}");
+    }
+
+    /// consumer-2 gets the held message (it was delivered again): an error.
+    #[test]
+    fn the_held_message_at_the_other_instance_is_an_error() {
+        let (r, _) = run_script(vec![
+            vec![Seen::AtWindow(m("mid-1"))],
+            vec![Seen::Received(m("mid-1"))],
+        ]);
+        let e = r.unwrap_err().to_string();
+        assert!(
+            e.contains("consumer-2 took mid-1 while consumer-1 held it"),
             "{e}"
         );
     }

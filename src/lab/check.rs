@@ -140,7 +140,7 @@ pub enum ErrorKind {
     FactFalsified { name: String, variant: String },
     #[error("`commit` picks which of a program's COMMITs for the message `before-commit` holds (1: the first): it needs `window = \"before-commit\"` on a consume step that runs a program, and a value of 1 or more")]
     CommitOrdinal,
-    #[error("`instances = {0}` runs competing consumers, whose order only a `rendezvous` or `stall` fault fixes: add one (`target = \"consumer\"`, `action = \"rendezvous\"`), or drop `instances`")]
+    #[error("`instances = {0}` runs competing consumers, whose order only a `rendezvous` or `stall` fault fixes: add one (`target = \"consumer\"`, `action = \"rendezvous\"` or `\"stall\"`), or drop `instances`")]
     InstancesNeedRendezvous(usize),
     #[error("a rendezvous holds one copy of the event per instance: set `instances` to 2 or more on the step")]
     RendezvousNeedsInstances,
@@ -155,8 +155,14 @@ pub enum ErrorKind {
         "competing consumers under a rendezvous take one message at a time: set `prefetch = 1`"
     )]
     RendezvousPrefetch,
-    #[error("a stall holds the instance that takes the message while one other goes on: set `instances = 2` and `prefetch = 1` on the step")]
+    #[error("a stall holds the instance that takes the message while one other settles the rest of the queue: set `instances = 2`, `prefetch = 1` and `settle = \"drain\"` on the step")]
     StallInstances,
+    #[error("a stall holds its instance before the message's commit and ack (after the ack the broker pushes it the next message; after the commit it completes nothing last): use `after-receive` or `before-commit`")]
+    StallWindow,
+    #[error("`depthAtKill` is read at a kill of the built-in consumer: assert it in that fault's `assert`")]
+    DepthAtKillPlace,
+    #[error("a program consumes with prefetch 1 (MQLAB_PREFETCH): a variant's `prefetch` cannot change it")]
+    ProgramPrefetch,
     #[error("the {0} is faulted inside a publish or consume step, not in a step of its own")]
     NotBetweenSteps(Target),
     #[error("a broker restart happens between steps: it has no window and no message")]
@@ -445,6 +451,17 @@ impl<'a> Checker<'a> {
                     ErrorKind::VariantOrdersWithRelay(*o.get_ref()),
                 );
             }
+        }
+        let program = raw
+            .steps
+            .iter()
+            .any(|s| s.consume.as_ref().is_some_and(|c| c.command.is_some()));
+        if program && def.prefetch.is_some_and(|p| p.get() != 1) {
+            self.err(
+                format!("variant.{name}.prefetch"),
+                None,
+                ErrorKind::ProgramPrefetch,
+            );
         }
         if def.relay == Some(false) && !written_relays {
             self.err(
@@ -1370,8 +1387,15 @@ impl<'a> Checker<'a> {
                 self.rendezvous(&fkey, spanned, c, message)
             }
             Action::Consume(c) if act == FaultAction::Stall => {
-                if (c.instances, c.prefetch) != (2, 1) {
+                if (c.instances, c.prefetch, c.settle) != (2, 1, Settle::Drain) {
                     self.err(fkey.clone(), span(spanned), ErrorKind::StallInstances);
+                }
+                if !matches!(window_value, Window::AfterReceive | Window::BeforeCommit) {
+                    self.err(
+                        format!("{fkey}.window"),
+                        span(spanned),
+                        ErrorKind::StallWindow,
+                    );
                 }
                 vec![message.get_ref().clone()]
             }
@@ -1381,11 +1405,12 @@ impl<'a> Checker<'a> {
         let at_kill = asserts
             .iter()
             .any(|a| a.counter.counter == Counter::DepthAtKill);
-        if at_kill && (target, act) != (Target::Consumer, FaultAction::Kill) {
+        let built_in = matches!(action, Action::Consume(c) if c.command.is_none());
+        if at_kill && ((target, act) != (Target::Consumer, FaultAction::Kill) || !built_in) {
             self.err(
                 format!("{fkey}.assert"),
                 span(spanned),
-                ErrorKind::ConsumerOnly("depthAtKill"),
+                ErrorKind::DepthAtKillPlace,
             );
         }
         Some(Fault {
@@ -1592,6 +1617,10 @@ impl<'a> Checker<'a> {
                 self.err(akey, span(n), ErrorKind::NoExpectedValue(name.clone()));
                 continue;
             };
+            // Read at the kill only: a step's assertion would find nothing.
+            if counter.counter == Counter::DepthAtKill && !key.ends_with(".fault.assert") {
+                self.err(akey.clone(), span(n), ErrorKind::DepthAtKillPlace);
+            }
             out.push(Assertion {
                 name: name.clone(),
                 counter,
@@ -2339,6 +2368,18 @@ fault = { target = "broker", action = "pause", window = "after-publish-before-co
                 "step[1].fault.window: `cut` of the network never passes window `after-receive` (it passes: after-commit-before-ack)",
             ),
             (
+                "settle = 2 }\nfault = { target = \"consumer\", action = \"kill\", window = \"after-commit-before-ack\", message = \"mid-1\", then = \"restart\"",
+                "settle = \"drain\", instances = 2 }\nfault = { target = \"consumer\", action = \"stall\", window = \"after-commit-before-ack\", message = \"mid-1\"",
+                None,
+                "step[1].fault.window: a stall holds its instance before the message's commit and ack",
+            ),
+            (
+                "settle = 2 }\nfault = { target = \"consumer\", action = \"kill\", window = \"after-commit-before-ack\", message = \"mid-1\", then = \"restart\"",
+                "settle = 2, instances = 2 }\nfault = { target = \"consumer\", action = \"stall\", window = \"after-receive\", message = \"mid-1\"",
+                None,
+                "step[1].fault: a stall holds the instance that takes the message while one other settles the rest of the queue",
+            ),
+            (
                 r#"then = "restart""#,
                 r#"then = "reconnect""#,
                 None,
@@ -2563,10 +2604,18 @@ orders = "direct""#,
                 1,
             )
             .replacen(r#"then = "restart", "#, "", 1);
-        let e = super::super::from_str(&cut, "t", &fixtures(), None).unwrap_err();
+        let step = at_kill.replacen(r#"assert = ["rows"]"#, r#"assert = ["rows", "d"]"#, 1);
+        let e = super::super::from_str(&step, "t", &fixtures(), None).unwrap_err();
         assert!(
             e.to_string()
-                .contains("step[1].fault.assert: `depthAtKill` applies to a consumer kill only"),
+                .contains("step[1].assert[1]: `depthAtKill` is read at a kill"),
+            "got {e}"
+        );
+        let e = super::super::from_str(&cut, "t", &fixtures(), None).unwrap_err();
+        assert!(
+            e.to_string().contains(
+                "step[1].fault.assert: `depthAtKill` is read at a kill of the built-in consumer"
+            ),
             "got {e}"
         );
     }

@@ -116,9 +116,12 @@ impl Crowd for Instances<'_, '_> {
         let mut cfg = self.ctx.consumer_config(self.c, self.settle, None);
         cfg.consumer = format!("consumer-{}", self.procs.len() + 1);
         cfg.until_stopped = true;
-        cfg.faults = self
-            .f
-            .copies
+        // A stall holds its first instance only.
+        let holds = match self.f.action {
+            FaultAction::Stall if !self.procs.is_empty() => &[][..],
+            _ => &self.f.copies[..],
+        };
+        cfg.faults = holds
             .iter()
             .map(|m| FaultPoint {
                 window: self.f.window,
