@@ -161,6 +161,8 @@ pub enum ErrorKind {
     StallWindow,
     #[error("`depthAtKill` is read at a kill of the built-in consumer: assert it in that fault's `assert`")]
     DepthAtKillPlace,
+    #[error("competing consumers under a rendezvous or a stall take one message at a time: a variant's `prefetch` cannot change it")]
+    HeldPrefetch,
     #[error("a program consumes with prefetch 1 (MQLAB_PREFETCH): a variant's `prefetch` cannot change it")]
     ProgramPrefetch,
     #[error("the {0} is faulted inside a publish or consume step, not in a step of its own")]
@@ -456,6 +458,24 @@ impl<'a> Checker<'a> {
             .steps
             .iter()
             .any(|s| s.consume.as_ref().is_some_and(|c| c.command.is_some()));
+        let held = raw.steps.iter().any(|s| {
+            s.fault.as_ref().is_some_and(|f| {
+                matches!(
+                    f.get_ref().action.get_ref(),
+                    FaultAction::Rendezvous | FaultAction::Stall
+                )
+            })
+        });
+        if held && def.prefetch.is_some_and(|p| p.get() != 1) {
+            // Said at the variant's key, not at the step it reaches.
+            self.errs
+                .retain(|e| e.kind != ErrorKind::RendezvousPrefetch);
+            self.err(
+                format!("variant.{name}.prefetch"),
+                None,
+                ErrorKind::HeldPrefetch,
+            );
+        }
         if program && def.prefetch.is_some_and(|p| p.get() != 1) {
             self.err(
                 format!("variant.{name}.prefetch"),
@@ -2576,6 +2596,22 @@ orders = "direct""#,
             e[0].contains(
                 "variant.direct.orders: `orders = \"direct\"` leaves the lab's relay passes"
             ),
+            "{e:?}"
+        );
+    }
+
+    /// A variant's prefetch on a lab with a stall is refused at its key.
+    #[test]
+    fn a_prefetch_variant_of_a_stall_lab_names_its_key() {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("labs/per-key-workers.toml");
+        let text = std::fs::read_to_string(path).unwrap()
+            + "\n[variant.p]\nclaim = \"x\"\nprefetch = 10\nviolations = { orderVersion = \"1\" }\n";
+        let e = super::super::from_str(&text, "per-key-workers", &fixtures(), Some("p"))
+            .unwrap_err()
+            .lines();
+        assert!(
+            e.iter().any(|l| l
+                .contains("variant.p.prefetch: competing consumers under a rendezvous or a stall")),
             "{e:?}"
         );
     }
