@@ -226,17 +226,38 @@ pub async fn run<C: Crowd>(c: &mut C, f: &Fault, settle: usize) -> Result<()> {
     c.finish().await
 }
 
+/// Scripted instances for the unit tests of the families that run on a
+/// [`Crowd`] (this one, [`super::stall`]).
 #[cfg(test)]
-mod tests {
+pub(super) mod script {
     use super::*;
     use std::collections::VecDeque;
 
     /// Instances that do what their script says, in order.
-    struct Script {
+    pub struct Script {
         steps: Vec<VecDeque<Seen>>,
-        started: usize,
-        said: Vec<String>,
-        resumed: Vec<usize>,
+        pub started: usize,
+        pub said: Vec<String>,
+        pub resumed: Vec<usize>,
+    }
+
+    impl Script {
+        pub fn new(steps: Vec<Vec<Seen>>) -> Script {
+            Script {
+                steps: steps.into_iter().map(VecDeque::from).collect(),
+                started: 0,
+                said: Vec::new(),
+                resumed: Vec::new(),
+            }
+        }
+    }
+
+    /// A family's run on a runtime of its own.
+    pub fn block_on<T>(run: impl std::future::Future<Output = T>) -> T {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(run)
     }
 
     impl Crowd for Script {
@@ -267,6 +288,12 @@ mod tests {
             Ok(())
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::script::{block_on, Script};
+    use super::*;
 
     fn fault() -> Fault {
         Fault {
@@ -290,16 +317,8 @@ mod tests {
     }
 
     fn run_script(steps: Vec<Vec<Seen>>) -> (Result<()>, Script) {
-        let mut c = Script {
-            steps: steps.into_iter().map(VecDeque::from).collect(),
-            started: 0,
-            said: Vec::new(),
-            resumed: Vec::new(),
-        };
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        let r = rt.block_on(run(&mut c, &fault(), 3));
+        let mut c = Script::new(steps);
+        let r = block_on(run(&mut c, &fault(), 3));
         (r, c)
     }
 

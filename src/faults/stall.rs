@@ -113,45 +113,8 @@ pub async fn run<C: Crowd>(c: &mut C, f: &Fault, settle: usize) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::rendezvous::script::{block_on, Script};
     use super::*;
-    use std::collections::VecDeque;
-
-    /// Instances that do what their script says, in order.
-    struct Script {
-        steps: Vec<VecDeque<Seen>>,
-        started: usize,
-        said: Vec<String>,
-        resumed: Vec<usize>,
-    }
-
-    impl Crowd for Script {
-        fn lab(&self) -> &str {
-            "t"
-        }
-        fn say(&mut self, line: &str) {
-            self.said.push(line.to_string());
-        }
-        async fn start(&mut self) -> Result<()> {
-            self.started += 1;
-            Ok(())
-        }
-        async fn watch(&mut self, i: usize, _locks: Option<usize>) -> Result<Seen> {
-            Ok(self.steps[i].pop_front().unwrap_or(Seen::Exited(0)))
-        }
-        async fn stopped(&mut self, _i: usize) -> Result<()> {
-            Ok(())
-        }
-        async fn stop(&mut self, _i: usize) -> Result<Vec<Seen>> {
-            Ok(Vec::new())
-        }
-        fn resume(&mut self, i: usize) -> Result<()> {
-            self.resumed.push(i);
-            Ok(())
-        }
-        async fn finish(&mut self) -> Result<()> {
-            Ok(())
-        }
-    }
 
     fn m(s: &str) -> String {
         s.to_string()
@@ -172,16 +135,8 @@ mod tests {
             copies: vec!["mid-1".into()],
             asserts: Vec::new(),
         };
-        let mut c = Script {
-            steps: steps.into_iter().map(VecDeque::from).collect(),
-            started: 0,
-            said: Vec::new(),
-            resumed: Vec::new(),
-        };
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        let r = rt.block_on(run(&mut c, &f, 3));
+        let mut c = Script::new(steps);
+        let r = block_on(run(&mut c, &f, 3));
         (r, c)
     }
 
