@@ -62,6 +62,23 @@ fn duplicate_side_effects(calls: &[DownstreamCall]) -> usize {
     per.values().map(|n| n - 1).sum()
 }
 
+/// Events some service applied (a business row) with no downstream effect.
+fn missing_side_effects(ground: &Ground, calls: &[DownstreamCall]) -> usize {
+    let effects: BTreeSet<&str> = calls
+        .iter()
+        .filter(|c| c.effect)
+        .map(|c| c.event_id.as_str())
+        .collect();
+    ground
+        .business
+        .iter()
+        .map(|(_, e)| e.as_str())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .filter(|e| !effects.contains(e))
+        .count()
+}
+
 /// Message id → eventId for the messages a lab publishes. A resend carries
 /// the first send's id with a suffix (`mid-2.2`): the same event.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -301,6 +318,7 @@ pub fn evaluate(c: &CounterRef, entries: &[Entry], obs: &Observed) -> Result<Str
         Counter::Retries => consumer(Status::RetryScheduled).count().to_string(),
         Counter::RetriesInPlace => consumer(Status::RetryInPlace).count().to_string(),
         Counter::Rejections => consumer(Status::BusinessRejected).count().to_string(),
+        Counter::IntentsRecovered => consumer(Status::IntentRecovered).count().to_string(),
         Counter::RejectionRows => obs.ground.rejected.len().to_string(),
         Counter::RetryDelaysHonoured => {
             // Each redelivery of the message that waited at least the TTL
@@ -431,13 +449,17 @@ pub fn evaluate(c: &CounterRef, entries: &[Entry], obs: &Observed) -> Result<Str
                 .count()
                 .to_string()
         }
-        Counter::DownstreamCalls | Counter::DownstreamEffects | Counter::DuplicateSideEffects => {
+        Counter::DownstreamCalls
+        | Counter::DownstreamEffects
+        | Counter::DuplicateSideEffects
+        | Counter::MissingSideEffects => {
             let calls = obs.downstream.as_deref().ok_or_else(|| {
                 "no downstream service ran (no consume step declares one)".to_string()
             })?;
             match c.counter {
                 Counter::DownstreamCalls => calls.len(),
                 Counter::DownstreamEffects => calls.iter().filter(|c| c.effect).count(),
+                Counter::MissingSideEffects => missing_side_effects(&obs.ground, calls),
                 _ => duplicate_side_effects(calls),
             }
             .to_string()
@@ -785,6 +807,21 @@ mod tests {
         obs.downstream.as_mut().unwrap().push(call("e1", true));
         assert_eq!(eval("downstreamEffects", &[], &obs), "3");
         assert_eq!(eval("duplicateSideEffects", &[], &obs), "1");
+        // An applied event (e3, twice: one event) with no effect is missing.
+        obs.ground.business = vec![
+            ("a".into(), "e1".into()),
+            ("a".into(), "e3".into()),
+            ("b".into(), "e3".into()),
+        ];
+        assert_eq!(eval("missingSideEffects", &[], &obs), "1");
+        obs.downstream.as_mut().unwrap().push(call("e3", false));
+        assert_eq!(
+            eval("missingSideEffects", &[], &obs),
+            "1",
+            "a replay is no effect"
+        );
+        obs.downstream.as_mut().unwrap().push(call("e3", true));
+        assert_eq!(eval("missingSideEffects", &[], &obs), "0");
     }
 
     #[test]

@@ -424,6 +424,7 @@ pub fn mermaid(lines: &[String]) -> String {
     let mut body = Vec::new();
     let mut has_db = false;
     let mut has_dlq = false;
+    let mut has_downstream = false;
     let mut has_broker = false;
     let mut has_network = false;
     // Cluster nodes a fault named, in order of first mention.
@@ -571,7 +572,10 @@ pub fn mermaid(lines: &[String]) -> String {
                 }
             }
             Role::Consumer => {
-                if next_is_new_process && status == Status::Received && !crowd {
+                // A restarted consumer's first line: a delivery, or a call
+                // it makes at start for an intent left pending.
+                let first = matches!(status, Status::Received | Status::IntentRecovered);
+                if next_is_new_process && first && !crowd {
                     consumers += 1;
                     next_is_new_process = false;
                 }
@@ -645,6 +649,21 @@ pub fn mermaid(lines: &[String]) -> String {
                     Status::AtRendezvous => body.push(format!(
                         "    Note over {c}: held at the window ({mid}): stopped (SIGSTOP)"
                     )),
+                    Status::DownstreamCalled => {
+                        has_downstream = true;
+                        body.push(format!("    {c}->>DS: call for {mid} (after the ack)"));
+                    }
+                    Status::CallFailed => {
+                        has_downstream = true;
+                        body.push(format!("    {c}->>DS: call for {mid}, failed"));
+                    }
+                    Status::IntentRecovered => {
+                        (has_downstream, has_db) = (true, true);
+                        body.push(format!(
+                            "    {c}->>DS: call for {mid}'s pending intent (at start)"
+                        ));
+                        body.push(format!("    {c}->>DB: mark {mid}'s intent done"));
+                    }
                     Status::Done => {
                         body.push(format!(
                             "    Note over {c}: exits after {} deliveries",
@@ -749,6 +768,9 @@ pub fn mermaid(lines: &[String]) -> String {
     }
     if has_db {
         out.push_str("    participant DB as PostgreSQL\n");
+    }
+    if has_downstream {
+        out.push_str("    participant DS as downstream service\n");
     }
     for l in body {
         out.push_str(&statement(&l));

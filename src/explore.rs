@@ -565,14 +565,16 @@ pub fn render_markdown(
 }
 
 /// What the total-queue checks cannot see in `lab`, judged at every point
-/// as a counter that must be 0: a downstream's second effect (the checks
-/// read the business rows), an order an order service committed whose
+/// as a counter that must be 0: a downstream's second or missing effect
+/// (the checks read the business rows), an order an order service committed whose
 /// event never came (counted by `lost` too, and named).
 fn judged_apart(lab: &Lab) -> Vec<Counter> {
     let mut out = Vec::new();
     for s in &lab.steps {
         match &s.action {
-            Action::Consume(c) if c.downstream.is_some() => out.push(Counter::DuplicateSideEffects),
+            Action::Consume(c) if c.downstream.is_some() => {
+                out.extend([Counter::DuplicateSideEffects, Counter::MissingSideEffects])
+            }
             Action::Publish(p) if p.orders.is_some() => out.push(Counter::OrdersWithoutEvent),
             _ => {}
         }

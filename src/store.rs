@@ -375,6 +375,54 @@ pub async fn mark_sent(conn: &mut PgConnection, message_id: &str) -> Result<()> 
     Ok(())
 }
 
+/// An intent row (the downstream call the event owes) in the open
+/// business transaction: committed with the business row or not at all.
+pub async fn add_intent(
+    conn: &mut PgConnection,
+    service: &str,
+    event_id: &str,
+    meta: &str,
+    body: &[u8],
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO consumer_intents (consumer_name, event_id, meta, body) VALUES ($1, $2, $3, $4)",
+    )
+    .bind(service)
+    .bind(event_id)
+    .bind(meta)
+    .bind(body)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// The service's intents not marked done, in commit order: each
+/// (eventId, meta, body).
+pub async fn pending_intents(
+    conn: &mut PgConnection,
+    service: &str,
+) -> Result<Vec<(String, String, Vec<u8>)>> {
+    Ok(sqlx::query_as(
+        "SELECT event_id, meta, body FROM consumer_intents \
+         WHERE consumer_name = $1 AND done_at IS NULL ORDER BY seq",
+    )
+    .bind(service)
+    .fetch_all(conn)
+    .await?)
+}
+
+/// The mark after an intent's call returned (autocommit).
+pub async fn intent_done(conn: &mut PgConnection, service: &str, event_id: &str) -> Result<()> {
+    sqlx::query(
+        "UPDATE consumer_intents SET done_at = now() WHERE consumer_name = $1 AND event_id = $2",
+    )
+    .bind(service)
+    .bind(event_id)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
 /// The inbox row alone, committed at once (outside any open transaction).
 pub async fn insert_inbox_autocommit(
     conn: &mut PgConnection,

@@ -196,6 +196,9 @@ names! {
         Snapshot = "snapshot": "inspect: the fields read from PostgreSQL",
         InboxPurged = "inbox_purged": "job: the inbox rows older than the retention deleted, with how many",
         PolicySet = "policy_set": "job: a policy set on the running broker, in force on its queue",
+        DownstreamCalled = "downstream_called": "consumer: the downstream call after the ack returned an answer (an intent, if any, is marked done next)",
+        CallFailed = "call_failed": "consumer: the downstream call after the ack failed; an intent stays pending for the consumer's next start, without one the call is never made again",
+        IntentRecovered = "intent_recovered": "consumer (at start): an intent still pending, called (with its key) and marked done",
     }
 }
 
@@ -218,6 +221,8 @@ names! {
         AfterRetryPublishBeforeAck = "after-retry-publish-before-ack": "consumer: the copy in the retry tier is confirmed, the original is not acked",
         AfterDlqConfirmBeforeAck = "after-dlq-confirm-before-ack": "consumer: the DLQ copy is confirmed, the original is not acked",
         AfterAckBeforeDlqPublish = "after-ack-before-dlq-publish": "consumer: the original is acked, the DLQ copy is not published",
+        AfterDownstreamCall = "after-downstream-call": "consumer: the downstream call made after the ack has returned; its intent row, if any, is not marked done",
+        AfterIntentDone = "after-intent-done": "consumer: the intent row is marked done; nothing of the message is left to do",
     }
 }
 
@@ -582,6 +587,10 @@ names! {
         WriteOverwrite = "write-overwrite": "as write, without the guards: a change event sets its order's state whatever version the state holds, a delayed check cancels whatever the status; an older event arriving late overwrites the newer state, a late check cancels a paid order",
         CallDownstream = "call-downstream": "call the downstream service (BEGIN first if no transaction is open) with the eventId as the request's Idempotency-Key; no answer within the consume step's timeout is a transient failure",
         CallDownstreamUnkeyed = "call-downstream-unkeyed": "as call-downstream, with a key new on each attempt (a request id): a retry after a lost response applies the downstream effect again",
+        IntentInsert = "intent-insert": "INSERT an intent row (the downstream call the event owes) in the business transaction: it commits with the business row or not at all",
+        CallAfterAck = "call-after-ack": "after the ack, outside any transaction, call the downstream service with the eventId as the Idempotency-Key; a failed call is left to the intent, if any (the next start calls it)",
+        CallAfterAckUnkeyed = "call-after-ack-unkeyed": "as call-after-ack, with a key new on each call (a request id): an intent called again applies its effect again",
+        IntentDone = "intent-done": "mark the intent row done (a statement of its own): a consumer that starts calls only the intents not done",
         Commit = "commit": "COMMIT the business transaction",
         Ack = "ack": "basic.ack the delivery",
     }
@@ -617,6 +626,9 @@ names! {
         Overwrite = "overwrite": "classified, but sets an order's state without reading it first: a change event without comparing versions (an older event retried after newer ones overwrites them), a delayed cancel without checking the status (a paid order is cancelled)",
         SideEffectKey = "side-effect-key": "classified, and calls a downstream service before its business write, with the eventId as the Idempotency-Key: a retry after a lost response is answered from the key, with no second effect",
         NoIdempotencyKey = "no-idempotency-key": "side-effect-key, but each attempt's call carries a new key (a request id): the retry after a lost response applies the downstream effect again, which the inbox cannot see (its row was rolled back with the failed attempt)",
+        EffectIntent = "effect-intent": "inbox path with an outbox of intents (article 002): the downstream call is an intent row in the business transaction; after the ack it is called with the eventId as the Idempotency-Key and marked done, and a consumer that starts calls the intents still pending: a crash between the ack and the call loses no effect",
+        CallWithoutIntent = "call-without-intent": "effect-intent without the intent row: the downstream call is made after the ack with nothing recorded; a crash between the ack and the call loses the effect for good (the message is acked, nothing is pending)",
+        IntentUnkeyed = "intent-unkeyed": "effect-intent, but each call carries a key new on each call (a request id): an intent called again at start, after a crash between its call and its mark, applies the downstream effect twice",
         XDeathFirstCount = "x-death-first-count": "retry-dlq's reject loop, but reads the attempt from the first x-death entry's count alone: right while one queue rejects, short once a message was rejected from two queues (one entry per queue and reason)",
     }
 }
@@ -818,6 +830,45 @@ pub const PATTERNS: &[PatternDef] = &[
         on_failure: CLASSIFIED_FAILURE,
     },
     PatternDef {
+        pattern: Pattern::EffectIntent,
+        safe: true,
+        steps: &[
+            Receive,
+            InboxInsert,
+            IntentInsert,
+            Write,
+            Commit,
+            Ack,
+            CallAfterAck,
+            IntentDone,
+        ],
+        auto_ack: false,
+        on_failure: SEED_FAILURE,
+    },
+    PatternDef {
+        pattern: Pattern::CallWithoutIntent,
+        safe: false,
+        steps: &[Receive, InboxInsert, Write, Commit, Ack, CallAfterAck],
+        auto_ack: false,
+        on_failure: SEED_FAILURE,
+    },
+    PatternDef {
+        pattern: Pattern::IntentUnkeyed,
+        safe: false,
+        steps: &[
+            Receive,
+            InboxInsert,
+            IntentInsert,
+            Write,
+            Commit,
+            Ack,
+            CallAfterAckUnkeyed,
+            IntentDone,
+        ],
+        auto_ack: false,
+        on_failure: SEED_FAILURE,
+    },
+    PatternDef {
         pattern: Pattern::ClassifiedXDeath,
         safe: false,
         steps: SAFE_PATH,
@@ -1011,7 +1062,9 @@ impl PatternDef {
             InboxInsert | InboxInsertBlind | InboxInsertByEvent | InboxInsertSavepoint
             | InboxInsertCatching | SkipRedelivered | InboxSelect | InboxInsertIgnoring => None,
             // The window after the write that follows covers it.
-            CallDownstream | CallDownstreamUnkeyed => None,
+            CallDownstream | CallDownstreamUnkeyed | IntentInsert => None,
+            CallAfterAck | CallAfterAckUnkeyed => Some(Window::AfterDownstreamCall),
+            IntentDone => Some(Window::AfterIntentDone),
             Write | WriteOverwrite | Commit | Ack => Some(match (committed, acked) {
                 (false, false) => Window::BeforeCommit,
                 (false, true) => Window::AfterAckBeforeCommit,
@@ -1073,9 +1126,12 @@ impl PatternDef {
 
     /// Whether its path calls the harness's downstream service.
     pub fn calls_downstream(&self) -> bool {
-        self.steps
-            .iter()
-            .any(|s| matches!(s, CallDownstream | CallDownstreamUnkeyed))
+        self.steps.iter().any(|s| {
+            matches!(
+                s,
+                CallDownstream | CallDownstreamUnkeyed | CallAfterAck | CallAfterAckUnkeyed
+            )
+        })
     }
 
     /// `receive → inbox-insert → ...`, for `mqlab list`.
@@ -1155,6 +1211,8 @@ names! {
         DownstreamCalls = "downstreamCalls": "calls the harness's downstream service received",
         DownstreamEffects = "downstreamEffects": "effects the downstream service applied (a call whose Idempotency-Key it had seen applies none)",
         DuplicateSideEffects = "duplicateSideEffects": "downstream effects beyond the first per eventId: what a local inbox cannot see",
+        IntentsRecovered = "intentsRecovered": "intents a consumer found pending when it started, and called (its `intent_recovered` lines)",
+        MissingSideEffects = "missingSideEffects": "events a service applied (a business row) for which the downstream service applied no effect: a call that was never made",
         CrashExitCode = "crashExitCode": "exit status of the killed role (128 + signal)",
         CrashAfterBusinessCommit = "crashAfterBusinessCommit": "business rows of the faulted message visible in PostgreSQL just before the kill",
         ConsumerExitCode = "consumerExitCode": "exit status of the last consumer process",
@@ -1192,6 +1250,8 @@ impl Counter {
             | DownstreamCalls
             | DownstreamEffects
             | DuplicateSideEffects
+            | MissingSideEffects
+            | IntentsRecovered
             | CrashExitCode
             | CrashAfterBusinessCommit
             | ConsumerExitCode => Arg::None,
@@ -1921,6 +1981,28 @@ mod tests {
         assert_eq!(
             w(Pattern::AutoAck),
             [AfterReceive, AfterAckBeforeCommit, AfterAck]
+        );
+        // The outbox of intents: after the ack, the call, then the mark.
+        assert_eq!(
+            w(Pattern::EffectIntent),
+            [
+                AfterReceive,
+                BeforeCommit,
+                AfterCommitBeforeAck,
+                AfterAck,
+                AfterDownstreamCall,
+                AfterIntentDone
+            ]
+        );
+        assert_eq!(
+            w(Pattern::CallWithoutIntent),
+            [
+                AfterReceive,
+                BeforeCommit,
+                AfterCommitBeforeAck,
+                AfterAck,
+                AfterDownstreamCall
+            ]
         );
         assert_eq!(
             w(Pattern::DedupOutsideTx),

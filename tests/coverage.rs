@@ -166,6 +166,31 @@ const COVERAGE: &[(Pattern, Edit, Pattern)] = &[
         Edit::Replaced(Step::CallDownstream, &[Step::CallDownstreamUnkeyed]),
         Pattern::NoIdempotencyKey,
     ),
+    // The outbox of intents: without the intent row (and so without its
+    // mark), the call after the ack is owed by nothing
+    // (effect-intents@call-without-intent); the call's key, the eventId,
+    // makes a second call of a pending intent a replay
+    // (effect-intents@intent-unkeyed).
+    (
+        Pattern::EffectIntent,
+        Edit::Rewritten(
+            Step::IntentInsert,
+            &[
+                Step::Receive,
+                Step::InboxInsert,
+                Step::Write,
+                Step::Commit,
+                Step::Ack,
+                Step::CallAfterAck,
+            ],
+        ),
+        Pattern::CallWithoutIntent,
+    ),
+    (
+        Pattern::EffectIntent,
+        Edit::Replaced(Step::CallAfterAck, &[Step::CallAfterAckUnkeyed]),
+        Pattern::IntentUnkeyed,
+    ),
 ];
 
 /// Steps that are the work itself, not a safety step: removing them
@@ -175,6 +200,10 @@ const NOT_SAFETY_STEPS: &[(Step, &str)] = &[
     (
         Step::Commit,
         "without it nothing is written; its place before the ack is the safety step (Swapped)",
+    ),
+    (
+        Step::IntentDone,
+        "bookkeeping: without the mark, each start calls every intent again, which the call's key makes a replay (its counterexample is the key's)",
     ),
     (
         Step::WriteOverwrite,
@@ -341,11 +370,21 @@ fn every_safe_step_has_a_counterexample_a_lab_runs() {
             // A path with a downstream call added shares the counterexamples
             // of the path without it (side-effect-key is classified's path
             // with the call), except the call's own.
+            // So does a path with an outbox of intents (effect-intent is
+            // the inbox path with its intent row, call and mark).
             let without_call: Vec<Step> = safe
                 .steps
                 .iter()
                 .copied()
-                .filter(|s| *s != Step::CallDownstream)
+                .filter(|s| {
+                    !matches!(
+                        s,
+                        Step::CallDownstream
+                            | Step::IntentInsert
+                            | Step::CallAfterAck
+                            | Step::IntentDone
+                    )
+                })
                 .collect();
             let sibling = |other: &PatternDef| {
                 other.pattern == safe.pattern
@@ -476,6 +515,9 @@ fn seen_at_once(s: Step) -> bool {
             | Step::InboxOwnTx
             | Step::CallDownstream
             | Step::CallDownstreamUnkeyed
+            | Step::CallAfterAck
+            | Step::CallAfterAckUnkeyed
+            | Step::IntentDone
     )
 }
 

@@ -79,6 +79,9 @@ const MAX_RECONNECTS: usize = 5;
 
 pub async fn run(cfg: ConsumerConfig) -> Result<i32> {
     let mut db = Some(store::connect(&cfg.database_url).await?);
+    if let Some(db) = db.as_mut() {
+        recover_intents(&cfg, db).await?;
+    }
     let mut progress = Progress::default();
     if cfg.until_stopped {
         progress.term = Some(tokio::signal::unix::signal(
@@ -300,7 +303,7 @@ impl Consumer {
                         // A request id, new on each attempt.
                         _ => format!("{}/{attempt}/{}", meta.message_id, now_ms()),
                     };
-                    if let Err(error) = self.call_downstream(&d.data, key).await? {
+                    if let Err(error) = call_downstream(&self.cfg, &d.data, key).await? {
                         return self
                             .failed(d, meta, attempt, &event_id, FailureClass::Transient, &error)
                             .await;
@@ -317,6 +320,32 @@ impl Consumer {
                     );
                 }
                 Step::Ack => ack(def, d).await?,
+                Step::IntentInsert => {
+                    begin(&mut open, &mut self.db).await?;
+                    let meta_json = serde_json::to_string(meta)?;
+                    store::add_intent(
+                        &mut self.db,
+                        &self.cfg.service,
+                        &event_id,
+                        &meta_json,
+                        &d.data,
+                    )
+                    .await?;
+                }
+                Step::CallAfterAck | Step::CallAfterAckUnkeyed => {
+                    let key = intent_key(*step, &event_id, &meta.message_id);
+                    let called = call_downstream(&self.cfg, &d.data, key).await?;
+                    if let Err(error) = called {
+                        // Acked: what is left of the call is its intent, if any.
+                        tracing::warn!("{error}");
+                        emit(self.line(meta).status(Status::CallFailed));
+                        return Ok(Outcome::Settled);
+                    }
+                    emit(self.line(meta).status(Status::DownstreamCalled));
+                }
+                Step::IntentDone => {
+                    store::intent_done(&mut self.db, &self.cfg.service, &event_id).await?;
+                }
                 dedup => {
                     let seen = self
                         .dedup(dedup, d, meta, attempt, &event_id, &mut open)
@@ -398,6 +427,10 @@ impl Consumer {
             | Step::WriteOverwrite
             | Step::CallDownstream
             | Step::CallDownstreamUnkeyed
+            | Step::IntentInsert
+            | Step::CallAfterAck
+            | Step::CallAfterAckUnkeyed
+            | Step::IntentDone
             | Step::Commit
             | Step::Ack => {}
         }
@@ -500,44 +533,6 @@ impl Consumer {
             }
             Err(e) => Err(e),
         }
-    }
-
-    /// The downstream call with the event as its body and `key` as its
-    /// Idempotency-Key: Ok(Err(why)) when the call failed (no answer, the
-    /// connection closed, another status than 200), which the pattern
-    /// takes as transient; Err when no downstream was given (a bug).
-    async fn call_downstream(&self, body: &[u8], key: String) -> Result<Result<(), String>> {
-        let cfg = self
-            .cfg
-            .downstream
-            .clone()
-            .context("the pattern calls a downstream service and the harness gave none")?;
-        let body = body.to_vec();
-        let call = tokio::task::spawn_blocking(move || {
-            let agent: ureq::Agent = ureq::Agent::config_builder()
-                .timeout_global(Some(std::time::Duration::from_millis(cfg.timeout_ms)))
-                .http_status_as_error(false)
-                .build()
-                .into();
-            match agent
-                .post(&cfg.url)
-                .header(IDEMPOTENCY_KEY, &key)
-                .header("Content-Type", "application/json")
-                .send(&body[..])
-            {
-                Ok(r) if r.status() == 200 => Ok(()),
-                Ok(r) => Err(format!(
-                    "the downstream answered HTTP {}",
-                    r.status().as_u16()
-                )),
-                Err(ureq::Error::Timeout(_)) => Err(format!(
-                    "no answer from the downstream within {} ms",
-                    cfg.timeout_ms
-                )),
-                Err(e) => Err(format!("the downstream call failed: {e}")),
-            }
-        });
-        Ok(call.await?)
     }
 
     /// A failed business write, the transaction still open with the inbox row.
@@ -846,6 +841,88 @@ impl Consumer {
         }
         Ok(())
     }
+}
+
+/// The downstream call with the event as its body and `key` as its
+/// Idempotency-Key: Ok(Err(why)) when the call failed (no answer, the
+/// connection closed, another status than 200), which the pattern
+/// takes as transient; Err when no downstream was given (a bug).
+async fn call_downstream(
+    cfg: &ConsumerConfig,
+    body: &[u8],
+    key: String,
+) -> Result<Result<(), String>> {
+    let cfg = cfg
+        .downstream
+        .clone()
+        .context("the pattern calls a downstream service and the harness gave none")?;
+    let body = body.to_vec();
+    let call = tokio::task::spawn_blocking(move || {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(std::time::Duration::from_millis(cfg.timeout_ms)))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        match agent
+            .post(&cfg.url)
+            .header(IDEMPOTENCY_KEY, &key)
+            .header("Content-Type", "application/json")
+            .send(&body[..])
+        {
+            Ok(r) if r.status() == 200 => Ok(()),
+            Ok(r) => Err(format!(
+                "the downstream answered HTTP {}",
+                r.status().as_u16()
+            )),
+            Err(ureq::Error::Timeout(_)) => Err(format!(
+                "no answer from the downstream within {} ms",
+                cfg.timeout_ms
+            )),
+            Err(e) => Err(format!("the downstream call failed: {e}")),
+        }
+    });
+    Ok(call.await?)
+}
+
+/// The key of a call after the ack: the eventId, or a request id new on
+/// each call (`call-after-ack-unkeyed`).
+fn intent_key(step: Step, event_id: &str, message_id: &str) -> String {
+    match step {
+        Step::CallAfterAckUnkeyed => format!("{message_id}/{}", now_ms()),
+        _ => event_id.to_string(),
+    }
+}
+
+/// At start, before consuming: the calls of the intents a crash left
+/// pending (after the ack, before the mark), each made and marked done. A
+/// call that fails stays pending for the next start.
+async fn recover_intents(cfg: &ConsumerConfig, db: &mut PgConnection) -> Result<()> {
+    let def = cfg.pattern.def();
+    let Some(call) = def
+        .steps
+        .iter()
+        .find(|s| matches!(s, Step::CallAfterAck | Step::CallAfterAckUnkeyed))
+    else {
+        return Ok(());
+    };
+    if !def.steps.contains(&Step::IntentInsert) {
+        return Ok(());
+    }
+    for (event_id, meta, body) in store::pending_intents(db, &cfg.service).await? {
+        let meta: MessageMeta = serde_json::from_str(&meta)?;
+        let key = intent_key(*call, &event_id, &meta.message_id);
+        match call_downstream(cfg, &body, key).await? {
+            Ok(()) => {
+                store::intent_done(db, &cfg.service, &event_id).await?;
+                emit(line(cfg, &meta).status(Status::IntentRecovered));
+            }
+            Err(error) => {
+                tracing::warn!("{error}");
+                emit(line(cfg, &meta).status(Status::CallFailed));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn reject(requeue: bool) -> BasicNackOptions {
