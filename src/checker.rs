@@ -38,12 +38,19 @@ pub struct Observed {
     /// What the harness's downstream service received, when a step ran one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub downstream: Option<Vec<DownstreamCall>>,
+    /// The services whose consume steps call the downstream service: each
+    /// of their applied events is owed an effect.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub downstream_callers: BTreeSet<String>,
 }
 
 /// One call the harness's downstream service received, in order.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DownstreamCall {
+    /// The calling service (empty: a caller that did not say).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub service: String,
     /// The eventId of the body (`?` when the body names none).
     pub event_id: String,
     /// Whether this call applied an effect (false: a key seen before).
@@ -62,20 +69,23 @@ fn duplicate_side_effects(calls: &[DownstreamCall]) -> usize {
     per.values().map(|n| n - 1).sum()
 }
 
-/// Events some service applied (a business row) with no downstream effect.
-fn missing_side_effects(ground: &Ground, calls: &[DownstreamCall]) -> usize {
-    let effects: BTreeSet<&str> = calls
+/// (service, eventId) pairs a calling service applied (a business row)
+/// with no downstream effect of its own call. Services that call no
+/// downstream owe none.
+fn missing_side_effects(obs: &Observed, calls: &[DownstreamCall]) -> usize {
+    let effects: BTreeSet<(&str, &str)> = calls
         .iter()
         .filter(|c| c.effect)
-        .map(|c| c.event_id.as_str())
+        .map(|c| (c.service.as_str(), c.event_id.as_str()))
         .collect();
-    ground
+    obs.ground
         .business
         .iter()
-        .map(|(_, e)| e.as_str())
+        .filter(|(s, _)| obs.downstream_callers.contains(s))
+        .map(|(s, e)| (s.as_str(), e.as_str()))
         .collect::<BTreeSet<_>>()
         .into_iter()
-        .filter(|e| !effects.contains(e))
+        .filter(|p| !effects.contains(p))
         .count()
 }
 
@@ -459,7 +469,7 @@ pub fn evaluate(c: &CounterRef, entries: &[Entry], obs: &Observed) -> Result<Str
             match c.counter {
                 Counter::DownstreamCalls => calls.len(),
                 Counter::DownstreamEffects => calls.iter().filter(|c| c.effect).count(),
-                Counter::MissingSideEffects => missing_side_effects(&obs.ground, calls),
+                Counter::MissingSideEffects => missing_side_effects(obs, calls),
                 _ => duplicate_side_effects(calls),
             }
             .to_string()
@@ -793,6 +803,7 @@ mod tests {
     #[test]
     fn downstream_effects_count_per_event_and_fail_without_a_downstream() {
         let call = |e: &str, effect: bool| DownstreamCall {
+            service: "a".into(),
             event_id: e.into(),
             effect,
             response_lost: false,
@@ -807,21 +818,28 @@ mod tests {
         obs.downstream.as_mut().unwrap().push(call("e1", true));
         assert_eq!(eval("downstreamEffects", &[], &obs), "3");
         assert_eq!(eval("duplicateSideEffects", &[], &obs), "1");
-        // An applied event (e3, twice: one event) with no effect is missing.
+        // An event a calling service applied with no effect of its own
+        // call is missing; a service that calls no downstream owes none.
         obs.ground.business = vec![
             ("a".into(), "e1".into()),
             ("a".into(), "e3".into()),
             ("b".into(), "e3".into()),
+            ("c".into(), "e3".into()),
         ];
-        assert_eq!(eval("missingSideEffects", &[], &obs), "1");
+        obs.downstream_callers = ["a".to_string(), "b".to_string()].into();
+        assert_eq!(eval("missingSideEffects", &[], &obs), "2");
         obs.downstream.as_mut().unwrap().push(call("e3", false));
         assert_eq!(
             eval("missingSideEffects", &[], &obs),
-            "1",
+            "2",
             "a replay is no effect"
         );
         obs.downstream.as_mut().unwrap().push(call("e3", true));
-        assert_eq!(eval("missingSideEffects", &[], &obs), "0");
+        assert_eq!(
+            eval("missingSideEffects", &[], &obs),
+            "1",
+            "a's effect is not b's"
+        );
     }
 
     #[test]

@@ -572,9 +572,13 @@ pub fn mermaid(lines: &[String]) -> String {
                 }
             }
             Role::Consumer => {
-                // A restarted consumer's first line: a delivery, or a call
-                // it makes at start for an intent left pending.
-                let first = matches!(status, Status::Received | Status::IntentRecovered);
+                // A new process's first line: a delivery, a call it makes at
+                // start for an intent left pending, or its closing line when
+                // it had nothing to do.
+                let first = matches!(
+                    status,
+                    Status::Received | Status::IntentRecovered | Status::CallFailed | Status::Done
+                );
                 if next_is_new_process && first && !crowd {
                     consumers += 1;
                     next_is_new_process = false;

@@ -198,7 +198,7 @@ names! {
         PolicySet = "policy_set": "job: a policy set on the running broker, in force on its queue",
         DownstreamCalled = "downstream_called": "consumer: the downstream call after the ack returned an answer (an intent, if any, is marked done next)",
         CallFailed = "call_failed": "consumer: the downstream call after the ack failed; an intent stays pending for the consumer's next start, without one the call is never made again",
-        IntentRecovered = "intent_recovered": "consumer (at start): an intent still pending, called (with its key) and marked done",
+        IntentRecovered = "intent_recovered": "consumer (at start, or after a lost connection): an intent still pending, called (with its key) and marked done",
     }
 }
 
@@ -222,7 +222,7 @@ names! {
         AfterDlqConfirmBeforeAck = "after-dlq-confirm-before-ack": "consumer: the DLQ copy is confirmed, the original is not acked",
         AfterAckBeforeDlqPublish = "after-ack-before-dlq-publish": "consumer: the original is acked, the DLQ copy is not published",
         AfterDownstreamCall = "after-downstream-call": "consumer: the downstream call made after the ack has returned; its intent row, if any, is not marked done",
-        AfterIntentDone = "after-intent-done": "consumer: the intent row is marked done; nothing of the message is left to do",
+        AfterIntentDone = "after-intent-done": "consumer: the intent row is marked done: a consumer that starts will not call it (its call made before, or, marked first, still to come)",
     }
 }
 
@@ -629,6 +629,7 @@ names! {
         EffectIntent = "effect-intent": "inbox path with an outbox of intents (article 002): the downstream call is an intent row in the business transaction; after the ack it is called with the eventId as the Idempotency-Key and marked done, and a consumer that starts calls the intents still pending: a crash between the ack and the call loses no effect",
         CallWithoutIntent = "call-without-intent": "effect-intent without the intent row: the downstream call is made after the ack with nothing recorded; a crash between the ack and the call loses the effect for good (the message is acked, nothing is pending)",
         IntentUnkeyed = "intent-unkeyed": "effect-intent, but each call carries a key new on each call (a request id): an intent called again at start, after a crash between its call and its mark, applies the downstream effect twice",
+        IntentMarkFirst = "intent-mark-first": "effect-intent, but marks the intent done before it calls: a crash between the mark and the call leaves nothing pending, and the effect never happens",
         XDeathFirstCount = "x-death-first-count": "retry-dlq's reject loop, but reads the attempt from the first x-death entry's count alone: right while one queue rejects, short once a message was rejected from two queues (one entry per queue and reason)",
     }
 }
@@ -864,6 +865,22 @@ pub const PATTERNS: &[PatternDef] = &[
             Ack,
             CallAfterAckUnkeyed,
             IntentDone,
+        ],
+        auto_ack: false,
+        on_failure: SEED_FAILURE,
+    },
+    PatternDef {
+        pattern: Pattern::IntentMarkFirst,
+        safe: false,
+        steps: &[
+            Receive,
+            InboxInsert,
+            IntentInsert,
+            Write,
+            Commit,
+            Ack,
+            IntentDone,
+            CallAfterAck,
         ],
         auto_ack: false,
         on_failure: SEED_FAILURE,
@@ -1211,7 +1228,7 @@ names! {
         DownstreamCalls = "downstreamCalls": "calls the harness's downstream service received",
         DownstreamEffects = "downstreamEffects": "effects the downstream service applied (a call whose Idempotency-Key it had seen applies none)",
         DuplicateSideEffects = "duplicateSideEffects": "downstream effects beyond the first per eventId: what a local inbox cannot see",
-        IntentsRecovered = "intentsRecovered": "intents a consumer found pending when it started, and called (its `intent_recovered` lines)",
+        IntentsRecovered = "intentsRecovered": "intents a consumer found pending when it started or connected again, and called (its `intent_recovered` lines)",
         MissingSideEffects = "missingSideEffects": "events a service applied (a business row) for which the downstream service applied no effect: a call that was never made",
         CrashExitCode = "crashExitCode": "exit status of the killed role (128 + signal)",
         CrashAfterBusinessCommit = "crashAfterBusinessCommit": "business rows of the faulted message visible in PostgreSQL just before the kill",

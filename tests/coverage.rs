@@ -191,6 +191,13 @@ const COVERAGE: &[(Pattern, Edit, Pattern)] = &[
         Edit::Replaced(Step::CallAfterAck, &[Step::CallAfterAckUnkeyed]),
         Pattern::IntentUnkeyed,
     ),
+    // The mark after the call: marked first, a crash between the two
+    // leaves nothing pending (effect-intents@intent-mark-first).
+    (
+        Pattern::EffectIntent,
+        Edit::Swapped(Step::CallAfterAck, Step::IntentDone),
+        Pattern::IntentMarkFirst,
+    ),
 ];
 
 /// Steps that are the work itself, not a safety step: removing them
@@ -200,10 +207,6 @@ const NOT_SAFETY_STEPS: &[(Step, &str)] = &[
     (
         Step::Commit,
         "without it nothing is written; its place before the ack is the safety step (Swapped)",
-    ),
-    (
-        Step::IntentDone,
-        "bookkeeping: without the mark, each start calls every intent again, which the call's key makes a replay (its counterexample is the key's)",
     ),
     (
         Step::WriteOverwrite,

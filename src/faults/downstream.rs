@@ -26,6 +26,10 @@ use crate::checker::DownstreamCall as Call;
 /// The header a caller names its request's idempotency key in.
 pub const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
 
+/// The header the harness's consumer names its service in: each
+/// (service, eventId) is owed an effect of its own (`missingSideEffects`).
+pub const CALLER: &str = "X-Caller";
+
 #[derive(Default)]
 struct State {
     calls: Vec<Call>,
@@ -110,6 +114,12 @@ async fn call(
         .get(IDEMPOTENCY_KEY)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
+    let service = req
+        .headers()
+        .get(CALLER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
     let body = match req.into_body().collect().await {
         Ok(b) => b.to_bytes(),
         Err(_) => return Ok(answer(StatusCode::BAD_REQUEST, "unreadable body")),
@@ -123,6 +133,7 @@ async fn call(
         };
         let lost = effect && s.lose.remove(&event_id);
         s.calls.push(Call {
+            service,
             event_id,
             effect,
             response_lost: lost,

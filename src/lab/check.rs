@@ -2477,7 +2477,7 @@ fault = { target = "producer", action = "kill", window = "before-commit", messag
                 r#"consume = { queue = "q","#,
                 r#"consume = { queue = "q", downstream = { timeout_ms = 500 },"#,
                 None,
-                "step[1].consume.downstream: pattern `inbox` never calls a downstream service: drop `downstream`, or use a pattern that calls one (side-effect-key, no-idempotency-key, effect-intent, call-without-intent, intent-unkeyed)",
+                "step[1].consume.downstream: pattern `inbox` never calls a downstream service: drop `downstream`, or use a pattern that calls one (side-effect-key, no-idempotency-key, effect-intent, call-without-intent, intent-unkeyed, intent-mark-first)",
             ),
             (
                 r#"pattern = "no-inbox""#,

@@ -56,6 +56,17 @@ pub struct GenerationDiff {
 }
 
 impl Lab {
+    /// The services of the consume steps that call the downstream service.
+    pub fn downstream_callers(&self) -> BTreeSet<String> {
+        self.steps
+            .iter()
+            .filter_map(|s| match &s.action {
+                Action::Consume(c) if c.downstream.is_some() => Some(c.service.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The queues whose messages come to `queue` while a drain of it runs:
     /// no step consumes them, their dead-letter chain leads to `queue`,
     /// and what they hold expires (a queue TTL, or the lab's publishes with

@@ -19,7 +19,7 @@ use sqlx::PgConnection;
 
 use super::{emit, meta_of, now_ms, PUBLISHED_AT};
 use crate::amqp;
-use crate::faults::downstream::IDEMPOTENCY_KEY;
+use crate::faults::downstream::{CALLER, IDEMPOTENCY_KEY};
 use crate::faults::point;
 use crate::protocol::ConsumerConfig;
 use crate::store::{self, InboxRow, OrderCreated, StateWrite};
@@ -79,9 +79,6 @@ const MAX_RECONNECTS: usize = 5;
 
 pub async fn run(cfg: ConsumerConfig) -> Result<i32> {
     let mut db = Some(store::connect(&cfg.database_url).await?);
-    if let Some(db) = db.as_mut() {
-        recover_intents(&cfg, db).await?;
-    }
     let mut progress = Progress::default();
     if cfg.until_stopped {
         progress.term = Some(tokio::signal::unix::signal(
@@ -89,6 +86,12 @@ pub async fn run(cfg: ConsumerConfig) -> Result<i32> {
         )?);
     }
     let mut reconnects = 0;
+    // At start, and after each lost connection: a call that failed after
+    // its ack is tried again here (a consumer that runs on without a
+    // reconnect leaves it for its next start).
+    if let Some(db) = db.as_mut() {
+        recover_intents(&cfg, db).await?;
+    }
     while progress.more(&cfg) {
         let conn = amqp::connect(&cfg.amqp_url).await?;
         let result = session(&cfg, &conn, &mut db, &mut progress).await;
@@ -102,6 +105,7 @@ pub async fn run(cfg: ConsumerConfig) -> Result<i32> {
                 // A transaction left open by the lost delivery is abandoned.
                 if let Some(db) = db.as_mut() {
                     let _ = store::rollback(db).await;
+                    recover_intents(&cfg, db).await?;
                 }
                 emit(
                     Record::new(&cfg.lab)
@@ -852,6 +856,7 @@ async fn call_downstream(
     body: &[u8],
     key: String,
 ) -> Result<Result<(), String>> {
+    let service = cfg.service.clone();
     let cfg = cfg
         .downstream
         .clone()
@@ -866,6 +871,7 @@ async fn call_downstream(
         match agent
             .post(&cfg.url)
             .header(IDEMPOTENCY_KEY, &key)
+            .header(CALLER, &service)
             .header("Content-Type", "application/json")
             .send(&body[..])
         {
@@ -893,9 +899,10 @@ fn intent_key(step: Step, event_id: &str, message_id: &str) -> String {
     }
 }
 
-/// At start, before consuming: the calls of the intents a crash left
-/// pending (after the ack, before the mark), each made and marked done. A
-/// call that fails stays pending for the next start.
+/// At start, before consuming, and after a lost connection: the calls of
+/// the intents left pending (a crash after the ack and before the mark, a
+/// call that failed), each made and marked done. A call that fails again
+/// stays pending.
 async fn recover_intents(cfg: &ConsumerConfig, db: &mut PgConnection) -> Result<()> {
     let def = cfg.pattern.def();
     let Some(call) = def

@@ -196,6 +196,7 @@ impl Ctx<'_> {
         self.await_tiers_empty().await?;
         self.observed.ground = self.ground().await?;
         self.observed.downstream = self.downstream.as_ref().map(|d| d.calls());
+        self.observed.downstream_callers = self.lab.downstream_callers();
         let queues: Vec<String> = self.lab.queue_names().map(str::to_string).collect();
         for q in queues {
             // A queue on a node that is down is not read: a counter that
