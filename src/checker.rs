@@ -30,6 +30,10 @@ pub struct Observed {
     /// read while the consumer was held at its window, before the kill.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub depths_at_kill: BTreeMap<String, u32>,
+    /// Unacked messages of each queue a consumer kill's `unackedAtKill`
+    /// names, as the broker counted them at the same moment.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub unacked_at_kill: BTreeMap<String, u32>,
     /// The TTL of each retry tier of the lab, in order: the wait attempt k
     /// owes (tier k, the last one after that), read from the lab, not from
     /// the tier the consumer chose.
@@ -285,10 +289,13 @@ pub fn evaluate(c: &CounterRef, entries: &[Entry], obs: &Observed) -> Result<Str
                 format!("queue `{queue}` could not be read (unavailable: its node down or cut off)")
             });
         }
-        Counter::DepthAtKill => {
+        Counter::DepthAtKill | Counter::UnackedAtKill => {
             let queue = q.unwrap_or_default();
-            return obs
-                .depths_at_kill
+            let read = match c.counter {
+                Counter::DepthAtKill => &obs.depths_at_kill,
+                _ => &obs.unacked_at_kill,
+            };
+            return read
                 .get(queue)
                 .map(|d| d.to_string())
                 .ok_or_else(|| format!("queue `{queue}` was not read at a consumer kill"));

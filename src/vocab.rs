@@ -1204,6 +1204,7 @@ names! {
         BusinessRows = "businessRows": "business rows in PostgreSQL",
         ProcessedRows = "processedRows": "inbox rows in PostgreSQL",
         DepthAfter = "depthAfter": "ready messages in the queue, read from the broker",
+        UnackedAtKill = "unackedAtKill": "`unackedAtKill:<queue>`: messages of the queue delivered and not acked, as the broker counts them (read with rabbitmqctl eval: mqlab's brokers only, and the run has the broker to itself), read with `depthAtKill`'s timing (on a consumer kill's `assert`)",
         DepthAtKill = "depthAtKill": "ready messages in the queue just before a consumer kill, read while the consumer held its window with its prefetched deliveries: what a queue-depth monitor saw (on a consumer kill's `assert`)",
         Attempts = "attempts": "the attempt numbers with which a message was received, in order",
         Deliveries = "deliveries": "how many times a message was delivered",
@@ -1237,6 +1238,12 @@ names! {
 }
 
 impl Counter {
+    /// Read at a consumer kill, while the consumer holds its window: only
+    /// in that fault's `assert`.
+    pub fn at_kill(self) -> bool {
+        matches!(self, Counter::DepthAtKill | Counter::UnackedAtKill)
+    }
+
     pub fn arg(self) -> Arg {
         use Counter::*;
         match self {
@@ -1246,7 +1253,7 @@ impl Counter {
             Isolated => Arg::OptionalClass,
             DlqHeader => Arg::QueueHeader,
             RetryDelaysHonoured => Arg::MessageId,
-            DepthAfter | DepthAtKill => Arg::Queue,
+            DepthAfter | DepthAtKill | UnackedAtKill => Arg::Queue,
             Attempts | Deliveries | DeliveriesBefore => Arg::MessageId,
             OrderVersion | OrderStatus => Arg::Order,
             WaitedAtLeast => Arg::MessageMs,

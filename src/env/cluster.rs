@@ -419,6 +419,10 @@ impl super::Environment for ClusterEnv {
         Box::pin(nodes::set_policy(self, p))
     }
 
+    fn queue_unacked<'a>(&'a self, vhost: &'a str, queue: &'a str) -> super::EnvFuture<'a, u32> {
+        Box::pin(nodes::unacked(self, vhost, queue))
+    }
+
     fn await_leader<'a>(
         &'a self,
         gone: usize,

@@ -809,6 +809,10 @@ impl super::Environment for ContainersEnv {
         Box::pin(nodes::set_policy(self, p))
     }
 
+    fn queue_unacked<'a>(&'a self, vhost: &'a str, queue: &'a str) -> super::EnvFuture<'a, u32> {
+        Box::pin(nodes::unacked(self, vhost, queue))
+    }
+
     fn await_leader<'a>(
         &'a self,
         gone: usize,

@@ -1103,4 +1103,8 @@ impl super::Environment for LocalEnv {
     fn set_policy<'a>(&'a self, p: &'a super::PolicyRequest<'a>) -> super::EnvFuture<'a, ()> {
         Box::pin(super::nodes::set_policy(self, p))
     }
+
+    fn queue_unacked<'a>(&'a self, vhost: &'a str, queue: &'a str) -> super::EnvFuture<'a, u32> {
+        Box::pin(super::nodes::unacked(self, vhost, queue))
+    }
 }

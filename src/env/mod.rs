@@ -413,6 +413,14 @@ pub trait Environment {
     fn delete_vhosts<'a>(&'a self, _vhosts: &'a [String]) -> EnvFuture<'a, ()> {
         Box::pin(async { Ok(()) })
     }
+    /// The messages of a queue delivered and not acked (see
+    /// [`nodes::unacked`]), or why they cannot be read.
+    fn queue_unacked<'a>(&'a self, _vhost: &'a str, queue: &'a str) -> EnvFuture<'a, u32> {
+        let e = anyhow::anyhow!(
+            "mqlab cannot read the unacked count of `{queue}` from a broker it did not start (it reads it with rabbitmqctl eval)"
+        );
+        Box::pin(async move { Err(e) })
+    }
     /// Sets a policy for one queue of `vhost` on the running broker and
     /// waits until the queue has it in force (see [`nodes::set_policy`]).
     fn set_policy<'a>(&'a self, p: &'a PolicyRequest<'a>) -> EnvFuture<'a, ()> {

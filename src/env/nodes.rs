@@ -96,6 +96,22 @@ pub async fn set_policy(nodes: &impl Nodes, p: &super::PolicyRequest<'_>) -> Res
         })
 }
 
+/// Messages of `queue` delivered to consumers and not yet acked, as node 1
+/// counts them: what a backlog monitor should read beside the ready count
+/// (AMQP's passive declare gives the ready count alone).
+pub async fn unacked(nodes: &impl Nodes, vhost: &str, queue: &str) -> Result<u32> {
+    let read = format!(
+        "{{ok, Q}} = rabbit_amqqueue:lookup(rabbit_misc:r({}, queue, {})), \
+         [{{messages_unacknowledged, U}}] = rabbit_amqqueue:info(Q, [messages_unacknowledged]), U.",
+        erlang_binary(vhost),
+        erlang_binary(queue)
+    );
+    let answer = nodes.eval(1, &read).await?;
+    answer
+        .parse()
+        .with_context(|| format!("the unacked count of `{queue}`: the broker answered {answer}"))
+}
+
 /// A string as an Erlang binary of its bytes, for `rabbitmqctl eval`: no
 /// quote or backslash, which a container's rabbitmqctl (Debian's wrapper,
 /// through `su -c`) would mangle.

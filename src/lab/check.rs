@@ -159,8 +159,10 @@ pub enum ErrorKind {
     StallInstances,
     #[error("a stall holds its instance before the message's commit and ack (after the ack the broker pushes it the next message; after the commit it completes nothing last): use `after-receive` or `before-commit`")]
     StallWindow,
-    #[error("`depthAtKill` is read at a kill of the built-in consumer: assert it in that fault's `assert`")]
-    DepthAtKillPlace,
+    #[error(
+        "`{0}` is read at a kill of the built-in consumer: assert it in that fault's `assert`"
+    )]
+    DepthAtKillPlace(Counter),
     #[error("competing consumers under a rendezvous or a stall take one message at a time: a variant's `prefetch` cannot change it")]
     HeldPrefetch,
     #[error("a program consumes with prefetch 1 (MQLAB_PREFETCH): a variant's `prefetch` cannot change it")]
@@ -1424,13 +1426,16 @@ impl<'a> Checker<'a> {
         let asserts = self.asserts(&format!("{fkey}.assert"), &f.assert, raw);
         let at_kill = asserts
             .iter()
-            .any(|a| a.counter.counter == Counter::DepthAtKill);
+            .map(|a| a.counter.counter)
+            .find(|c| c.at_kill());
         let built_in = matches!(action, Action::Consume(c) if c.command.is_none());
-        if at_kill && ((target, act) != (Target::Consumer, FaultAction::Kill) || !built_in) {
+        if let Some(c) =
+            at_kill.filter(|_| (target, act) != (Target::Consumer, FaultAction::Kill) || !built_in)
+        {
             self.err(
                 format!("{fkey}.assert"),
                 span(spanned),
-                ErrorKind::DepthAtKillPlace,
+                ErrorKind::DepthAtKillPlace(c),
             );
         }
         Some(Fault {
@@ -1638,8 +1643,12 @@ impl<'a> Checker<'a> {
                 continue;
             };
             // Read at the kill only: a step's assertion would find nothing.
-            if counter.counter == Counter::DepthAtKill && !key.ends_with(".fault.assert") {
-                self.err(akey.clone(), span(n), ErrorKind::DepthAtKillPlace);
+            if counter.counter.at_kill() && !key.ends_with(".fault.assert") {
+                self.err(
+                    akey.clone(),
+                    span(n),
+                    ErrorKind::DepthAtKillPlace(counter.counter),
+                );
             }
             out.push(Assertion {
                 name: name.clone(),
@@ -2652,6 +2661,14 @@ orders = "direct""#,
             e.to_string().contains(
                 "step[1].fault.assert: `depthAtKill` is read at a kill of the built-in consumer"
             ),
+            "got {e}"
+        );
+        // The broker's unacked count is read at the same moment.
+        let unacked = step.replacen("depthAtKill:q", "unackedAtKill:q", 1);
+        let e = super::super::from_str(&unacked, "t", &fixtures(), None).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("step[1].assert[1]: `unackedAtKill` is read at a kill"),
             "got {e}"
         );
     }

@@ -138,7 +138,17 @@ impl Lab {
     /// Runs with the environment to itself, never beside another run: it
     /// faults the broker, or sets a policy through the environment.
     pub fn needs_environment(&self) -> bool {
-        self.has_broker_fault() || self.has_policy()
+        self.has_broker_fault() || self.has_policy() || self.reads_unacked()
+    }
+
+    /// Reads a queue's unacked count at a kill (`unackedAtKill`, with
+    /// `rabbitmqctl eval`: not on a broker mqlab did not start).
+    pub fn reads_unacked(&self) -> bool {
+        self.steps.iter().filter_map(|s| s.fault.as_ref()).any(|f| {
+            f.asserts
+                .iter()
+                .any(|a| a.counter.counter == crate::vocab::Counter::UnackedAtKill)
+        })
     }
 
     /// Sets a policy on the broker (with `rabbitmqctl eval`: not on a

@@ -201,6 +201,23 @@ impl Ctx<'_> {
                 None => self.observed.depths_at_kill.remove(&q),
             };
         }
+        // And the broker's own count of what it delivered unacked.
+        let unacked: Vec<String> = f
+            .asserts
+            .iter()
+            .filter(|a| a.counter.counter == Counter::UnackedAtKill)
+            .filter_map(|a| a.counter.arg.clone())
+            .collect();
+        for q in unacked {
+            let vhost = self.vhost.clone();
+            let n = self
+                .env
+                .as_deref()
+                .context("unackedAtKill needs the environment to itself (it reads the count with rabbitmqctl eval): this run shares it")?
+                .queue_unacked(&vhost, &q)
+                .await?;
+            self.observed.unacked_at_kill.insert(q, n);
+        }
         let pid = proc.child.id().context("role already reaped")?;
         signal::kill(Pid::from_raw(pid as i32), Signal::SIGKILL)?;
         let code = self.wait_exit(proc, d).await?;
