@@ -189,26 +189,14 @@ impl Ctx<'_> {
             Some(store::business_rows_for(&mut self.conns().db, &f.message).await?);
         // What a queue-depth monitor sees while the consumer holds its
         // prefetched deliveries unacked: read before they go back.
-        let held: Vec<String> = f
-            .asserts
-            .iter()
-            .filter(|a| a.counter.counter == Counter::DepthAtKill)
-            .filter_map(|a| a.counter.arg.clone())
-            .collect();
-        for q in held {
+        for q in queues_read_at_kill(f, Counter::DepthAtKill) {
             match self.queue_state(&q).await? {
                 Some((ready, _)) => self.observed.depths_at_kill.insert(q, ready),
                 None => self.observed.depths_at_kill.remove(&q),
             };
         }
         // And the broker's own count of what it delivered unacked.
-        let unacked: Vec<String> = f
-            .asserts
-            .iter()
-            .filter(|a| a.counter.counter == Counter::UnackedAtKill)
-            .filter_map(|a| a.counter.arg.clone())
-            .collect();
-        for q in unacked {
+        for q in queues_read_at_kill(f, Counter::UnackedAtKill) {
             let vhost = self.vhost.clone();
             let n = self
                 .env
@@ -348,4 +336,13 @@ impl Ctx<'_> {
             log,
         })
     }
+}
+
+/// The queues a kill's `assert` reads `counter` of, at the kill.
+fn queues_read_at_kill(f: &Fault, counter: Counter) -> Vec<String> {
+    f.asserts
+        .iter()
+        .filter(|a| a.counter.counter == counter)
+        .filter_map(|a| a.counter.arg.clone())
+        .collect()
 }
