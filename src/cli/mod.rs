@@ -190,8 +190,9 @@ fn run_role(config: &str) -> i32 {
     }
 }
 
-/// `--env external` runs no lab with a broker fault, a policy step or a
-/// broker setting to read (the broker is not mqlab's): refused, or with
+/// `--env external` runs no lab with a broker fault, a policy step, an
+/// unacked count or a broker setting to read (the broker is not mqlab's):
+/// refused, or with
 /// `--skip-unsupported` left out and named.
 fn runnable_on_external(labs: Vec<Lab>, skip: bool) -> Result<(Vec<Lab>, Vec<String>), Error> {
     // Why a run cannot go on a broker that is not mqlab's: a broker fault,

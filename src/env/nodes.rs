@@ -96,20 +96,29 @@ pub async fn set_policy(nodes: &impl Nodes, p: &super::PolicyRequest<'_>) -> Res
         })
 }
 
-/// Messages of `queue` delivered to consumers and not yet acked, as node 1
-/// counts them: what a backlog monitor should read beside the ready count
-/// (AMQP's passive declare gives the ready count alone).
+/// Messages of `queue` delivered to consumers and not yet acked, as the
+/// classic queue's own process counts them now: what a backlog monitor
+/// should read beside the ready count (AMQP's passive declare gives the
+/// ready count alone). Another queue type answers its type: a quorum
+/// queue's count is a statistic its leader refreshes periodically, and a
+/// node without it reads 0, so it is refused, never read.
 pub async fn unacked(nodes: &impl Nodes, vhost: &str, queue: &str) -> Result<u32> {
     let read = format!(
         "{{ok, Q}} = rabbit_amqqueue:lookup(rabbit_misc:r({}, queue, {})), \
-         [{{messages_unacknowledged, U}}] = rabbit_amqqueue:info(Q, [messages_unacknowledged]), U.",
+         case amqqueue:get_type(Q) of \
+           rabbit_classic_queue -> \
+             [{{messages_unacknowledged, U}}] = rabbit_amqqueue:info(Q, [messages_unacknowledged]), U; \
+           T -> T \
+         end.",
         erlang_binary(vhost),
         erlang_binary(queue)
     );
     let answer = nodes.eval(1, &read).await?;
-    answer
-        .parse()
-        .with_context(|| format!("the unacked count of `{queue}`: the broker answered {answer}"))
+    answer.parse().map_err(|_| {
+        anyhow::anyhow!(
+            "the unacked count of `{queue}` is read from a classic queue's own process; the broker answered {answer}"
+        )
+    })
 }
 
 /// A string as an Erlang binary of its bytes, for `rabbitmqctl eval`: no

@@ -162,7 +162,9 @@ pub enum ErrorKind {
     #[error(
         "`{0}` is read at a kill of the built-in consumer: assert it in that fault's `assert`"
     )]
-    DepthAtKillPlace(Counter),
+    AtKillPlace(Counter),
+    #[error("`unackedAtKill` reads a classic queue's own count: `{0}` is a quorum queue, whose count is a statistic its leader refreshes every few seconds")]
+    UnackedOfQuorum(String),
     #[error("competing consumers under a rendezvous or a stall take one message at a time: a variant's `prefetch` cannot change it")]
     HeldPrefetch,
     #[error("a program consumes with prefetch 1 (MQLAB_PREFETCH): a variant's `prefetch` cannot change it")]
@@ -645,10 +647,7 @@ impl<'a> Checker<'a> {
                     );
                 }
             }
-            let quorum = q
-                .arguments
-                .get("x-queue-type")
-                .is_some_and(|v| v.get_ref() == &ArgValue::Str("quorum".into()));
+            let quorum = is_quorum(q);
             if quorum && !q.durable {
                 self.err(
                     format!("{key}.durable"),
@@ -1435,7 +1434,7 @@ impl<'a> Checker<'a> {
             self.err(
                 format!("{fkey}.assert"),
                 span(spanned),
-                ErrorKind::DepthAtKillPlace(c),
+                ErrorKind::AtKillPlace(c),
             );
         }
         Some(Fault {
@@ -1647,8 +1646,16 @@ impl<'a> Checker<'a> {
                 self.err(
                     akey.clone(),
                     span(n),
-                    ErrorKind::DepthAtKillPlace(counter.counter),
+                    ErrorKind::AtKillPlace(counter.counter),
                 );
+            }
+            if let Some(q) = counter
+                .arg
+                .as_ref()
+                .filter(|_| counter.counter == Counter::UnackedAtKill)
+                .filter(|q| quorum_queue(raw, q))
+            {
+                self.err(akey.clone(), span(n), ErrorKind::UnackedOfQuorum(q.clone()));
             }
             out.push(Assertion {
                 name: name.clone(),
@@ -1808,6 +1815,20 @@ fn actions(s: &RawStep) -> usize {
     .iter()
     .filter(|b| **b)
     .count()
+}
+
+/// A queue declared with `x-queue-type = "quorum"`.
+fn is_quorum(q: &RawQueue) -> bool {
+    q.arguments
+        .get("x-queue-type")
+        .is_some_and(|v| v.get_ref() == &ArgValue::Str("quorum".into()))
+}
+
+/// Whether the lab declares `name` as a quorum queue.
+fn quorum_queue(raw: &RawLab, name: &str) -> bool {
+    raw.queues
+        .iter()
+        .any(|q| q.name.get_ref() == name && is_quorum(q))
 }
 
 fn asserted(steps: &[Step]) -> BTreeSet<&str> {
@@ -2663,7 +2684,22 @@ orders = "direct""#,
             ),
             "got {e}"
         );
-        // The broker's unacked count is read at the same moment.
+        // The broker's unacked count is read at the same moment, from a
+        // classic queue only.
+        let fault_unacked = at_kill.replacen("depthAtKill:q", "unackedAtKill:q", 1);
+        assert!(super::super::from_str(&fault_unacked, "t", &fixtures(), None).is_ok());
+        let quorum = fault_unacked.replacen(
+            "name = \"q\"\n",
+            "name = \"q\"\narguments = { \"x-queue-type\" = \"quorum\" }\n",
+            1,
+        );
+        let e = super::super::from_str(&quorum, "t", &fixtures(), None).unwrap_err();
+        assert!(
+            e.to_string().contains(
+                "step[1].fault.assert[1]: `unackedAtKill` reads a classic queue's own count: `q` is a quorum queue"
+            ),
+            "got {e}"
+        );
         let unacked = step.replacen("depthAtKill:q", "unackedAtKill:q", 1);
         let e = super::super::from_str(&unacked, "t", &fixtures(), None).unwrap_err();
         assert!(

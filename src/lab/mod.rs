@@ -136,7 +136,8 @@ impl Lab {
     }
 
     /// Runs with the environment to itself, never beside another run: it
-    /// faults the broker, or sets a policy through the environment.
+    /// faults the broker, or sets a policy or reads an unacked count
+    /// through the environment.
     pub fn needs_environment(&self) -> bool {
         self.has_broker_fault() || self.has_policy() || self.reads_unacked()
     }

@@ -105,7 +105,6 @@ pub async fn run(cfg: ConsumerConfig) -> Result<i32> {
                 // A transaction left open by the lost delivery is abandoned.
                 if let Some(db) = db.as_mut() {
                     let _ = store::rollback(db).await;
-                    recover_intents(&cfg, db).await?;
                 }
                 emit(
                     Record::new(&cfg.lab)
@@ -113,6 +112,9 @@ pub async fn run(cfg: ConsumerConfig) -> Result<i32> {
                         .with("queue", &cfg.queue)
                         .status(Status::ConnectionLost),
                 );
+                if let Some(db) = db.as_mut() {
+                    recover_intents(&cfg, db).await?;
+                }
             }
             Err(e) => return Err(e),
         }
