@@ -457,6 +457,9 @@ pub fn mermaid(lines: &[String]) -> String {
                         e.get("routingKey").unwrap_or("")
                     ));
                 }
+                Status::Buffered => body.push(format!(
+                    "    Note over P: {mid} buffered in the client's batch (the send call returned)"
+                )),
                 // An order service: its database is the order's and the outbox's.
                 Status::OrderCommitted => {
                     has_db = true;

@@ -116,6 +116,11 @@ pub struct ProducerConfig {
     /// confirmed, and after a confirm timeout send again (else: count it as
     /// done, as a fire-and-forget producer does).
     pub resend: bool,
+    /// A client-side batch of this many messages: each message is buffered
+    /// (`buffered`), the batch sent when full and, with `flush`, at close.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<usize>,
+    pub flush: bool,
     /// The producer's own record of what it sent and what was confirmed
     /// (its outbox): a restarted producer resends what it sent and never
     /// saw confirmed, and skips what was.
@@ -248,6 +253,8 @@ mod tests {
             park: None,
             confirm_timeout_ms: None,
             resend: true,
+            batch: None,
+            flush: true,
             journal: "/tmp/j".into(),
             faults: Vec::new(),
             reconnect: false,

@@ -242,6 +242,8 @@ impl Soak<'_> {
             park: None,
             confirm_timeout_ms: None,
             resend: true,
+            batch: None,
+            flush: true,
             journal: self.logs.join(format!("{queue}.journal")),
             faults: Vec::new(),
             reconnect: false,

@@ -163,6 +163,7 @@ names! {
         Nacked = "nacked": "producer: the broker refused the publish (basic.nack); it is parked if the lab names a parking queue, kept unsent in its outbox by an outbox relay that marks after the confirm, else sent again (taken as done by a producer that does not resend)",
         ConfirmTimeout = "confirm_timeout": "producer: no confirm within the timeout; it is sent again",
         Unconfirmed = "unconfirmed": "producer: published without a confirm",
+        Buffered = "buffered": "producer: the message handed to its client-side batch: the send call returned, nothing went to the broker yet (a publish step's `batch`)",
         Returned = "returned": "producer: the broker returned a mandatory publish no queue took",
         Parked = "parked": "producer: a returned or nacked message, published (confirmed) to the parking queue",
         OrderCommitted = "order_committed": "producer (an order service): the order committed, with its outbox row if it has an outbox",
@@ -1432,6 +1433,7 @@ impl Status {
             Status::OrderCommitted
                 | Status::Confirmed
                 | Status::Unconfirmed
+                | Status::Buffered
                 | Status::Nacked
                 | Status::ConfirmTimeout
                 | Status::Returned

@@ -73,6 +73,12 @@ pub enum ErrorKind {
     OrdersWithoutOrderService,
     #[error("a reconciliation job is an order service's that publishes directly: set `orders = \"direct\"` on the step, and keep `resend`")]
     ReconcileWithoutOrders,
+    #[error("a batch holds at least 2 messages (with 1 every send goes out at once)")]
+    BatchSize,
+    #[error("`batch` is a plain producer's client-side buffer: an order service (`orders`) commits each order and publishes it")]
+    BatchWithOrders,
+    #[error("`flush = false` is for a batching producer: set `batch` too")]
+    FlushWithoutBatch,
     #[error("a reconciliation job compares the orders with the built-in consumer's business rows: a program (`command`) keeps its own")]
     ReconcileWithProgram,
     #[error("no publish step of this lab sets `reconcile = true`: a variant's `reconcile = false` would change nothing")]
@@ -570,6 +576,35 @@ impl<'a> Checker<'a> {
         out
     }
 
+    /// A publish step's `batch` (and its `flush`).
+    fn batch(&mut self, key: &str, p: &RawPublish) -> Option<usize> {
+        let Some(b) = &p.batch else {
+            if !p.flush {
+                self.err(
+                    format!("{key}.publish.flush"),
+                    None,
+                    ErrorKind::FlushWithoutBatch,
+                );
+            }
+            return None;
+        };
+        if *b.get_ref() < 2 {
+            self.err(
+                format!("{key}.publish.batch"),
+                span(b),
+                ErrorKind::BatchSize,
+            );
+        }
+        if p.orders.is_some() {
+            self.err(
+                format!("{key}.publish.batch"),
+                span(b),
+                ErrorKind::BatchWithOrders,
+            );
+        }
+        Some(*b.get_ref())
+    }
+
     /// A `node = N` key: 1 by default, at most the lab's `nodes`.
     fn node(&mut self, key: String, n: &Option<Spanned<usize>>) -> usize {
         match n {
@@ -1008,6 +1043,8 @@ impl<'a> Checker<'a> {
             park,
             confirm_timeout_ms: p.confirm_timeout_ms.map(|n| n.get()),
             resend: p.resend,
+            batch: self.batch(key, p),
+            flush: p.flush,
             node: self.node(format!("{key}.publish.node"), &p.node),
             orders: p.orders.as_ref().map(|o| *o.get_ref()),
             reconcile: p.reconcile,
@@ -1941,6 +1978,9 @@ fn vary_publish(p: &mut RawPublish, v: &RawVariant) {
     if let Some(x) = v.resend {
         p.resend = x;
     }
+    if let Some(x) = v.flush {
+        p.flush = x;
+    }
     if let (Some(x), true) = (&v.orders, p.orders.is_some() && !p.reconcile) {
         p.orders = Some(x.clone());
     }
@@ -2091,6 +2131,18 @@ violations = { rows = 3 }
                 r#"window = "after-lunch""#,
                 None,
                 "t.toml:13:58: step[1].fault.window: unknown fault window `after-lunch` (known: after-receive,",
+            ),
+            (
+                r#"messages = ["order-1001", "order-1002"] }"#,
+                r#"messages = ["order-1001", "order-1002"], batch = 1 }"#,
+                None,
+                "step[0].publish.batch: a batch holds at least 2 messages",
+            ),
+            (
+                r#"messages = ["order-1001", "order-1002"] }"#,
+                r#"messages = ["order-1001", "order-1002"], flush = false }"#,
+                None,
+                "step[0].publish.flush: `flush = false` is for a batching producer: set `batch` too",
             ),
             (
                 r#"settle = 2 }"#,

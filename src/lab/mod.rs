@@ -278,6 +278,10 @@ pub struct Publish {
     /// A restarted producer sends again what it never saw confirmed, and a
     /// producer whose confirm timed out sends again (false: taken as done).
     pub resend: bool,
+    /// A client-side batch of this many messages, sent when full and, with
+    /// `flush`, at close.
+    pub batch: Option<usize>,
+    pub flush: bool,
     /// The cluster node it connects to, 1-based.
     pub node: usize,
     /// The producer is an order service: each order committed first, its

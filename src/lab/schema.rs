@@ -163,6 +163,15 @@ pub struct RawPublish {
     /// (false: an outbox relay takes a refusal as done and marks the row).
     #[serde(default = "yes")]
     pub resend: bool,
+    /// A client-side batch of this many messages (article 002: a send call
+    /// that returns may only mean the message entered the client's
+    /// buffer): each message is buffered, and the batch is sent when full
+    /// and, with `flush`, when the producer closes.
+    pub batch: Option<Spanned<usize>>,
+    /// With `batch`: send what the batch holds before exiting (false: exit
+    /// at once, what it holds is never sent).
+    #[serde(default = "yes")]
+    pub flush: bool,
     /// The cluster node the producer connects to (default 1).
     pub node: Option<Spanned<usize>>,
     /// The producer is an order service: each order committed in its
@@ -366,6 +375,8 @@ pub struct RawVariant {
     pub confirm: Option<bool>,
     pub mandatory: Option<bool>,
     pub resend: Option<bool>,
+    /// `false`: a batching producer exits without sending its batch.
+    pub flush: Option<bool>,
     /// An order service's handoff (`direct` against `outbox`).
     pub orders: Option<Spanned<Handoff>>,
     /// `false`: the reconciliation steps (`reconcile = true`) left out.

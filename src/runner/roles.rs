@@ -239,6 +239,8 @@ impl Ctx<'_> {
             park: p.park.clone(),
             confirm_timeout_ms: p.confirm_timeout_ms,
             resend: p.resend,
+            batch: p.batch,
+            flush: p.flush,
             journal: self.logs.join(format!("producer-{}.journal", self.step)),
             faults,
             reconnect: false,
