@@ -403,7 +403,13 @@ pub fn evaluate(c: &CounterRef, entries: &[Entry], obs: &Observed) -> Result<Str
                 e.get("status")
                     .and_then(|s| s.parse::<Status>().ok())
                     .is_some_and(|s| {
-                        s.is_a_send() && !matches!(s, Status::Parked | Status::OrderCommitted)
+                        // A buffered message is published when its batch
+                        // is sent (its `confirmed` line), if ever.
+                        s.is_a_send()
+                            && !matches!(
+                                s,
+                                Status::Parked | Status::OrderCommitted | Status::Buffered
+                            )
                     })
             })
             .count()

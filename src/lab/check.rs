@@ -79,6 +79,10 @@ pub enum ErrorKind {
     BatchWithOrders,
     #[error("`flush = false` is for a batching producer: set `batch` too")]
     FlushWithoutBatch,
+    #[error("a batching producer keeps no journal across a restart (it would send everything again): no fault on a `batch` step")]
+    BatchWithFault,
+    #[error("no publish step of this lab sets `batch`: a variant's `flush` would change nothing")]
+    NoBatchToFlush,
     #[error("a reconciliation job compares the orders with the built-in consumer's business rows: a program (`command`) keeps its own")]
     ReconcileWithProgram,
     #[error("no publish step of this lab sets `reconcile = true`: a variant's `reconcile = false` would change nothing")]
@@ -444,6 +448,17 @@ impl<'a> Checker<'a> {
         written: &[RawQueue],
         (written_reconciles, written_relays): (bool, bool),
     ) {
+        let batches = raw
+            .steps
+            .iter()
+            .any(|s| s.publish.as_ref().is_some_and(|p| p.batch.is_some()));
+        if def.flush.is_some() && !batches {
+            self.err(
+                format!("variant.{name}.flush"),
+                None,
+                ErrorKind::NoBatchToFlush,
+            );
+        }
         if def.reconcile == Some(false) && !written_reconciles {
             self.err(
                 format!("variant.{name}.reconcile"),
@@ -836,6 +851,9 @@ impl<'a> Checker<'a> {
                     let n: usize = p.messages.iter().map(|m| m.get_ref().count()).sum();
                     published.extend((0..n).map(|j| format!("mid-{}", next_id + j)));
                     let p = self.publish(&key, p, raw, &mut next_id);
+                    if let (Some(_), Some(f)) = (p.batch, &s.fault) {
+                        self.err(format!("{key}.fault"), span(f), ErrorKind::BatchWithFault);
+                    }
                     for m in &p.messages {
                         // As the consumer reads it (the message id if there is none).
                         let event = serde_json::from_str::<serde_json::Value>(&m.body)
@@ -1978,7 +1996,8 @@ fn vary_publish(p: &mut RawPublish, v: &RawVariant) {
     if let Some(x) = v.resend {
         p.resend = x;
     }
-    if let Some(x) = v.flush {
+    // Only a batching step has a batch to send at close.
+    if let (Some(x), true) = (v.flush, p.batch.is_some()) {
         p.flush = x;
     }
     if let (Some(x), true) = (&v.orders, p.orders.is_some() && !p.reconcile) {
@@ -2137,6 +2156,18 @@ violations = { rows = 3 }
                 r#"messages = ["order-1001", "order-1002"], batch = 1 }"#,
                 None,
                 "step[0].publish.batch: a batch holds at least 2 messages",
+            ),
+            (
+                r#"messages = ["order-1001", "order-1002"] }"#,
+                "messages = [\"order-1001\", \"order-1002\"], batch = 10 }\nfault = { target = \"producer\", action = \"kill\", window = \"after-confirm\", message = \"mid-1\", then = \"restart\" }",
+                None,
+                "step[0].fault: a batching producer keeps no journal across a restart",
+            ),
+            (
+                "[variant.v]",
+                "[variant.v]\nflush = false",
+                Some("v"),
+                "variant.v.flush: no publish step of this lab sets `batch`",
             ),
             (
                 r#"messages = ["order-1001", "order-1002"] }"#,
