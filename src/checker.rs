@@ -34,6 +34,10 @@ pub struct Observed {
     /// names, as the broker counted them at the same moment.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub unacked_at_kill: BTreeMap<String, u32>,
+    /// Whether each queue a consumer kill's `oldestAgeShownAtKill` names
+    /// told the age of its oldest message at the same moment.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub ages_shown_at_kill: BTreeMap<String, bool>,
     /// The TTL of each retry tier of the lab, in order: the wait attempt k
     /// owes (tier k, the last one after that), read from the lab, not from
     /// the tier the consumer chose.
@@ -299,6 +303,14 @@ pub fn evaluate(c: &CounterRef, entries: &[Entry], obs: &Observed) -> Result<Str
                 .get(queue)
                 .map(|d| d.to_string())
                 .ok_or_else(|| format!("queue `{queue}` was not read at a consumer kill"));
+        }
+        Counter::OldestAgeShownAtKill => {
+            let queue = q.unwrap_or_default();
+            return match obs.ages_shown_at_kill.get(queue) {
+                Some(true) => Ok("yes".into()),
+                Some(false) => Ok("no".into()),
+                None => Err(format!("queue `{queue}` was not read at a consumer kill")),
+            };
         }
         Counter::Attempts => consumer(Status::Received)
             .filter(of_message)

@@ -108,6 +108,8 @@ pub struct ProducerConfig {
     pub confirm: bool,
     pub mandatory: bool,
     pub persistent: bool,
+    /// Each message carries the `timestamp` property (seconds).
+    pub timestamp: bool,
     /// Where a returned message is published (confirmed).
     pub park: Option<String>,
     /// No confirm within this: log `confirm_timeout` and send again.
@@ -250,6 +252,7 @@ mod tests {
             confirm: true,
             mandatory: false,
             persistent: true,
+            timestamp: true,
             park: None,
             confirm_timeout_ms: None,
             resend: true,

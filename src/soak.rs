@@ -239,6 +239,7 @@ impl Soak<'_> {
             confirm: true,
             mandatory: false,
             persistent: true,
+            timestamp: true,
             park: None,
             confirm_timeout_ms: None,
             resend: true,

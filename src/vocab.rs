@@ -1207,6 +1207,7 @@ names! {
         DepthAfter = "depthAfter": "ready messages in the queue, read from the broker",
         DepthAtKill = "depthAtKill": "ready messages in the queue just before a consumer kill, read while the consumer held its window with its prefetched deliveries: what a queue-depth monitor saw (on a consumer kill's `assert`)",
         UnackedAtKill = "unackedAtKill": "messages of a classic queue delivered and not acked, as its process counts them, read at the same moment as depthAtKill (with rabbitmqctl eval: mqlab's brokers only, and the run has the broker to itself)",
+        OldestAgeShownAtKill = "oldestAgeShownAtKill": "`yes` if a classic queue tells the age of its oldest message (its head_message_timestamp, which counts delivered and unacked messages too) at the same moment as depthAtKill, `no` if it tells none: the broker reads the age from the messages' `timestamp` property (read like unackedAtKill; a time outside the run is an error)",
         Attempts = "attempts": "the attempt numbers with which a message was received, in order",
         Deliveries = "deliveries": "how many times a message was delivered",
         CommitOrder = "commitOrder": "the message ids whose business transaction committed, in the order they committed (a program's COMMITs as the harness saw them)",
@@ -1242,7 +1243,16 @@ impl Counter {
     /// Read at a consumer kill, while the consumer holds its window: only
     /// in that fault's `assert`.
     pub fn at_kill(self) -> bool {
-        matches!(self, Counter::DepthAtKill | Counter::UnackedAtKill)
+        matches!(
+            self,
+            Counter::DepthAtKill | Counter::UnackedAtKill | Counter::OldestAgeShownAtKill
+        )
+    }
+
+    /// Read from a classic queue's own process with `rabbitmqctl eval`: on
+    /// mqlab's brokers only, and by a run that has the broker to itself.
+    pub fn reads_queue_process(self) -> bool {
+        matches!(self, Counter::UnackedAtKill | Counter::OldestAgeShownAtKill)
     }
 
     pub fn arg(self) -> Arg {
@@ -1254,7 +1264,7 @@ impl Counter {
             Isolated => Arg::OptionalClass,
             DlqHeader => Arg::QueueHeader,
             RetryDelaysHonoured => Arg::MessageId,
-            DepthAfter | DepthAtKill | UnackedAtKill => Arg::Queue,
+            DepthAfter | DepthAtKill | UnackedAtKill | OldestAgeShownAtKill => Arg::Queue,
             Attempts | Deliveries | DeliveriesBefore => Arg::MessageId,
             OrderVersion | OrderStatus => Arg::Order,
             WaitedAtLeast => Arg::MessageMs,

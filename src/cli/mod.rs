@@ -201,7 +201,9 @@ fn runnable_on_external(labs: Vec<Lab>, skip: bool) -> Result<(Vec<Lab>, Vec<Str
         match (l.has_broker_fault(), l.settings.first()) {
         (true, _) => Some("a broker fault".to_string()),
         _ if l.has_policy() => Some("a policy step (set with rabbitmqctl eval)".to_string()),
-        _ if l.reads_unacked() => Some("an unacked count (read with rabbitmqctl eval)".to_string()),
+        _ if l.reads_queue_process() => {
+            Some("a queue's own figures (read with rabbitmqctl eval)".to_string())
+        }
         (false, Some(s)) => Some(format!(
             "it relies on the broker setting `{s}` = {}, which mqlab cannot read from a broker it did not start: {}",
             s.required(),

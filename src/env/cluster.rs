@@ -419,8 +419,12 @@ impl super::Environment for ClusterEnv {
         Box::pin(nodes::set_policy(self, p))
     }
 
-    fn queue_unacked<'a>(&'a self, vhost: &'a str, queue: &'a str) -> super::EnvFuture<'a, u32> {
-        Box::pin(nodes::unacked(self, vhost, queue))
+    fn queue_held<'a>(
+        &'a self,
+        vhost: &'a str,
+        queue: &'a str,
+    ) -> super::EnvFuture<'a, super::nodes::Held> {
+        Box::pin(nodes::held(self, vhost, queue))
     }
 
     fn await_leader<'a>(

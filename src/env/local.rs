@@ -1104,7 +1104,11 @@ impl super::Environment for LocalEnv {
         Box::pin(super::nodes::set_policy(self, p))
     }
 
-    fn queue_unacked<'a>(&'a self, vhost: &'a str, queue: &'a str) -> super::EnvFuture<'a, u32> {
-        Box::pin(super::nodes::unacked(self, vhost, queue))
+    fn queue_held<'a>(
+        &'a self,
+        vhost: &'a str,
+        queue: &'a str,
+    ) -> super::EnvFuture<'a, super::nodes::Held> {
+        Box::pin(super::nodes::held(self, vhost, queue))
     }
 }

@@ -413,11 +413,12 @@ pub trait Environment {
     fn delete_vhosts<'a>(&'a self, _vhosts: &'a [String]) -> EnvFuture<'a, ()> {
         Box::pin(async { Ok(()) })
     }
-    /// The messages of a queue delivered and not acked (see
-    /// [`nodes::unacked`]), or why they cannot be read.
-    fn queue_unacked<'a>(&'a self, _vhost: &'a str, queue: &'a str) -> EnvFuture<'a, u32> {
+    /// What a classic queue's process holds: its messages delivered and
+    /// not acked, and the stamp of its oldest (see [`nodes::held`]), or why
+    /// they cannot be read.
+    fn queue_held<'a>(&'a self, _vhost: &'a str, queue: &'a str) -> EnvFuture<'a, nodes::Held> {
         let e = anyhow::anyhow!(
-            "mqlab cannot read the unacked count of `{queue}` from a broker it did not start (it reads it with rabbitmqctl eval)"
+            "mqlab cannot read the figures of `{queue}` from a broker it did not start (it reads them with rabbitmqctl eval)"
         );
         Box::pin(async move { Err(e) })
     }

@@ -96,28 +96,55 @@ pub async fn set_policy(nodes: &impl Nodes, p: &super::PolicyRequest<'_>) -> Res
         })
 }
 
-/// Messages of `queue` delivered to consumers and not yet acked, as the
-/// classic queue's own process counts them now: what a backlog monitor
-/// should read beside the ready count (AMQP's passive declare gives the
-/// ready count alone). Another queue type answers its type: a quorum
-/// queue's count is a statistic its leader refreshes periodically, and a
-/// node without it reads 0, so it is refused, never read.
-pub async fn unacked(nodes: &impl Nodes, vhost: &str, queue: &str) -> Result<u32> {
+/// What a classic queue's own process reports now, beside the ready count
+/// (AMQP's passive declare gives that alone): what a backlog monitor
+/// should read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Held {
+    /// Messages delivered to consumers and not yet acked.
+    pub unacked: u32,
+    /// The `timestamp` property (seconds) of its oldest message, delivered
+    /// and unacked ones included (`head_message_timestamp`); `None` when
+    /// that message has none.
+    pub oldest_stamp: Option<u64>,
+}
+
+/// Reads [`Held`]. Another queue type answers its type: a quorum queue's
+/// count is a statistic its leader refreshes periodically, and a node
+/// without it reads 0, so it is refused, never read.
+pub async fn held(nodes: &impl Nodes, vhost: &str, queue: &str) -> Result<Held> {
     let read = format!(
         "{{ok, Q}} = rabbit_amqqueue:lookup(rabbit_misc:r({}, queue, {})), \
          case amqqueue:get_type(Q) of \
            rabbit_classic_queue -> \
-             [{{messages_unacknowledged, U}}] = rabbit_amqqueue:info(Q, [messages_unacknowledged]), U; \
+             [{{_, U}}, {{_, T}}] = rabbit_amqqueue:info(Q, [messages_unacknowledged, head_message_timestamp]), \
+             {{U, T}}; \
            T -> T \
          end.",
         erlang_binary(vhost),
         erlang_binary(queue)
     );
     let answer = nodes.eval(1, &read).await?;
-    answer.parse().map_err(|_| {
+    parse_held(&answer).ok_or_else(|| {
         anyhow::anyhow!(
-            "the unacked count of `{queue}` is read from a classic queue's own process; the broker answered {answer}"
+            "the figures of `{queue}` are read from a classic queue's own process; the broker answered {answer}"
         )
+    })
+}
+
+/// `{5,1733350000}`, or `{5,''}` when the oldest message has no stamp.
+fn parse_held(answer: &str) -> Option<Held> {
+    let (u, t) = answer
+        .trim()
+        .strip_prefix('{')?
+        .strip_suffix('}')?
+        .split_once(',')?;
+    Some(Held {
+        unacked: u.trim().parse().ok()?,
+        oldest_stamp: match t.trim() {
+            "''" => None,
+            t => Some(t.parse().ok()?),
+        },
     })
 }
 
@@ -331,4 +358,29 @@ pub(super) fn leader_elsewhere(vhost: &str, queue: &str, gone: &str) -> String {
          {{Name, _}} -> case ra:members({{Name, node()}}, 2000) of {{ok, _, {{_, L}}}} -> L =/= '{gone}'; _ -> false end; \
          _ -> false end; _ -> false end."
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn held_is_read_from_the_queue_process_answer() {
+        assert_eq!(
+            parse_held("{5,1733350000}"),
+            Some(Held {
+                unacked: 5,
+                oldest_stamp: Some(1733350000)
+            })
+        );
+        assert_eq!(
+            parse_held("{0,''}\n"),
+            Some(Held {
+                unacked: 0,
+                oldest_stamp: None
+            })
+        );
+        // A quorum queue answers its type: never a figure.
+        assert_eq!(parse_held("rabbit_quorum_queue"), None);
+    }
 }

@@ -173,8 +173,8 @@ pub enum ErrorKind {
         "`{0}` is read at a kill of the built-in consumer: assert it in that fault's `assert`"
     )]
     AtKillPlace(Counter),
-    #[error("`unackedAtKill` reads a classic queue's own count: `{0}` is a quorum queue, whose count is a statistic its leader refreshes every few seconds")]
-    UnackedOfQuorum(String),
+    #[error("`{0}` reads a classic queue's own process: `{1}` is a quorum queue, whose figures are statistics its leader refreshes every few seconds")]
+    ProcessOfQuorum(Counter, String),
     #[error("competing consumers under a rendezvous or a stall take one message at a time: a variant's `prefetch` cannot change it")]
     HeldPrefetch,
     #[error("a program consumes with prefetch 1 (MQLAB_PREFETCH): a variant's `prefetch` cannot change it")]
@@ -1058,6 +1058,7 @@ impl<'a> Checker<'a> {
             confirm: p.confirm,
             mandatory: p.mandatory,
             persistent: p.persistent,
+            timestamp: p.timestamp,
             park,
             confirm_timeout_ms: p.confirm_timeout_ms.map(|n| n.get()),
             resend: p.resend,
@@ -1707,10 +1708,14 @@ impl<'a> Checker<'a> {
             if let Some(q) = counter
                 .arg
                 .as_ref()
-                .filter(|_| counter.counter == Counter::UnackedAtKill)
+                .filter(|_| counter.counter.reads_queue_process())
                 .filter(|q| quorum_queue(raw, q))
             {
-                self.err(akey.clone(), span(n), ErrorKind::UnackedOfQuorum(q.clone()));
+                self.err(
+                    akey.clone(),
+                    span(n),
+                    ErrorKind::ProcessOfQuorum(counter.counter, q.clone()),
+                );
             }
             out.push(Assertion {
                 name: name.clone(),
@@ -1995,6 +2000,9 @@ fn vary_publish(p: &mut RawPublish, v: &RawVariant) {
     }
     if let Some(x) = v.resend {
         p.resend = x;
+    }
+    if let Some(x) = v.timestamp {
+        p.timestamp = x;
     }
     // Only a batching step has a batch to send at close.
     if let (Some(x), true) = (v.flush, p.batch.is_some()) {
@@ -2779,7 +2787,16 @@ orders = "direct""#,
         let e = super::super::from_str(&quorum, "t", &fixtures(), None).unwrap_err();
         assert!(
             e.to_string().contains(
-                "step[1].fault.assert[1]: `unackedAtKill` reads a classic queue's own count: `q` is a quorum queue"
+                "step[1].fault.assert[1]: `unackedAtKill` reads a classic queue's own process: `q` is a quorum queue"
+            ),
+            "got {e}"
+        );
+        // So is the age of its oldest message.
+        let aged = quorum.replacen("unackedAtKill:q", "oldestAgeShownAtKill:q", 1);
+        let e = super::super::from_str(&aged, "t", &fixtures(), None).unwrap_err();
+        assert!(
+            e.to_string().contains(
+                "step[1].fault.assert[1]: `oldestAgeShownAtKill` reads a classic queue's own process"
             ),
             "got {e}"
         );

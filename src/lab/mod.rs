@@ -139,16 +139,17 @@ impl Lab {
     /// faults the broker, or sets a policy or reads an unacked count
     /// through the environment.
     pub fn needs_environment(&self) -> bool {
-        self.has_broker_fault() || self.has_policy() || self.reads_unacked()
+        self.has_broker_fault() || self.has_policy() || self.reads_queue_process()
     }
 
-    /// Reads a queue's unacked count at a kill (`unackedAtKill`, with
-    /// `rabbitmqctl eval`: not on a broker mqlab did not start).
-    pub fn reads_unacked(&self) -> bool {
+    /// Reads a queue's own process at a kill (`unackedAtKill`,
+    /// `oldestAgeShownAtKill`, with `rabbitmqctl eval`: not on a broker
+    /// mqlab did not start).
+    pub fn reads_queue_process(&self) -> bool {
         self.steps.iter().filter_map(|s| s.fault.as_ref()).any(|f| {
             f.asserts
                 .iter()
-                .any(|a| a.counter.counter == crate::vocab::Counter::UnackedAtKill)
+                .any(|a| a.counter.counter.reads_queue_process())
         })
     }
 
@@ -272,6 +273,8 @@ pub struct Publish {
     pub confirm: bool,
     pub mandatory: bool,
     pub persistent: bool,
+    /// Each message carries the `timestamp` property.
+    pub timestamp: bool,
     /// Where a returned message is published (confirmed).
     pub park: Option<String>,
     pub confirm_timeout_ms: Option<u64>,

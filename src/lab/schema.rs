@@ -154,6 +154,10 @@ pub struct RawPublish {
     /// delivery_mode 2: the broker writes the message to disk.
     #[serde(default = "yes")]
     pub persistent: bool,
+    /// The `timestamp` property (when it was sent, in seconds): what the
+    /// broker's age of a queue's oldest message is read from.
+    #[serde(default = "yes")]
+    pub timestamp: bool,
     /// Where the producer publishes a returned or nacked message (confirmed):
     /// its outbox.
     pub park: Option<Spanned<String>>,
@@ -375,6 +379,8 @@ pub struct RawVariant {
     pub confirm: Option<bool>,
     pub mandatory: Option<bool>,
     pub resend: Option<bool>,
+    /// `false`: messages sent without the `timestamp` property.
+    pub timestamp: Option<bool>,
     /// `false`: a batching producer exits without sending its batch.
     pub flush: Option<bool>,
     /// An order service's handoff (`direct` against `outbox`).

@@ -414,6 +414,9 @@ async fn publish(
 ) -> Result<Status> {
     let started = Instant::now();
     let mut properties = properties_of(meta, cfg.persistent);
+    if cfg.timestamp {
+        properties = properties.with_timestamp((now_ms() / 1000) as u64);
+    }
     if let Some(ms) = m.expiration_ms {
         // A per-message TTL, and when it left, for the consumer to measure
         // how long the message really waited.

@@ -481,6 +481,7 @@ impl<'a> Ctx<'a> {
             history: History::default(),
             sink,
             role_seq: 0,
+            began: Instant::now(),
         }
     }
 }
@@ -536,6 +537,8 @@ struct Ctx<'a> {
     history: History,
     sink: &'a mut dyn Sink,
     role_seq: usize,
+    /// When the run began: a queue's stamp older than this is not its own.
+    began: Instant,
 }
 
 /// A step's deadline: when it ends, and what a run that passes it says

@@ -195,16 +195,38 @@ impl Ctx<'_> {
                 None => self.observed.depths_at_kill.remove(&q),
             };
         }
-        // And the broker's own count of what it delivered unacked.
-        for q in queues_read_at_kill(f, Counter::UnackedAtKill) {
+        // And the queue's own process: what it delivered unacked, and
+        // whether it tells the age of its oldest message.
+        let mut read: Vec<String> = queues_read_at_kill(f, Counter::UnackedAtKill);
+        read.extend(queues_read_at_kill(f, Counter::OldestAgeShownAtKill));
+        read.sort();
+        read.dedup();
+        for q in read {
             let vhost = self.vhost.clone();
-            let n = self
+            let held = self
                 .env
                 .as_deref()
-                .context("unackedAtKill needs the environment to itself (it reads the count with rabbitmqctl eval): this run shares it")?
-                .queue_unacked(&vhost, &q)
+                .context("a queue's own figures (unackedAtKill, oldestAgeShownAtKill) need the environment to itself (read with rabbitmqctl eval): this run shares it")?
+                .queue_held(&vhost, &q)
                 .await?;
-            self.observed.unacked_at_kill.insert(q, n);
+            // A stamp from before the run or from the future is no message
+            // of this run's: an error, never a `yes`.
+            if let Some(s) = held.oldest_stamp {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or_default();
+                let began = now.saturating_sub(self.began.elapsed().as_secs() + 1);
+                if !(began..=now + 1).contains(&s) {
+                    bail!("`{q}` says its oldest message was stamped at {s} s, outside this run ({began}-{now} s since the epoch)");
+                }
+            }
+            self.observed
+                .unacked_at_kill
+                .insert(q.clone(), held.unacked);
+            self.observed
+                .ages_shown_at_kill
+                .insert(q, held.oldest_stamp.is_some());
         }
         let pid = proc.child.id().context("role already reaped")?;
         signal::kill(Pid::from_raw(pid as i32), Signal::SIGKILL)?;
@@ -236,6 +258,7 @@ impl Ctx<'_> {
             confirm: p.confirm,
             mandatory: p.mandatory,
             persistent: p.persistent,
+            timestamp: p.timestamp,
             park: p.park.clone(),
             confirm_timeout_ms: p.confirm_timeout_ms,
             resend: p.resend,
