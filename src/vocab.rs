@@ -1207,7 +1207,7 @@ names! {
         DepthAfter = "depthAfter": "ready messages in the queue, read from the broker",
         DepthAtKill = "depthAtKill": "ready messages in the queue just before a consumer kill, read while the consumer held its window with its prefetched deliveries: what a queue-depth monitor saw (on a consumer kill's `assert`)",
         UnackedAtKill = "unackedAtKill": "messages of a classic queue delivered and not acked, as its process counts them, read at the same moment as depthAtKill (with rabbitmqctl eval: mqlab's brokers only, and the run has the broker to itself)",
-        OldestAgeShownAtKill = "oldestAgeShownAtKill": "`yes` if a classic queue tells the age of its oldest message (its head_message_timestamp, which counts delivered and unacked messages too) at the same moment as depthAtKill, `no` if it tells none: the broker reads the age from the messages' `timestamp` property (read like unackedAtKill; a time outside the run is an error)",
+        OldestAgeShownAtKill = "oldestAgeShownAtKill": "`yes` if a classic queue reports a time for its oldest message at the same moment as depthAtKill, `no` if it reports none: its head_message_timestamp (what list_queues, the management API and Prometheus show), read from the messages' `timestamp` property and counting the unacked messages it holds in memory (read like unackedAtKill; a time outside the run is an error; 4.0's own received-at time is not read)",
         Attempts = "attempts": "the attempt numbers with which a message was received, in order",
         Deliveries = "deliveries": "how many times a message was delivered",
         CommitOrder = "commitOrder": "the message ids whose business transaction committed, in the order they committed (a program's COMMITs as the harness saw them)",
@@ -1247,6 +1247,12 @@ impl Counter {
             self,
             Counter::DepthAtKill | Counter::UnackedAtKill | Counter::OldestAgeShownAtKill
         )
+    }
+
+    /// Its value is `yes` or `no`: an expected value of another shape
+    /// could never match.
+    pub fn yes_no(self) -> bool {
+        matches!(self, Counter::WaitedAtLeast | Counter::OldestAgeShownAtKill)
     }
 
     /// Read from a classic queue's own process with `rabbitmqctl eval`: on

@@ -175,6 +175,10 @@ pub enum ErrorKind {
     AtKillPlace(Counter),
     #[error("`{0}` reads a classic queue's own process: `{1}` is a quorum queue, whose figures are statistics its leader refreshes every few seconds")]
     ProcessOfQuorum(Counter, String),
+    #[error("`oldestAgeShownAtKill` reads the oldest message a queue holds in memory: `{0}` sets `x-queue-mode`, whose lazy mode keeps its messages on disk (the answer would be `no` for stamped messages)")]
+    AgeOfLazyQueue(String),
+    #[error("`{0}` is `yes` or `no`")]
+    YesOrNo(String),
     #[error("competing consumers under a rendezvous or a stall take one message at a time: a variant's `prefetch` cannot change it")]
     HeldPrefetch,
     #[error("a program consumes with prefetch 1 (MQLAB_PREFETCH): a variant's `prefetch` cannot change it")]
@@ -1697,6 +1701,21 @@ impl<'a> Checker<'a> {
                 self.err(akey, span(n), ErrorKind::NoExpectedValue(name.clone()));
                 continue;
             };
+            if counter.counter.yes_no() && !yes_or_no(expected.get_ref()) {
+                self.err(
+                    format!("expect.{name}"),
+                    span(expected),
+                    ErrorKind::YesOrNo(name.clone()),
+                );
+            }
+            if let Some(q) = counter
+                .arg
+                .as_ref()
+                .filter(|_| counter.counter == Counter::OldestAgeShownAtKill)
+                .filter(|q| lazy_queue(raw, q))
+            {
+                self.err(akey.clone(), span(n), ErrorKind::AgeOfLazyQueue(q.clone()));
+            }
             // Read at the kill only: a step's assertion would find nothing.
             if counter.counter.at_kill() && !key.ends_with(".fault.assert") {
                 self.err(
@@ -1843,8 +1862,16 @@ impl<'a> Checker<'a> {
             self.err(format!("{key}.violations"), None, ErrorKind::NoViolations);
         }
         let asserted = asserted(steps);
+        let yes_no = yes_no_assertions(steps);
         let mut violations = BTreeMap::new();
         for (k, val) in declared {
+            if yes_no.contains(k.as_str()) && !yes_or_no(val.get_ref()) {
+                self.err(
+                    format!("{key}.violations.{k}"),
+                    span(val),
+                    ErrorKind::YesOrNo(k.clone()),
+                );
+            }
             let is_check = k.parse::<Check>().is_ok();
             if !asserted.contains(k.as_str()) && !is_check {
                 self.err(
@@ -1891,16 +1918,37 @@ fn quorum_queue(raw: &RawLab, name: &str) -> bool {
         .any(|q| q.name.get_ref() == name && is_quorum(q))
 }
 
-fn asserted(steps: &[Step]) -> BTreeSet<&str> {
-    steps
+/// Whether the lab's queue `name` sets `x-queue-mode` (lazy on 3.x: its
+/// messages kept on disk; ignored by 4.0).
+fn lazy_queue(raw: &RawLab, name: &str) -> bool {
+    raw.queues
         .iter()
-        .flat_map(|s| {
-            s.asserts
-                .iter()
-                .chain(s.fault.iter().flat_map(|f| f.asserts.iter()))
-        })
+        .any(|q| q.name.get_ref() == name && q.arguments.contains_key("x-queue-mode"))
+}
+
+/// The assertions whose counter reads `yes` or `no`.
+fn yes_no_assertions(steps: &[Step]) -> BTreeSet<&str> {
+    assertions(steps)
+        .filter(|a| a.counter.counter.yes_no())
         .map(|a| a.name.as_str())
         .collect()
+}
+
+fn yes_or_no(e: &Expected) -> bool {
+    matches!(e, Expected::Str(s) if s == "yes" || s == "no")
+}
+
+fn asserted(steps: &[Step]) -> BTreeSet<&str> {
+    assertions(steps).map(|a| a.name.as_str()).collect()
+}
+
+/// Every assertion of the steps, their faults' included.
+fn assertions(steps: &[Step]) -> impl Iterator<Item = &super::Assertion> {
+    steps.iter().flat_map(|s| {
+        s.asserts
+            .iter()
+            .chain(s.fault.iter().flat_map(|f| f.asserts.iter()))
+    })
 }
 
 /// Applies a variant's overrides to every step and queue.
@@ -2807,6 +2855,36 @@ orders = "direct""#,
                 .contains("step[1].assert[1]: `unackedAtKill` is read at a kill"),
             "got {e}"
         );
+        // The age of the oldest message: `yes` or `no`, never on a lazy queue.
+        let aged = at_kill
+            .replacen("depthAtKill:q", "oldestAgeShownAtKill:q", 1)
+            .replacen("d = 0", "d = \"yes\"", 1);
+        assert!(super::super::from_str(&aged, "t", &fixtures(), Some("v")).is_ok());
+        let cases = [
+            (
+                aged.replacen("d = \"yes\"", "d = true", 1),
+                None,
+                "expect.d: `d` is `yes` or `no`",
+            ),
+            (
+                aged.replacen("violations = { rows = 3 }", "violations = { rows = 3, d = 1 }", 1),
+                Some("v"),
+                "variant.v.violations.d: `d` is `yes` or `no`",
+            ),
+            (
+                aged.replacen(
+                    "name = \"q\"\n",
+                    "name = \"q\"\narguments = { \"x-queue-mode\" = \"lazy\" }\n",
+                    1,
+                ),
+                None,
+                "step[1].fault.assert[1]: `oldestAgeShownAtKill` reads the oldest message a queue holds in memory: `q` sets `x-queue-mode`",
+            ),
+        ];
+        for (text, variant, line) in cases {
+            let e = super::super::from_str(&text, "t", &fixtures(), variant).unwrap_err();
+            assert!(e.to_string().contains(line), "{line}: got {e}");
+        }
     }
 
     #[test]

@@ -405,6 +405,15 @@ async fn barrier(ch: &Channel) -> lapin::Result<()> {
     ch.basic_qos(0, BasicQosOptions::default()).await
 }
 
+/// With `timestamp`, the AMQP `timestamp` property (seconds): what a
+/// queue reports the age of its oldest message from.
+fn stamped(cfg: &ProducerConfig, p: lapin::BasicProperties) -> lapin::BasicProperties {
+    match cfg.timestamp {
+        true => p.with_timestamp((now_ms() / 1000) as u64),
+        false => p,
+    }
+}
+
 /// One send and its outcome, logged.
 async fn publish(
     cfg: &ProducerConfig,
@@ -413,10 +422,7 @@ async fn publish(
     meta: &MessageMeta,
 ) -> Result<Status> {
     let started = Instant::now();
-    let mut properties = properties_of(meta, cfg.persistent);
-    if cfg.timestamp {
-        properties = properties.with_timestamp((now_ms() / 1000) as u64);
-    }
+    let mut properties = stamped(cfg, properties_of(meta, cfg.persistent));
     if let Some(ms) = m.expiration_ms {
         // A per-message TTL, and when it left, for the consumer to measure
         // how long the message really waited.
@@ -482,7 +488,7 @@ async fn park_it(
     meta: &MessageMeta,
     park: &str,
 ) -> Result<()> {
-    let properties = properties_of(meta, true);
+    let properties = stamped(cfg, properties_of(meta, true));
     let mut headers = properties.headers().clone().unwrap_or_default();
     amqp::set_header(&mut headers, PARKED_BY, "producer");
     let confirm = ch

@@ -197,8 +197,9 @@ impl Ctx<'_> {
         }
         // And the queue's own process: what it delivered unacked, and
         // whether it tells the age of its oldest message.
-        let mut read: Vec<String> = queues_read_at_kill(f, Counter::UnackedAtKill);
-        read.extend(queues_read_at_kill(f, Counter::OldestAgeShownAtKill));
+        let aged = queues_read_at_kill(f, Counter::OldestAgeShownAtKill);
+        let counted = queues_read_at_kill(f, Counter::UnackedAtKill);
+        let mut read: Vec<String> = counted.iter().chain(&aged).cloned().collect();
         read.sort();
         read.dedup();
         for q in read {
@@ -211,7 +212,7 @@ impl Ctx<'_> {
                 .await?;
             // A stamp from before the run or from the future is no message
             // of this run's: an error, never a `yes`.
-            if let Some(s) = held.oldest_stamp {
+            if let Some(s) = held.oldest_stamp.filter(|_| aged.contains(&q)) {
                 let now = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map(|d| d.as_secs())
@@ -221,12 +222,16 @@ impl Ctx<'_> {
                     bail!("`{q}` says its oldest message was stamped at {s} s, outside this run ({began}-{now} s since the epoch)");
                 }
             }
-            self.observed
-                .unacked_at_kill
-                .insert(q.clone(), held.unacked);
-            self.observed
-                .ages_shown_at_kill
-                .insert(q, held.oldest_stamp.is_some());
+            if counted.contains(&q) {
+                self.observed
+                    .unacked_at_kill
+                    .insert(q.clone(), held.unacked);
+            }
+            if aged.contains(&q) {
+                self.observed
+                    .ages_shown_at_kill
+                    .insert(q, held.oldest_stamp.is_some());
+            }
         }
         let pid = proc.child.id().context("role already reaped")?;
         signal::kill(Pid::from_raw(pid as i32), Signal::SIGKILL)?;
