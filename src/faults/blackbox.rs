@@ -150,6 +150,20 @@ pub struct BlackBox {
     /// A statement since the current message's delivery named its eventId:
     /// the deferred deliveries come after its transaction.
     named_current: bool,
+    /// Messages settled as skips because the program went on to the next
+    /// one: a statement naming one of them later is an error.
+    skipped: BTreeSet<String>,
+}
+
+/// What a program's statement says, for the eventIds it names.
+#[derive(Clone, Copy, Debug)]
+pub enum Said<'a> {
+    /// The SQL of a simple query or a parse: names an eventId as a quoted
+    /// literal (`'01J7...'`).
+    Sql(&'a [u8]),
+    /// A bound parameter's value (text format): names an eventId when it is
+    /// that eventId, or holds it as a JSON string (`"01J7..."`).
+    Value(&'a [u8]),
 }
 
 impl BlackBox {
@@ -177,6 +191,7 @@ impl BlackBox {
             admitted: 0,
             deferred: VecDeque::new(),
             named_current: false,
+            skipped: BTreeSet::new(),
         }
     }
 
@@ -271,6 +286,7 @@ impl BlackBox {
         self.admitted = 0;
         self.deferred.clear();
         self.named_current = false;
+        self.skipped.clear();
     }
 
     pub fn frozen(&self) -> bool {
@@ -284,7 +300,7 @@ impl BlackBox {
         let m = self.current.as_ref()?;
         (self.awaiting_tx_end && self.acked.contains(m) && self.commits_first.is_none()).then(|| {
             format!(
-                "{m} was acked with no transaction, before the program committed any message, and no later delivery came to tell a skip from an ack-first program whose COMMIT is still to come (docs/byo.md)"
+                "{m} was acked with no statement before the program committed any message, and nothing after it told a skip from an ack-first program whose COMMIT is still to come (docs/byo.md)"
             )
         })
     }
@@ -325,6 +341,11 @@ impl BlackBox {
         if self.frozen {
             return;
         }
+        if self.deferred.is_empty() {
+            // A delivery admitted whose header has not come yet comes
+            // after this turn: it is seen as it comes.
+            self.admitted = 0;
+        }
         match self.deferred.pop_front() {
             Some((m, redelivered, auto_ack)) => self.deliver(&m, redelivered, auto_ack),
             None => self.release.notify_one(),
@@ -339,30 +360,59 @@ impl BlackBox {
 
     /// The program sends a statement (a simple query, a parse or a bind):
     /// with deliveries deferred, the eventId it names tells whose it is.
-    pub fn on_statement(&mut self, texts: &[&[u8]]) {
+    pub fn on_statement(&mut self, said: &[Said]) {
         if self.frozen {
             return;
         }
         self.statements += 1;
-        if self.deferred.is_empty() || self.named_current {
+        if self.event_ids.is_empty() || self.commits_first.is_some() {
             return;
         }
         let names = |m: &str| {
             self.event_of(m)
-                .is_some_and(|e| texts.iter().any(|t| names_event(t, e.as_bytes())))
+                .is_some_and(|e| said.iter().any(|s| s.names(e.as_bytes())))
         };
         let current = self.current.clone().unwrap_or_default();
-        if names(&current) {
-            self.named_current = true;
-            return;
+        if let Some(s) = self.skipped.iter().find(|m| names(m)).cloned() {
+            return self.unattributable(&current, format!("a statement named the eventId of {s}, which the program had acked with no statement and left for a later message: it works on more than one message at a time"));
         }
-        let later = self.deferred.iter().position(|(m, ..)| names(m));
-        if let Some(k) = later {
-            self.skip_to(k);
-            if !self.frozen {
-                self.statements = 1;
+        // A copy of the current message's event (a resend, mid-1.2) after it
+        // is not told apart by its eventId: the statement is the current
+        // one's, as the hold would have had it (the same event either way).
+        let same = self.event_of(&current);
+        let later = self
+            .deferred
+            .iter()
+            .position(|(m, ..)| names(m) && self.event_of(m) != same);
+        match (names(&current), later) {
+            (true, Some(k)) => {
+                let other = self.deferred[k].0.clone();
+                self.unattributable(&current, format!("a statement named the eventId of both {current} and {other}, delivered after it"));
             }
+            (true, None) => self.named_current = true,
+            (false, Some(k)) if self.named_current => {
+                let other = self.deferred[k].0.clone();
+                self.unattributable(&current, format!("a statement of {current}'s transaction named the eventId of {other}, delivered after it"));
+            }
+            (false, Some(k)) => {
+                self.skip_to(k);
+                if !self.frozen {
+                    self.statements = 1;
+                    self.named_current = true;
+                }
+            }
+            (false, None) => {}
         }
+    }
+
+    /// mqlab cannot tell which message the program's effects are: said,
+    /// and frozen (the runner ends the run with the error).
+    fn unattributable(&mut self, message: &str, why: String) {
+        self.say(Seen::Unattributable {
+            message: message.to_string(),
+            why,
+        });
+        self.frozen = true;
     }
 
     /// The messages before the deferred one at `k` were settled with no
@@ -371,14 +421,13 @@ impl BlackBox {
         for _ in 0..=k {
             let m = self.current.clone().unwrap_or_default();
             if !self.acked.contains(&m) {
-                self.say(Seen::Unattributable {
-                    message: m.clone(),
-                    why: format!("the program went on to a later message before it acked {m}"),
-                });
-                self.frozen = true;
-                return;
+                return self.unattributable(
+                    &m,
+                    format!("the program went on to a later message before it acked {m}"),
+                );
             }
             self.awaiting_tx_end = false;
+            self.skipped.insert(m.clone());
             self.ended.insert(m.clone());
             self.settle(&m);
             self.next_delivery();
@@ -502,13 +551,17 @@ impl BlackBox {
         let Some(m) = self.current.clone() else {
             return Pass::Forward;
         };
-        if !self.deferred.is_empty() && !self.named_current {
-            let next = self.deferred[0].0.clone();
-            self.say(Seen::Unattributable {
-                message: m.clone(),
-                why: format!("the program acked {m} with no statement, then committed a transaction none of whose statements named the eventId of {m} or of {next}, delivered after it: mqlab cannot tell whose it is"),
-            });
-            self.frozen = true;
+        // A message acked before the program's first COMMIT: the ack of an
+        // ack-first (or autoAck) program, or a skip. Its transaction must
+        // name whose it is, whether or not the next delivery came first.
+        let acked_first =
+            self.commits_first.is_none() && self.acked.contains(&m) && !self.event_ids.is_empty();
+        if (acked_first || !self.deferred.is_empty()) && !self.named_current {
+            let why = match self.deferred.front() {
+                Some((next, ..)) => format!("the program acked {m} before its first COMMIT, then committed a transaction none of whose statements named the eventId of {m} or of {next}, delivered after it, as text"),
+                None => format!("the program acked {m} before its first COMMIT, then committed a transaction none of whose statements named the eventId of {m} as text"),
+            };
+            self.unattributable(&m, why);
             return Pass::Hold;
         }
         self.commits += 1;
@@ -621,17 +674,22 @@ impl BlackBox {
     }
 }
 
-/// Whether a statement's text (its SQL, or one parameter's value) names
-/// `event` as a whole token: not as part of a longer id (`evt-1` in
-/// `evt-10`).
-fn names_event(body: &[u8], event: &[u8]) -> bool {
-    let part = |b: &u8| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'_';
-    !event.is_empty()
-        && body.windows(event.len()).enumerate().any(|(i, w)| {
-            w == event
-                && !(i > 0 && part(&body[i - 1]))
-                && !body.get(i + event.len()).is_some_and(part)
-        })
+impl Said<'_> {
+    /// Whether it names `event`: never as part of a longer id (`evt-1`
+    /// in `evt-10`) or an unquoted token (`2` in `$2`).
+    fn names(&self, event: &[u8]) -> bool {
+        let quoted = |text: &[u8], q: u8| {
+            let mut lit = vec![q];
+            lit.extend_from_slice(event);
+            lit.push(q);
+            text.windows(lit.len()).any(|w| w == lit)
+        };
+        match *self {
+            _ if event.is_empty() => false,
+            Said::Sql(sql) => quoted(sql, b'\''),
+            Said::Value(v) => v == event || quoted(v, b'"'),
+        }
+    }
 }
 
 /// The window that holds a message's k-th `COMMIT`, as explore's rows and
@@ -836,6 +894,19 @@ mod tests {
         (b, rx)
     }
 
+    /// An eventId is named quoted in SQL, or as a parameter's whole value or
+    /// a JSON string in it: never as part of another token.
+    #[test]
+    fn what_names_an_event() {
+        assert!(Said::Sql(b"VALUES ('2', 1)").names(b"2"));
+        assert!(!Said::Sql(b"VALUES ($2)").names(b"2"));
+        assert!(!Said::Sql(b"VALUES ('evt-10')").names(b"evt-1"));
+        assert!(Said::Value(b"evt-1").names(b"evt-1"));
+        assert!(!Said::Value(b"evt-10").names(b"evt-1"));
+        assert!(Said::Value(br#"{"eventId": "evt-1"}"#).names(b"evt-1"));
+        assert!(!Said::Value(b"").names(b""));
+    }
+
     /// Before the program's order is known, a message acked with no
     /// statement does not hold the next delivery: it is passed, deferred,
     /// and the next statement's eventId tells a skip (the deferred one's)...
@@ -851,10 +922,13 @@ mod tests {
         assert!(!drain(&mut rx)
             .iter()
             .any(|s| matches!(s, Seen::Delivered { message, .. } if message == "mid-2")));
-        b.on_statement(&[b"BEGIN"]);
-        b.on_statement(&[b"INSERT INTO t VALUES ($1)", b"evt-2x"]);
+        b.on_statement(&[Said::Sql(b"BEGIN")]);
+        b.on_statement(&[
+            Said::Sql(b"INSERT INTO t VALUES ($1)"),
+            Said::Value(b"evt-2x"),
+        ]);
         assert!(!b.frozen(), "evt-2x is another id");
-        b.on_statement(&[b"svc", b"evt-2"]);
+        b.on_statement(&[Said::Value(b"svc"), Said::Value(b"evt-2")]);
         let seen = drain(&mut rx);
         assert!(
             matches!(&seen[..], [Seen::Settled { message: a }, Seen::Delivered { message: b, .. }, Seen::Fire { .. }] if a == "mid-1" && b == "mid-2"),
@@ -872,7 +946,7 @@ mod tests {
         b.on_ack("mid-1");
         assert!(b.admit_delivery());
         b.on_deliver("mid-2", false, false);
-        b.on_statement(&[b"INSERT INTO t VALUES ('evt-1')"]);
+        b.on_statement(&[Said::Sql(b"INSERT INTO t VALUES ('evt-1')")]);
         assert_eq!(b.on_commit_request(), Pass::Forward);
         b.on_commit_done(true);
         assert!(!drain(&mut rx)
@@ -907,7 +981,7 @@ mod tests {
         b.on_ack("mid-1.2");
         assert!(b.admit_delivery());
         b.on_deliver("mid-2", false, false);
-        b.on_statement(&[b"evt-1"]);
+        b.on_statement(&[Said::Value(b"evt-1")]);
         b.on_commit_request();
         b.on_commit_done(true);
         b.on_tx_end();
@@ -915,13 +989,74 @@ mod tests {
             .iter()
             .any(|s| matches!(s, Seen::Committed { message } if message == "mid-1.2")));
 
+        // Whether or not the next delivery came first, an ack-first
+        // program's first transaction must name its message: the same
+        // error on both paths, never a pass on one and an error on the other.
+        let (mut b, mut rx) = knowing();
+        b.on_deliver("mid-1", false, false);
+        b.on_ack("mid-1");
+        b.on_statement(&[
+            Said::Sql(b"INSERT INTO t VALUES ($1)"),
+            Said::Value(&[1, 2, 3]),
+        ]);
+        assert!(!b.admit_delivery(), "a statement came first: held");
+        assert_eq!(b.on_commit_request(), Pass::Hold);
+        assert!(drain(&mut rx)
+            .iter()
+            .any(|s| matches!(s, Seen::Unattributable { .. })));
+
+        // A program that acks mid-2 before a statement of mid-1 comes (it
+        // works on more than one message at a time): an error, not a skip.
+        let (mut b, mut rx) = knowing();
+        b.on_deliver("mid-1", false, false);
+        b.on_ack("mid-1");
+        assert!(b.admit_delivery());
+        b.on_deliver("mid-2", false, false);
+        b.on_ack("mid-2");
+        b.on_statement(&[Said::Value(b"evt-1")]);
+        assert!(b.frozen());
+        assert!(drain(&mut rx)
+            .iter()
+            .any(|s| matches!(s, Seen::Unattributable { message, .. } if message == "mid-2")));
+
+        // A copy of the same event after it (a resend): the current one's.
+        let (mut b, mut rx) = knowing();
+        b.on_deliver("mid-1", false, true);
+        assert!(b.admit_delivery());
+        b.on_deliver("mid-1.2", false, true);
+        b.on_statement(&[Said::Value(b"evt-1")]);
+        assert_eq!(b.on_commit_request(), Pass::Forward);
+        b.on_commit_done(true);
+        b.on_tx_end();
+        let seen = drain(&mut rx);
+        assert!(
+            !seen
+                .iter()
+                .any(|s| matches!(s, Seen::Unattributable { .. })),
+            "{seen:?}"
+        );
+        assert!(seen
+            .iter()
+            .any(|s| matches!(s, Seen::Committed { message } if message == "mid-1")));
+
+        // A statement naming two events: an error.
+        let (mut b, mut rx) = knowing();
+        b.on_deliver("mid-1", false, false);
+        b.on_ack("mid-1");
+        assert!(b.admit_delivery());
+        b.on_deliver("mid-2", false, false);
+        b.on_statement(&[Said::Value(b"evt-1"), Said::Value(b"evt-2")]);
+        assert!(drain(&mut rx)
+            .iter()
+            .any(|s| matches!(s, Seen::Unattributable { .. })));
+
         // A COMMIT none of whose statements names either: a failure.
         let (mut b, mut rx) = knowing();
         b.on_deliver("mid-1", false, false);
         b.on_ack("mid-1");
         assert!(b.admit_delivery());
         b.on_deliver("mid-2", false, false);
-        b.on_statement(&[b"UPDATE counters SET n = n + 1"]);
+        b.on_statement(&[Said::Sql(b"UPDATE counters SET n = n + 1")]);
         assert_eq!(b.on_commit_request(), Pass::Hold);
         assert!(drain(&mut rx)
             .iter()

@@ -15,7 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
-use super::blackbox::{BlackBox, Pass};
+use super::blackbox::{BlackBox, Pass, Said};
 
 pub struct PgProxy {
     pub port: u16,
@@ -273,19 +273,23 @@ fn is_commit(msg: &[u8]) -> bool {
 /// What a client message says, for the eventIds it names: a simple
 /// query's or a parse's SQL, a bind's parameter values; nothing for any
 /// other message.
-fn statement_texts(msg: &[u8]) -> Vec<&[u8]> {
+fn statement_texts(msg: &[u8]) -> Vec<Said<'_>> {
     let body = msg.get(5..).unwrap_or_default();
     let cstr = |b: &'_ [u8]| -> Option<usize> { b.iter().position(|c| *c == 0) };
     match msg.first() {
-        Some(b'Q') => vec![&body[..cstr(body).unwrap_or(body.len())]],
+        Some(b'Q') => vec![Said::Sql(&body[..cstr(body).unwrap_or(body.len())])],
         Some(b'P') => {
             let Some(name) = cstr(body) else {
                 return Vec::new();
             };
             let sql = &body[name + 1..];
-            vec![&sql[..cstr(sql).unwrap_or(sql.len())]]
+            vec![Said::Sql(&sql[..cstr(sql).unwrap_or(sql.len())])]
         }
-        Some(b'B') => bind_values(body).unwrap_or_default(),
+        Some(b'B') => bind_values(body)
+            .unwrap_or_default()
+            .into_iter()
+            .map(Said::Value)
+            .collect(),
         _ => Vec::new(),
     }
 }
@@ -410,9 +414,27 @@ mod tests {
         let mut bind = vec![b'B'];
         bind.extend_from_slice(&((4 + body.len()) as u32).to_be_bytes());
         bind.extend_from_slice(&body);
-        assert_eq!(statement_texts(&bind), vec![&b"svc"[..], &b"evt-1"[..]]);
-        assert_eq!(statement_texts(&query("SELECT 1")), vec![&b"SELECT 1"[..]]);
-        assert_eq!(statement_texts(&parse("s", "INSERT")), vec![&b"INSERT"[..]]);
+        let texts = |m: &[u8]| -> Vec<(bool, Vec<u8>)> {
+            statement_texts(m)
+                .into_iter()
+                .map(|s| match s {
+                    Said::Sql(t) => (false, t.to_vec()),
+                    Said::Value(t) => (true, t.to_vec()),
+                })
+                .collect()
+        };
+        assert_eq!(
+            texts(&bind),
+            vec![(true, b"svc".to_vec()), (true, b"evt-1".to_vec())]
+        );
+        assert_eq!(
+            texts(&query("SELECT 1")),
+            vec![(false, b"SELECT 1".to_vec())]
+        );
+        assert_eq!(
+            texts(&parse("s", "INSERT")),
+            vec![(false, b"INSERT".to_vec())]
+        );
         // A truncated bind names nothing.
         assert!(statement_texts(&bind[..bind.len() - 6]).is_empty());
     }
