@@ -24,9 +24,6 @@ from outside, on the program's AMQP and PostgreSQL connections.
                            business row, then inserts the inbox row ignoring
                            a conflict (broken: two instances with copies of
                            one event both pass the check)
-    consumer.py cached-inbox  safe, with a cache of its inbox read at start:
-                           an eventId it knows is acked with no database
-                           statement (the inbox still decides the others)
 """
 
 import json
@@ -38,15 +35,7 @@ import pika
 import psycopg
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else "safe"
-MODES = (
-    "safe",
-    "ack-first",
-    "two-tx",
-    "auto-ack",
-    "memory-dedup",
-    "check-then-insert",
-    "cached-inbox",
-)
+MODES = ("safe", "ack-first", "two-tx", "auto-ack", "memory-dedup", "check-then-insert")
 if MODE not in MODES:
     sys.exit(f"usage: consumer.py {'|'.join(MODES)} (not {MODE!r})")
 
@@ -77,11 +66,6 @@ def main():
     channel.basic_qos(prefetch_count=int(os.environ.get("MQLAB_PREFETCH", "1")))
 
     seen = set()
-    if MODE == "cached-inbox":
-        with db.cursor() as cur:
-            cur.execute("SELECT event_id FROM py_inbox WHERE service = %s", (service,))
-            seen.update(row[0] for row in cur.fetchall())
-        db.rollback()
 
     def on_message(ch, method, properties, body):
         event = json.loads(body)
@@ -119,9 +103,6 @@ def main():
                     db.rollback()  # seen: skipped
             ch.basic_ack(method.delivery_tag)
             return
-        if MODE == "cached-inbox" and event["eventId"] in seen:
-            ch.basic_ack(method.delivery_tag)  # known: no statement at all
-            return
         if MODE == "ack-first":
             ch.basic_ack(method.delivery_tag)
         with db.cursor() as cur:
@@ -141,8 +122,7 @@ def main():
                 db.commit()
             else:
                 db.rollback()  # a duplicate: applied before
-        seen.add(event["eventId"])
-        if MODE in ("safe", "two-tx", "cached-inbox"):
+        if MODE in ("safe", "two-tx"):
             ch.basic_ack(method.delivery_tag)
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))

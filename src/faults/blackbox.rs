@@ -13,23 +13,13 @@
 //! (the no-ack bit of its `basic.consume`) has each message settled by the
 //! broker when it is sent: its delivery counts as its ack.
 //!
-//! Until the program's first `COMMIT` shows its order, a message it acked
-//! with no statement since its delivery may be a skip (a duplicate known in
-//! memory, a type it filters: the program waits for the next delivery) or
-//! the ack of a program that acks first (its statements are still to
-//! come). Then the next delivery is passed to the program but *deferred*
-//! for the black box, and the program's statements tell which it is, by
-//! the eventIds they carry: the acked message's (it acks first: the
-//! deferred delivery is seen when that transaction ends, as if it had been
-//! held) or the deferred one's (the acked message was skipped, and settles).
-//!
 //! Armed for a rendezvous instead ([`BlackBox::arm_rendezvous`], competing
 //! instances of the program), the window does not freeze: it *pauses* the
 //! program's database connection (frames held, not dropped; the AMQP
 //! connection left alone) until the runner resumes it, and the held
 //! `COMMIT` then goes on to the database.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 
 use std::sync::Arc;
 
@@ -53,13 +43,6 @@ pub enum Seen {
     /// Its `COMMIT` ended in a rollback (the transaction had failed).
     RolledBack {
         message: String,
-    },
-    /// The program's statements could not be told apart: no statement of
-    /// a transaction named the eventId of the message it acked with no
-    /// statement nor of the one delivered after it.
-    Unattributable {
-        message: String,
-        why: String,
     },
     Acked {
         message: String,
@@ -134,36 +117,6 @@ pub struct BlackBox {
     /// Wakes the AMQP proxy to pass a delivery it held.
     pub release: Arc<Notify>,
     seen: mpsc::UnboundedSender<Seen>,
-    /// The lab's messages: message id → eventId, what the program's
-    /// statements are matched against (empty: nothing is deferred).
-    event_ids: BTreeMap<String, String>,
-    /// The program's statements (simple queries, parses, binds) since the
-    /// current message's delivery.
-    statements: usize,
-    /// Deliveries the proxy passed while the current message was acked
-    /// with no statement and its order unknown, and whose header has not
-    /// come yet: each is deferred when it does.
-    admitted: usize,
-    /// Deliveries passed to the program and not yet seen by the black box
-    /// (message, redelivered, autoAck), in order.
-    deferred: VecDeque<(String, bool, bool)>,
-    /// A statement since the current message's delivery named its eventId:
-    /// the deferred deliveries come after its transaction.
-    named_current: bool,
-    /// Messages settled as skips because the program went on to the next
-    /// one: a statement naming one of them later is an error.
-    skipped: BTreeSet<String>,
-}
-
-/// What a program's statement says, for the eventIds it names.
-#[derive(Clone, Copy, Debug)]
-pub enum Said<'a> {
-    /// The SQL of a simple query or a parse: names an eventId as a quoted
-    /// literal (`'01J7...'`).
-    Sql(&'a [u8]),
-    /// A bound parameter's value (text format): names an eventId when it is
-    /// that eventId, or holds it as a JSON string (`"01J7..."`).
-    Value(&'a [u8]),
 }
 
 impl BlackBox {
@@ -186,20 +139,7 @@ impl BlackBox {
             awaiting_tx_end: false,
             release: Arc::new(Notify::new()),
             seen,
-            event_ids: BTreeMap::new(),
-            statements: 0,
-            admitted: 0,
-            deferred: VecDeque::new(),
-            named_current: false,
-            skipped: BTreeSet::new(),
         }
-    }
-
-    /// The lab's messages (message id → eventId): with them, a message
-    /// acked with no statement before the program's order is known no
-    /// longer holds the next delivery (see the module's doc).
-    pub fn know(&mut self, event_ids: BTreeMap<String, String>) {
-        self.event_ids = event_ids;
     }
 
     /// Selects the window for one message; `commit`: which of its
@@ -282,11 +222,6 @@ impl BlackBox {
         self.frozen = false;
         self.commit_pending = false;
         self.awaiting_tx_end = false;
-        self.statements = 0;
-        self.admitted = 0;
-        self.deferred.clear();
-        self.named_current = false;
-        self.skipped.clear();
     }
 
     pub fn frozen(&self) -> bool {
@@ -300,151 +235,24 @@ impl BlackBox {
         let m = self.current.as_ref()?;
         (self.awaiting_tx_end && self.acked.contains(m) && self.commits_first.is_none()).then(|| {
             format!(
-                "{m} was acked with no statement before the program committed any message, and nothing after it told a skip from an ack-first program whose COMMIT is still to come (docs/byo.md)"
+                "mqlab holds the next delivery: {m} was acked with no transaction, before the program committed any message, so mqlab cannot tell a skip from an ack-first program whose COMMIT is still to come (a program is followed through messages it settles without a database statement once it has committed one; docs/byo.md)"
             )
         })
     }
 
-    /// Whether the proxy passes the next delivery now: not while the
-    /// current message's transaction is still to end, unless the message
-    /// was acked with no statement before the program's order is known;
-    /// such a delivery is passed, and deferred (see the module's doc).
-    pub fn admit_delivery(&mut self) -> bool {
-        if !self.awaiting_tx_end || self.frozen {
-            return true;
-        }
-        if self.undecided() {
-            self.admitted += 1;
-            return true;
-        }
-        false
-    }
-
-    /// The current message was acked with no statement since its delivery,
-    /// before the program's order is known: a skip, or an ack-first
-    /// program whose statements are still to come.
-    fn undecided(&self) -> bool {
-        let Some(m) = self.current.as_ref() else {
-            return false;
-        };
-        !self.event_ids.is_empty()
-            && self.commits_first.is_none()
-            && self.statements == 0
-            && self.deferred.is_empty()
-            && self.acked.contains(m)
-    }
-
-    /// The current message's turn is over: the next deferred delivery is
-    /// seen now, or the proxy passes the one it held.
-    fn next_delivery(&mut self) {
-        // Frozen: the kill comes, and nothing more is seen.
-        if self.frozen {
-            return;
-        }
-        if self.deferred.is_empty() {
-            // A delivery admitted whose header has not come yet comes
-            // after this turn: it is seen as it comes.
-            self.admitted = 0;
-        }
-        match self.deferred.pop_front() {
-            Some((m, redelivered, auto_ack)) => self.deliver(&m, redelivered, auto_ack),
-            None => self.release.notify_one(),
-        }
-    }
-
-    /// A message's eventId; a resend (`mid-1.2`) carries its original's.
-    fn event_of(&self, m: &str) -> Option<&String> {
-        let base = m.split_once('.').map_or(m, |(b, _)| b);
-        self.event_ids.get(m).or_else(|| self.event_ids.get(base))
-    }
-
-    /// The program sends a statement (a simple query, a parse or a bind):
-    /// with deliveries deferred, the eventId it names tells whose it is.
-    pub fn on_statement(&mut self, said: &[Said]) {
-        if self.frozen {
-            return;
-        }
-        self.statements += 1;
-        if self.event_ids.is_empty() || self.commits_first.is_some() {
-            return;
-        }
-        let names = |m: &str| {
-            self.event_of(m)
-                .is_some_and(|e| said.iter().any(|s| s.names(e.as_bytes())))
-        };
-        let current = self.current.clone().unwrap_or_default();
-        if let Some(s) = self.skipped.iter().find(|m| names(m)).cloned() {
-            return self.unattributable(&current, format!("a statement named the eventId of {s}, which the program had acked with no statement and left for a later message: it works on more than one message at a time"));
-        }
-        // A copy of the current message's event (a resend, mid-1.2) after it
-        // is not told apart by its eventId: the statement is the current
-        // one's, as the hold would have had it (the same event either way).
-        let same = self.event_of(&current);
-        let later = self
-            .deferred
-            .iter()
-            .position(|(m, ..)| names(m) && self.event_of(m) != same);
-        match (names(&current), later) {
-            (true, Some(k)) => {
-                let other = self.deferred[k].0.clone();
-                self.unattributable(&current, format!("a statement named the eventId of both {current} and {other}, delivered after it"));
-            }
-            (true, None) => self.named_current = true,
-            (false, Some(k)) if self.named_current => {
-                let other = self.deferred[k].0.clone();
-                self.unattributable(&current, format!("a statement of {current}'s transaction named the eventId of {other}, delivered after it"));
-            }
-            (false, Some(k)) => {
-                self.skip_to(k);
-                if !self.frozen {
-                    self.statements = 1;
-                    self.named_current = true;
-                }
-            }
-            (false, None) => {}
-        }
-    }
-
-    /// mqlab cannot tell which message the program's effects are: said,
-    /// and frozen (the runner ends the run with the error).
-    fn unattributable(&mut self, message: &str, why: String) {
-        self.say(Seen::Unattributable {
-            message: message.to_string(),
-            why,
-        });
-        self.frozen = true;
-    }
-
-    /// The messages before the deferred one at `k` were settled with no
-    /// statement (skips): each settles, and the next is seen, up to `k`.
-    fn skip_to(&mut self, k: usize) {
-        for _ in 0..=k {
-            let m = self.current.clone().unwrap_or_default();
-            if !self.acked.contains(&m) {
-                return self.unattributable(
-                    &m,
-                    format!("the program went on to a later message before it acked {m}"),
-                );
-            }
-            self.awaiting_tx_end = false;
-            self.skipped.insert(m.clone());
-            self.ended.insert(m.clone());
-            self.settle(&m);
-            self.next_delivery();
-            if self.frozen {
-                return;
-            }
-        }
+    /// The next delivery must wait for the current message's transaction to end.
+    pub fn holds_next_delivery(&self) -> bool {
+        self.awaiting_tx_end && !self.frozen
     }
 
     /// The program's transaction ended (COMMIT or ROLLBACK answered).
     pub fn on_tx_end(&mut self) {
         if std::mem::take(&mut self.awaiting_tx_end) {
+            self.release.notify_one();
             if let Some(m) = self.current.clone() {
                 self.ended.insert(m.clone());
                 self.settle(&m);
             }
-            self.next_delivery();
         }
     }
 
@@ -490,19 +298,6 @@ impl BlackBox {
         if self.frozen {
             return Pass::Hold;
         }
-        if self.admitted > 0 {
-            self.admitted -= 1;
-            self.deferred
-                .push_back((message.to_string(), redelivered, auto_ack));
-            return Pass::Forward;
-        }
-        self.deliver(message, redelivered, auto_ack);
-        Pass::Forward
-    }
-
-    /// The black box sees a delivery: the program's effects from now on
-    /// are this message's.
-    fn deliver(&mut self, message: &str, redelivered: bool, auto_ack: bool) {
         // The message before, acked and followed by another: its k-th
         // COMMIT never came (a redelivery of it may still commit).
         let done = self
@@ -520,8 +315,6 @@ impl BlackBox {
         }
         self.current = Some(message.to_string());
         self.commits = 0;
-        self.statements = 0;
-        self.named_current = false;
         self.awaiting_tx_end = true;
         self.say(Seen::Delivered {
             message: message.to_string(),
@@ -541,6 +334,7 @@ impl BlackBox {
         if let Some(m) = self.targets(Window::OnDeliver) {
             self.fire(m);
         }
+        Pass::Forward
     }
 
     /// The program sends `COMMIT`.
@@ -551,19 +345,6 @@ impl BlackBox {
         let Some(m) = self.current.clone() else {
             return Pass::Forward;
         };
-        // A message acked before the program's first COMMIT: the ack of an
-        // ack-first (or autoAck) program, or a skip. Its transaction must
-        // name whose it is, whether or not the next delivery came first.
-        let acked_first =
-            self.commits_first.is_none() && self.acked.contains(&m) && !self.event_ids.is_empty();
-        if (acked_first || !self.deferred.is_empty()) && !self.named_current {
-            let why = match self.deferred.front() {
-                Some((next, ..)) => format!("the program acked {m} before its first COMMIT, then committed a transaction none of whose statements named the eventId of {m} or of {next}, delivered after it, as text"),
-                None => format!("the program acked {m} before its first COMMIT, then committed a transaction none of whose statements named the eventId of {m} as text"),
-            };
-            self.unattributable(&m, why);
-            return Pass::Hold;
-        }
         self.commits += 1;
         if self.commits_first.is_none() {
             self.commits_first = Some(!self.acked.contains(&m));
@@ -627,14 +408,6 @@ impl BlackBox {
             return Pass::Hold;
         }
         let m = message.to_string();
-        // The program acks a message the black box has not seen yet: the
-        // ones before it were skipped.
-        if let Some(k) = self.deferred.iter().position(|(d, ..)| *d == m) {
-            self.skip_to(k);
-            if self.frozen {
-                return Pass::Hold;
-            }
-        }
         let is_target = |w: Window, me: &Self| matches!(&me.target, Some((tw, tm)) if *tw == w && *tm == m && !me.fired);
         if is_target(Window::AfterCommitBeforeAck, self) {
             if self.committed.contains(&m) {
@@ -657,38 +430,16 @@ impl BlackBox {
         if self.current.as_deref() == Some(m.as_str()) {
             // Acked with no transaction ended since its delivery, by a
             // program that commits before it acks: it skipped the message.
-            let skipped =
-                self.commits_first == Some(true) && std::mem::take(&mut self.awaiting_tx_end);
-            if skipped {
+            if self.commits_first == Some(true) && std::mem::take(&mut self.awaiting_tx_end) {
                 self.ended.insert(m.clone());
+                self.release.notify_one();
             }
             self.settle(&m);
-            if skipped {
-                self.next_delivery();
-            }
         }
         if is_target(Window::AfterAck, self) && self.committed.contains(&m) {
             self.fire(m);
         }
         Pass::Forward
-    }
-}
-
-impl Said<'_> {
-    /// Whether it names `event`: never as part of a longer id (`evt-1`
-    /// in `evt-10`) or an unquoted token (`2` in `$2`).
-    fn names(&self, event: &[u8]) -> bool {
-        let quoted = |text: &[u8], q: u8| {
-            let mut lit = vec![q];
-            lit.extend_from_slice(event);
-            lit.push(q);
-            text.windows(lit.len()).any(|w| w == lit)
-        };
-        match *self {
-            _ if event.is_empty() => false,
-            Said::Sql(sql) => quoted(sql, b'\''),
-            Said::Value(v) => v == event || quoted(v, b'"'),
-        }
     }
 }
 
@@ -869,9 +620,9 @@ mod tests {
         commit(&mut b);
         b.on_ack("mid-1");
         b.on_deliver("mid-2", false, false);
-        assert!(!b.admit_delivery());
+        assert!(b.holds_next_delivery());
         b.on_ack("mid-2");
-        assert!(b.admit_delivery());
+        assert!(!b.holds_next_delivery());
         assert!(drain(&mut rx)
             .iter()
             .any(|s| matches!(s, Seen::Settled { message } if message == "mid-2")));
@@ -879,187 +630,7 @@ mod tests {
         let (mut b, _rx) = bb();
         b.on_deliver("mid-1", false, false);
         b.on_ack("mid-1");
-        assert!(!b.admit_delivery());
+        assert!(b.holds_next_delivery());
         assert!(b.stuck().is_some());
-    }
-
-    fn knowing() -> (BlackBox, mpsc::UnboundedReceiver<Seen>) {
-        let (mut b, rx) = bb();
-        b.know(
-            [("mid-1", "evt-1"), ("mid-2", "evt-2"), ("mid-3", "evt-3")]
-                .into_iter()
-                .map(|(m, e)| (m.to_string(), e.to_string()))
-                .collect(),
-        );
-        (b, rx)
-    }
-
-    /// An eventId is named quoted in SQL, or as a parameter's whole value or
-    /// a JSON string in it: never as part of another token.
-    #[test]
-    fn what_names_an_event() {
-        assert!(Said::Sql(b"VALUES ('2', 1)").names(b"2"));
-        assert!(!Said::Sql(b"VALUES ($2)").names(b"2"));
-        assert!(!Said::Sql(b"VALUES ('evt-10')").names(b"evt-1"));
-        assert!(Said::Value(b"evt-1").names(b"evt-1"));
-        assert!(!Said::Value(b"evt-10").names(b"evt-1"));
-        assert!(Said::Value(br#"{"eventId": "evt-1"}"#).names(b"evt-1"));
-        assert!(!Said::Value(b"").names(b""));
-    }
-
-    /// Before the program's order is known, a message acked with no
-    /// statement does not hold the next delivery: it is passed, deferred,
-    /// and the next statement's eventId tells a skip (the deferred one's)...
-    #[test]
-    fn a_first_skip_is_told_by_the_next_statement() {
-        let (mut b, mut rx) = knowing();
-        b.arm(Window::OnDeliver, "mid-2", 1);
-        b.on_deliver("mid-1", false, false);
-        b.on_ack("mid-1");
-        assert!(b.admit_delivery());
-        b.on_deliver("mid-2", false, false);
-        assert!(!b.frozen(), "deferred: not seen yet");
-        assert!(!drain(&mut rx)
-            .iter()
-            .any(|s| matches!(s, Seen::Delivered { message, .. } if message == "mid-2")));
-        b.on_statement(&[Said::Sql(b"BEGIN")]);
-        b.on_statement(&[
-            Said::Sql(b"INSERT INTO t VALUES ($1)"),
-            Said::Value(b"evt-2x"),
-        ]);
-        assert!(!b.frozen(), "evt-2x is another id");
-        b.on_statement(&[Said::Value(b"svc"), Said::Value(b"evt-2")]);
-        let seen = drain(&mut rx);
-        assert!(
-            matches!(&seen[..], [Seen::Settled { message: a }, Seen::Delivered { message: b, .. }, Seen::Fire { .. }] if a == "mid-1" && b == "mid-2"),
-            "{seen:?}"
-        );
-        assert!(b.frozen());
-    }
-
-    /// ...or an ack-first program (the acked one's): the deferred delivery
-    /// is seen when that transaction ends, as if it had been held.
-    #[test]
-    fn an_ack_first_program_is_told_by_its_statement() {
-        let (mut b, mut rx) = knowing();
-        b.on_deliver("mid-1", false, false);
-        b.on_ack("mid-1");
-        assert!(b.admit_delivery());
-        b.on_deliver("mid-2", false, false);
-        b.on_statement(&[Said::Sql(b"INSERT INTO t VALUES ('evt-1')")]);
-        assert_eq!(b.on_commit_request(), Pass::Forward);
-        b.on_commit_done(true);
-        assert!(!drain(&mut rx)
-            .iter()
-            .any(|s| matches!(s, Seen::Delivered { message, .. } if message == "mid-2")));
-        b.on_tx_end();
-        let seen = drain(&mut rx);
-        assert!(
-            matches!(&seen[..], [Seen::Settled { message: a }, Seen::Delivered { message: b, .. }] if a == "mid-1" && b == "mid-2"),
-            "{seen:?}"
-        );
-        // Its order is known now: the next delivery waits for mid-2's end.
-        b.on_ack("mid-2");
-        assert!(!b.admit_delivery());
-
-        // A skipped message acked in turn: the one before settles first.
-        let (mut b, mut rx) = knowing();
-        b.on_deliver("mid-1", false, false);
-        b.on_ack("mid-1");
-        assert!(b.admit_delivery());
-        b.on_deliver("mid-2", false, false);
-        b.on_ack("mid-2");
-        let seen = drain(&mut rx);
-        assert!(
-            matches!(&seen[..], [Seen::Delivered { .. }, Seen::Acked { .. }, Seen::Settled { message: a }, Seen::Delivered { message: b, .. }, Seen::Acked { .. }] if a == "mid-1" && b == "mid-2"),
-            "{seen:?}"
-        );
-
-        // A resend (`mid-1.2`) is named by its original's eventId.
-        let (mut b, mut rx) = knowing();
-        b.on_deliver("mid-1.2", false, false);
-        b.on_ack("mid-1.2");
-        assert!(b.admit_delivery());
-        b.on_deliver("mid-2", false, false);
-        b.on_statement(&[Said::Value(b"evt-1")]);
-        b.on_commit_request();
-        b.on_commit_done(true);
-        b.on_tx_end();
-        assert!(drain(&mut rx)
-            .iter()
-            .any(|s| matches!(s, Seen::Committed { message } if message == "mid-1.2")));
-
-        // Whether or not the next delivery came first, an ack-first
-        // program's first transaction must name its message: the same
-        // error on both paths, never a pass on one and an error on the other.
-        let (mut b, mut rx) = knowing();
-        b.on_deliver("mid-1", false, false);
-        b.on_ack("mid-1");
-        b.on_statement(&[
-            Said::Sql(b"INSERT INTO t VALUES ($1)"),
-            Said::Value(&[1, 2, 3]),
-        ]);
-        assert!(!b.admit_delivery(), "a statement came first: held");
-        assert_eq!(b.on_commit_request(), Pass::Hold);
-        assert!(drain(&mut rx)
-            .iter()
-            .any(|s| matches!(s, Seen::Unattributable { .. })));
-
-        // A program that acks mid-2 before a statement of mid-1 comes (it
-        // works on more than one message at a time): an error, not a skip.
-        let (mut b, mut rx) = knowing();
-        b.on_deliver("mid-1", false, false);
-        b.on_ack("mid-1");
-        assert!(b.admit_delivery());
-        b.on_deliver("mid-2", false, false);
-        b.on_ack("mid-2");
-        b.on_statement(&[Said::Value(b"evt-1")]);
-        assert!(b.frozen());
-        assert!(drain(&mut rx)
-            .iter()
-            .any(|s| matches!(s, Seen::Unattributable { message, .. } if message == "mid-2")));
-
-        // A copy of the same event after it (a resend): the current one's.
-        let (mut b, mut rx) = knowing();
-        b.on_deliver("mid-1", false, true);
-        assert!(b.admit_delivery());
-        b.on_deliver("mid-1.2", false, true);
-        b.on_statement(&[Said::Value(b"evt-1")]);
-        assert_eq!(b.on_commit_request(), Pass::Forward);
-        b.on_commit_done(true);
-        b.on_tx_end();
-        let seen = drain(&mut rx);
-        assert!(
-            !seen
-                .iter()
-                .any(|s| matches!(s, Seen::Unattributable { .. })),
-            "{seen:?}"
-        );
-        assert!(seen
-            .iter()
-            .any(|s| matches!(s, Seen::Committed { message } if message == "mid-1")));
-
-        // A statement naming two events: an error.
-        let (mut b, mut rx) = knowing();
-        b.on_deliver("mid-1", false, false);
-        b.on_ack("mid-1");
-        assert!(b.admit_delivery());
-        b.on_deliver("mid-2", false, false);
-        b.on_statement(&[Said::Value(b"evt-1"), Said::Value(b"evt-2")]);
-        assert!(drain(&mut rx)
-            .iter()
-            .any(|s| matches!(s, Seen::Unattributable { .. })));
-
-        // A COMMIT none of whose statements names either: a failure.
-        let (mut b, mut rx) = knowing();
-        b.on_deliver("mid-1", false, false);
-        b.on_ack("mid-1");
-        assert!(b.admit_delivery());
-        b.on_deliver("mid-2", false, false);
-        b.on_statement(&[Said::Sql(b"UPDATE counters SET n = n + 1")]);
-        assert_eq!(b.on_commit_request(), Pass::Hold);
-        assert!(drain(&mut rx)
-            .iter()
-            .any(|s| matches!(s, Seen::Unattributable { .. })));
     }
 }

@@ -15,7 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
-use super::blackbox::{BlackBox, Pass, Said};
+use super::blackbox::{BlackBox, Pass};
 
 pub struct PgProxy {
     pub port: u16,
@@ -128,12 +128,6 @@ async fn client_to_server(
                 continue;
             }
             let mut b = bb.lock().expect("black box");
-            if held.is_empty() {
-                let texts = statement_texts(msg);
-                if !texts.is_empty() {
-                    b.on_statement(&texts);
-                }
-            }
             // Behind a held frame, every later one waits too (order).
             let pass = match held.is_empty() && is_commit(msg) {
                 true => b.on_commit_request(),
@@ -270,55 +264,6 @@ fn is_commit(msg: &[u8]) -> bool {
     )
 }
 
-/// What a client message says, for the eventIds it names: a simple
-/// query's or a parse's SQL, a bind's parameter values; nothing for any
-/// other message.
-fn statement_texts(msg: &[u8]) -> Vec<Said<'_>> {
-    let body = msg.get(5..).unwrap_or_default();
-    let cstr = |b: &'_ [u8]| -> Option<usize> { b.iter().position(|c| *c == 0) };
-    match msg.first() {
-        Some(b'Q') => vec![Said::Sql(&body[..cstr(body).unwrap_or(body.len())])],
-        Some(b'P') => {
-            let Some(name) = cstr(body) else {
-                return Vec::new();
-            };
-            let sql = &body[name + 1..];
-            vec![Said::Sql(&sql[..cstr(sql).unwrap_or(sql.len())])]
-        }
-        Some(b'B') => bind_values(body)
-            .unwrap_or_default()
-            .into_iter()
-            .map(Said::Value)
-            .collect(),
-        _ => Vec::new(),
-    }
-}
-
-/// A bind's parameter values: portal and statement names, the parameter
-/// format codes, then each value with its length (-1: NULL).
-fn bind_values(body: &[u8]) -> Option<Vec<&[u8]>> {
-    let portal = body.iter().position(|c| *c == 0)?;
-    let rest = &body[portal + 1..];
-    let statement = rest.iter().position(|c| *c == 0)?;
-    let mut at = portal + 1 + statement + 1;
-    let u16_at = |i: usize| -> Option<usize> {
-        Some(u16::from_be_bytes([*body.get(i)?, *body.get(i + 1)?]) as usize)
-    };
-    at += 2 + 2 * u16_at(at)?;
-    let params = u16_at(at)?;
-    at += 2;
-    let mut values = Vec::with_capacity(params);
-    for _ in 0..params {
-        let len = i32::from_be_bytes(body.get(at..at + 4)?.try_into().ok()?);
-        at += 4;
-        if len > 0 {
-            values.push(body.get(at..at + len as usize)?);
-            at += len as usize;
-        }
-    }
-    Some(values)
-}
-
 /// The tag of a CommandComplete message (`COMMIT`, `INSERT 0 1`, ...).
 fn command_tag(msg: &[u8]) -> Option<&str> {
     let body = msg.get(5..)?;
@@ -391,52 +336,6 @@ mod tests {
         assert!(is_commit(&parse("", "COMMIT")));
         assert!(is_commit(&parse("s1", "commit")));
         assert!(!is_commit(&parse("s1", "INSERT INTO t VALUES (1)")));
-    }
-
-    /// A bind's values come out one by one, NULLs left out; a query's and a
-    /// parse's SQL whole.
-    #[test]
-    fn statement_texts_of_each_message() {
-        let mut body = b"\0s1\0".to_vec();
-        body.extend_from_slice(&1u16.to_be_bytes());
-        body.extend_from_slice(&0u16.to_be_bytes());
-        body.extend_from_slice(&3u16.to_be_bytes());
-        for v in [Some(&b"svc"[..]), None, Some(&b"evt-1"[..])] {
-            match v {
-                Some(v) => {
-                    body.extend_from_slice(&(v.len() as i32).to_be_bytes());
-                    body.extend_from_slice(v);
-                }
-                None => body.extend_from_slice(&(-1i32).to_be_bytes()),
-            }
-        }
-        body.extend_from_slice(&0u16.to_be_bytes());
-        let mut bind = vec![b'B'];
-        bind.extend_from_slice(&((4 + body.len()) as u32).to_be_bytes());
-        bind.extend_from_slice(&body);
-        let texts = |m: &[u8]| -> Vec<(bool, Vec<u8>)> {
-            statement_texts(m)
-                .into_iter()
-                .map(|s| match s {
-                    Said::Sql(t) => (false, t.to_vec()),
-                    Said::Value(t) => (true, t.to_vec()),
-                })
-                .collect()
-        };
-        assert_eq!(
-            texts(&bind),
-            vec![(true, b"svc".to_vec()), (true, b"evt-1".to_vec())]
-        );
-        assert_eq!(
-            texts(&query("SELECT 1")),
-            vec![(false, b"SELECT 1".to_vec())]
-        );
-        assert_eq!(
-            texts(&parse("s", "INSERT")),
-            vec![(false, b"INSERT".to_vec())]
-        );
-        // A truncated bind names nothing.
-        assert!(statement_texts(&bind[..bind.len() - 6]).is_empty());
     }
 
     #[test]

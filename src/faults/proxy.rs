@@ -281,7 +281,7 @@ async fn pump(
                 && is_deliver(frame)
                 && bb
                     .as_ref()
-                    .is_some_and(|b| !b.lock().expect("black box").admit_delivery());
+                    .is_some_and(|b| b.lock().expect("black box").holds_next_delivery());
             if held {
                 break;
             }

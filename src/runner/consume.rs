@@ -181,9 +181,6 @@ impl Ctx<'_> {
         }
         let (tx, mut seen) = mpsc::unbounded_channel();
         let bb = Arc::new(Mutex::new(BlackBox::new(tx)));
-        bb.lock()
-            .expect("black box")
-            .know(self.observed.events.0.clone());
         let upstream = format!("{}:{}", self.endpoints.pg_host, self.endpoints.pg_port)
             .parse()
             .context("the database's address")?;
@@ -243,10 +240,6 @@ impl Ctx<'_> {
                         );
                         self.unreachable = Some(why.clone());
                         bail!(why);
-                    }
-                    Seen::Unattributable { message, why } => {
-                        process::kill_now(&mut proc.child);
-                        bail!("phase {phase}: mqlab cannot follow the program past {message}: {why}");
                     }
                     Seen::Fire { message } => {
                         // The window: both connections are frozen. An
@@ -328,10 +321,7 @@ impl Ctx<'_> {
             Seen::Fire { message } if consumer.is_some() => {
                 at(self, message).status(Status::AtRendezvous)
             }
-            Seen::Settled { .. }
-            | Seen::Unreachable { .. }
-            | Seen::Unattributable { .. }
-            | Seen::Fire { .. } => return,
+            Seen::Settled { .. } | Seen::Unreachable { .. } | Seen::Fire { .. } => return,
         };
         self.emit(Role::Observe, &line);
     }
