@@ -74,6 +74,15 @@ fn the_python_examples_pass_and_show_their_violations() {
         stdout.contains("byo-competing-consumers              safe pattern holds"),
         "{stdout}"
     );
+    // Its first message a resend acked with no statement, the order declared.
+    assert!(
+        stdout.contains("byo-cached-inbox                     safe pattern holds"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("byo-cached-inbox@memory-dedup        counterexample confirmed"),
+        "{stdout}"
+    );
     assert!(
         stdout.lines().any(|l| l.split_whitespace().eq([
             "byo-competing-consumers@check-then-insert",

@@ -62,6 +62,11 @@ pub enum Seen {
     Fire {
         message: String,
     },
+    /// A program declared to commit before it acks (`commits_first`) sent
+    /// a `COMMIT` for a message it had acked (or an autoAck program's).
+    Contradicts {
+        message: String,
+    },
     /// The program's order never reaches the window (e.g. it acks before it
     /// commits, so there is no `after-commit-before-ack`).
     Unreachable {
@@ -114,6 +119,8 @@ pub struct BlackBox {
     /// for a program that acks before it commits (its ack frees the
     /// prefetch slot before its COMMIT).
     awaiting_tx_end: bool,
+    /// `commits_first` was declared by the lab, not learned.
+    declared: bool,
     /// Wakes the AMQP proxy to pass a delivery it held.
     pub release: Arc<Notify>,
     seen: mpsc::UnboundedSender<Seen>,
@@ -137,6 +144,7 @@ impl BlackBox {
             fired: false,
             commit_pending: false,
             awaiting_tx_end: false,
+            declared: false,
             release: Arc::new(Notify::new()),
             seen,
         }
@@ -179,6 +187,14 @@ impl BlackBox {
     /// Changes of [`BlackBox::paused`], for the proxy waiting to pass what it held.
     pub fn paused_changes(&self) -> watch::Receiver<bool> {
         self.paused.subscribe()
+    }
+
+    /// The lab declares that the program commits before it acks
+    /// (`commits_first`): a message it acks with no statement is a skip
+    /// from its first message on, and every `COMMIT` is checked against it.
+    pub fn declare_commits_first(&mut self) {
+        self.commits_first = Some(true);
+        self.declared = true;
     }
 
     /// The program's `basic.consume` asked for autoAck.
@@ -235,7 +251,7 @@ impl BlackBox {
         let m = self.current.as_ref()?;
         (self.awaiting_tx_end && self.acked.contains(m) && self.commits_first.is_none()).then(|| {
             format!(
-                "mqlab holds the next delivery: {m} was acked with no transaction, before the program committed any message, so mqlab cannot tell a skip from an ack-first program whose COMMIT is still to come (a program is followed through messages it settles without a database statement once it has committed one; docs/byo.md)"
+                "mqlab holds the next delivery: {m} was acked with no transaction, before the program committed any message, so mqlab cannot tell a skip from an ack-first program whose COMMIT is still to come (a program is followed through messages it settles without a database statement once it has committed one; one that commits before it acks can say so with `commits_first = true` on its consume step; docs/byo.md)"
             )
         })
     }
@@ -346,6 +362,11 @@ impl BlackBox {
             return Pass::Forward;
         };
         self.commits += 1;
+        if self.declared && self.acked.contains(&m) {
+            self.say(Seen::Contradicts { message: m });
+            self.frozen = true;
+            return Pass::Hold;
+        }
         if self.commits_first.is_none() {
             self.commits_first = Some(!self.acked.contains(&m));
         }
@@ -632,5 +653,43 @@ mod tests {
         b.on_ack("mid-1");
         assert!(b.holds_next_delivery());
         assert!(b.stuck().is_some());
+
+        // Declared to commit before it acks: followed from its first message.
+        let (mut b, mut rx) = bb();
+        b.declare_commits_first();
+        b.on_deliver("mid-1", false, false);
+        b.on_ack("mid-1");
+        assert!(!b.holds_next_delivery());
+        assert!(b.stuck().is_none());
+        assert!(drain(&mut rx)
+            .iter()
+            .any(|s| matches!(s, Seen::Settled { message } if message == "mid-1")));
+    }
+
+    /// A declared order the program does not keep is an error at the COMMIT
+    /// that shows it: never followed on a wrong premise.
+    #[test]
+    fn a_declared_order_is_checked_at_each_commit() {
+        let (mut b, mut rx) = bb();
+        b.declare_commits_first();
+        b.on_deliver("mid-1", false, false);
+        commit(&mut b);
+        b.on_ack("mid-1");
+        b.on_deliver("mid-2", false, false);
+        b.on_ack("mid-2");
+        assert_eq!(b.on_commit_request(), Pass::Hold);
+        assert!(b.frozen());
+        assert!(drain(&mut rx)
+            .iter()
+            .any(|s| matches!(s, Seen::Contradicts { message } if message == "mid-2")));
+
+        // An autoAck program acks every message as it is sent.
+        let (mut b, mut rx) = bb();
+        b.declare_commits_first();
+        b.on_deliver("mid-1", false, true);
+        assert_eq!(b.on_commit_request(), Pass::Hold);
+        assert!(drain(&mut rx)
+            .iter()
+            .any(|s| matches!(s, Seen::Contradicts { .. })));
     }
 }

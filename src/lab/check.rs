@@ -179,6 +179,8 @@ pub enum ErrorKind {
     AgeOfLazyQueue(String),
     #[error("`{0}` is `yes` or `no`")]
     YesOrNo(String),
+    #[error("`commits_first` declares the order of one program (`command`, one instance): the built-in consumer's is its pattern's, and instances keep the hold")]
+    CommitsFirstOfOne,
     #[error("competing consumers under a rendezvous or a stall take one message at a time: a variant's `prefetch` cannot change it")]
     HeldPrefetch,
     #[error("a program consumes with prefetch 1 (MQLAB_PREFETCH): a variant's `prefetch` cannot change it")]
@@ -1125,6 +1127,16 @@ impl<'a> Checker<'a> {
             }
         }
         let pattern = c.pattern.as_ref().map_or(Pattern::Inbox, |p| *p.get_ref());
+        if let Some(d) = &c.commits_first {
+            let instances = c.instances.as_ref().map_or(1, |n| n.get_ref().get());
+            if c.command.is_none() || instances > 1 {
+                self.err(
+                    format!("{key}.consume.commits_first"),
+                    span(d),
+                    ErrorKind::CommitsFirstOfOne,
+                );
+            }
+        }
         if let Some(cmd) = &c.command {
             let builtin_only = c.pattern.is_some()
                 || c.retry.is_some()
@@ -1218,6 +1230,7 @@ impl<'a> Checker<'a> {
             service: c.service.clone(),
             pattern,
             command: c.command.as_ref().map(|s| s.get_ref().clone()),
+            commits_first: c.commits_first.as_ref().is_some_and(|b| *b.get_ref()),
             prefetch: c.prefetch.get(),
             settle: match c.settle {
                 RawSettle::Count(n) => Settle::Count(n.get()),
@@ -2218,6 +2231,12 @@ violations = { rows = 3 }
                 "messages = [\"order-1001\", \"order-1002\"], batch = 10 }\nfault = { target = \"producer\", action = \"kill\", window = \"after-confirm\", message = \"mid-1\", then = \"restart\" }",
                 None,
                 "step[0].fault: a batching producer keeps no journal across a restart",
+            ),
+            (
+                r#"consume = { queue = "q", settle = 2 }"#,
+                r#"consume = { queue = "q", settle = 2, commits_first = true }"#,
+                None,
+                "step[1].consume.commits_first: `commits_first` declares the order of one program",
             ),
             (
                 "[variant.v]",

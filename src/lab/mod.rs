@@ -378,6 +378,8 @@ pub struct Consume {
     /// A program mqlab did not write, run with `sh -c`, instead of the
     /// built-in consumer.
     pub command: Option<String>,
+    /// The program declared to commit before it acks (`commits_first`).
+    pub commits_first: bool,
     pub prefetch: u16,
     pub settle: Settle,
     pub max_deliveries: Option<usize>,

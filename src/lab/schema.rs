@@ -236,6 +236,11 @@ pub struct RawConsume {
     /// A program mqlab did not write, run with `sh -c` (the role contract:
     /// docs/byo.md); its windows are placed from outside, through the proxies.
     pub command: Option<Spanned<String>>,
+    /// With `command`: the program commits before it acks, so a message it
+    /// acks with no statement is a skip, from its first message on (mqlab
+    /// otherwise learns the order at the first COMMIT); checked at each
+    /// COMMIT.
+    pub commits_first: Option<Spanned<bool>>,
     #[serde(default = "default_prefetch")]
     pub prefetch: NonZeroU16,
     pub settle: Settle,

@@ -181,6 +181,9 @@ impl Ctx<'_> {
         }
         let (tx, mut seen) = mpsc::unbounded_channel();
         let bb = Arc::new(Mutex::new(BlackBox::new(tx)));
+        if c.commits_first {
+            bb.lock().expect("black box").declare_commits_first();
+        }
         let upstream = format!("{}:{}", self.endpoints.pg_host, self.endpoints.pg_port)
             .parse()
             .context("the database's address")?;
@@ -240,6 +243,10 @@ impl Ctx<'_> {
                         );
                         self.unreachable = Some(why.clone());
                         bail!(why);
+                    }
+                    Seen::Contradicts { message } => {
+                        process::kill_now(&mut proc.child);
+                        bail!("phase {phase}: the lab declares that the program commits before it acks (`commits_first`), and it sent a COMMIT for {message} after acking it");
                     }
                     Seen::Fire { message } => {
                         // The window: both connections are frozen. An
@@ -321,7 +328,10 @@ impl Ctx<'_> {
             Seen::Fire { message } if consumer.is_some() => {
                 at(self, message).status(Status::AtRendezvous)
             }
-            Seen::Settled { .. } | Seen::Unreachable { .. } | Seen::Fire { .. } => return,
+            Seen::Settled { .. }
+            | Seen::Unreachable { .. }
+            | Seen::Contradicts { .. }
+            | Seen::Fire { .. } => return,
         };
         self.emit(Role::Observe, &line);
     }
