@@ -121,6 +121,10 @@ pub struct BlackBox {
     awaiting_tx_end: bool,
     /// `commits_first` was declared by the lab, not learned.
     declared: bool,
+    /// The current message was settled as a skip (acked with no
+    /// transaction): a statement before the next delivery contradicts a
+    /// declared order.
+    skip_settled: bool,
     /// Wakes the AMQP proxy to pass a delivery it held.
     pub release: Arc<Notify>,
     seen: mpsc::UnboundedSender<Seen>,
@@ -145,6 +149,7 @@ impl BlackBox {
             commit_pending: false,
             awaiting_tx_end: false,
             declared: false,
+            skip_settled: false,
             release: Arc::new(Notify::new()),
             seen,
         }
@@ -238,6 +243,7 @@ impl BlackBox {
         self.frozen = false;
         self.commit_pending = false;
         self.awaiting_tx_end = false;
+        self.skip_settled = false;
     }
 
     pub fn frozen(&self) -> bool {
@@ -330,6 +336,7 @@ impl BlackBox {
             self.say(Seen::Unreachable { message: m, why });
         }
         self.current = Some(message.to_string());
+        self.skip_settled = false;
         self.commits = 0;
         self.awaiting_tx_end = true;
         self.say(Seen::Delivered {
@@ -351,6 +358,18 @@ impl BlackBox {
             self.fire(m);
         }
         Pass::Forward
+    }
+
+    /// The program sends a statement (anything but `ROLLBACK`). Under a
+    /// declared order, one that comes after a message was settled as a skip
+    /// and before the next delivery is that message's: it acked first.
+    pub fn on_statement(&mut self) {
+        if self.frozen || !self.declared || !self.skip_settled {
+            return;
+        }
+        let m = self.current.clone().unwrap_or_default();
+        self.say(Seen::Contradicts { message: m });
+        self.frozen = true;
     }
 
     /// The program sends `COMMIT`.
@@ -453,6 +472,7 @@ impl BlackBox {
             // program that commits before it acks: it skipped the message.
             if self.commits_first == Some(true) && std::mem::take(&mut self.awaiting_tx_end) {
                 self.ended.insert(m.clone());
+                self.skip_settled = true;
                 self.release.notify_one();
             }
             self.settle(&m);
@@ -682,6 +702,18 @@ mod tests {
         assert!(drain(&mut rx)
             .iter()
             .any(|s| matches!(s, Seen::Contradicts { message } if message == "mid-2")));
+
+        // An ack-first program's statement after its ack, before the next
+        // delivery: the ack was no skip.
+        let (mut b, mut rx) = bb();
+        b.declare_commits_first();
+        b.on_deliver("mid-1", false, false);
+        b.on_ack("mid-1");
+        b.on_statement();
+        assert!(b.frozen());
+        assert!(drain(&mut rx)
+            .iter()
+            .any(|s| matches!(s, Seen::Contradicts { message } if message == "mid-1")));
 
         // An autoAck program acks every message as it is sent.
         let (mut b, mut rx) = bb();

@@ -128,6 +128,9 @@ async fn client_to_server(
                 continue;
             }
             let mut b = bb.lock().expect("black box");
+            if held.is_empty() && is_statement(msg) {
+                b.on_statement();
+            }
             // Behind a held frame, every later one waits too (order).
             let pass = match held.is_empty() && is_commit(msg) {
                 true => b.on_commit_request(),
@@ -264,6 +267,27 @@ fn is_commit(msg: &[u8]) -> bool {
     )
 }
 
+/// A client message that runs SQL (a simple query, a parse or a bind), but
+/// a `ROLLBACK`, which a program may send with nothing to roll back.
+fn is_statement(msg: &[u8]) -> bool {
+    let sql = |body: &[u8]| {
+        let end = body.iter().position(|c| *c == 0).unwrap_or(body.len());
+        String::from_utf8_lossy(&body[..end])
+            .trim()
+            .to_ascii_uppercase()
+    };
+    match msg.first() {
+        Some(b'Q') => !sql(&msg[5..]).starts_with("ROLLBACK"),
+        Some(b'P') => {
+            let body = &msg[5..];
+            let name = body.iter().position(|c| *c == 0).unwrap_or(body.len());
+            !sql(body.get(name + 1..).unwrap_or_default()).starts_with("ROLLBACK")
+        }
+        Some(b'B') => true,
+        _ => false,
+    }
+}
+
 /// The tag of a CommandComplete message (`COMMIT`, `INSERT 0 1`, ...).
 fn command_tag(msg: &[u8]) -> Option<&str> {
     let body = msg.get(5..)?;
@@ -336,6 +360,15 @@ mod tests {
         assert!(is_commit(&parse("", "COMMIT")));
         assert!(is_commit(&parse("s1", "commit")));
         assert!(!is_commit(&parse("s1", "INSERT INTO t VALUES (1)")));
+    }
+
+    #[test]
+    fn statements_are_what_runs_sql_but_a_rollback() {
+        assert!(is_statement(&query("INSERT INTO t VALUES (1)")));
+        assert!(is_statement(&parse("s", "select 1")));
+        assert!(!is_statement(&query("rollback")));
+        assert!(!is_statement(&parse("", "ROLLBACK")));
+        assert!(!is_statement(b"S\0\0\0\x04"));
     }
 
     #[test]

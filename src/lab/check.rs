@@ -2034,6 +2034,8 @@ fn vary_consume(c: &mut RawConsume, v: &RawVariant) {
     }
     if let (Some(cmd), true) = (&v.command, c.command.is_some()) {
         c.command = Some(cmd.clone());
+        // A declaration is of the program it was written for.
+        c.commits_first = v.commits_first.clone();
     }
     if let Some(n) = v.settle {
         c.settle = RawSettle::Count(n);

@@ -128,6 +128,8 @@ impl Lab {
             if let Action::Consume(c) = &mut s.action {
                 if c.command.is_some() {
                     c.command = Some(command.to_string());
+                    // `commits_first` was declared of the lab's program.
+                    c.commits_first = false;
                     any = true;
                 }
             }

@@ -414,8 +414,12 @@ pub struct RawVariant {
     /// a setting shown necessary by its absence.
     #[serde(default)]
     pub unset: BTreeMap<String, Vec<String>>,
-    /// Replaces the program of every consume step that runs one.
+    /// Replaces the program of every consume step that runs one; the
+    /// lab's `commits_first` is the old program's, so it is dropped unless
+    /// the variant declares it again.
     pub command: Option<Spanned<String>>,
+    /// With `command`: the new program commits before it acks.
+    pub commits_first: Option<Spanned<bool>>,
     /// Overrides every inbox purge's retention.
     pub retention_ms: Option<u64>,
     /// `false`: the lab's policy steps are left out.

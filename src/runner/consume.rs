@@ -227,6 +227,12 @@ impl Ctx<'_> {
                                 Duration::from_secs(10),
                             )
                             .await;
+                            // A declared order the program broke on its way out.
+                            while let Ok(s) = seen.try_recv() {
+                                if let Seen::Contradicts { message } = s {
+                                    bail!("phase {phase}: the lab declares that the program commits before it acks (`commits_first`), and it went on with {message} after acking it");
+                                }
+                            }
                             let code = match proc.child.try_wait()? {
                                 Some(status) => exit_code(status),
                                 None => -1,
@@ -246,7 +252,7 @@ impl Ctx<'_> {
                     }
                     Seen::Contradicts { message } => {
                         process::kill_now(&mut proc.child);
-                        bail!("phase {phase}: the lab declares that the program commits before it acks (`commits_first`), and it sent a COMMIT for {message} after acking it");
+                        bail!("phase {phase}: the lab declares that the program commits before it acks (`commits_first`), and it went on with {message} after acking it");
                     }
                     Seen::Fire { message } => {
                         // The window: both connections are frozen. An
