@@ -62,8 +62,9 @@ pub enum Seen {
     Fire {
         message: String,
     },
-    /// A program declared to commit before it acks (`commits_first`) sent
-    /// a `COMMIT` for a message it had acked (or an autoAck program's).
+    /// A program declared to commit before it acks (`commits_first`) went
+    /// on with a message it had acked: a statement after a skip, or a
+    /// `COMMIT` for an acked message (any autoAck program's).
     Contradicts {
         message: String,
     },
@@ -196,7 +197,8 @@ impl BlackBox {
 
     /// The lab declares that the program commits before it acks
     /// (`commits_first`): a message it acks with no statement is a skip
-    /// from its first message on, and every `COMMIT` is checked against it.
+    /// from its first message on; statements and `COMMIT`s are checked
+    /// against it ([`BlackBox::on_statement`], [`BlackBox::on_commit_request`]).
     pub fn declare_commits_first(&mut self) {
         self.commits_first = Some(true);
         self.declared = true;
