@@ -239,28 +239,30 @@ fn answered(b: &mut BlackBox, msg: &[u8]) {
     }
 }
 
+/// The SQL of a client message that carries one, upper-cased and trimmed:
+/// a simple query, or an extended-protocol Parse (statement name \0,
+/// query \0, ...).
+fn sql_of(msg: &[u8]) -> Option<String> {
+    let sql = match msg.first() {
+        Some(b'Q') => &msg[5..],
+        Some(b'P') => {
+            let body = &msg[5..];
+            let name_end = body.iter().position(|b| *b == 0)?;
+            &body[name_end + 1..]
+        }
+        _ => return None,
+    };
+    let sql = sql.split(|b| *b == 0).next().unwrap_or_default();
+    Some(String::from_utf8_lossy(sql).trim().to_ascii_uppercase())
+}
+
 /// A client message that commits: a simple query `COMMIT` / `END` (with or
 /// without `TRANSACTION`/`WORK`, a `;`), or an extended-protocol Parse of one.
 fn is_commit(msg: &[u8]) -> bool {
-    let sql = match msg.first() {
-        Some(b'Q') => &msg[5..],
-        // Parse: statement name \0, query \0, ...
-        Some(b'P') => {
-            let body = &msg[5..];
-            let Some(name_end) = body.iter().position(|b| *b == 0) else {
-                return false;
-            };
-            &body[name_end + 1..]
-        }
-        _ => return false,
+    let Some(sql) = sql_of(msg) else {
+        return false;
     };
-    let sql = sql.split(|b| *b == 0).next().unwrap_or_default();
-    let sql = String::from_utf8_lossy(sql).to_ascii_uppercase();
-    let words: Vec<&str> = sql
-        .trim()
-        .trim_end_matches(';')
-        .split_whitespace()
-        .collect();
+    let words: Vec<&str> = sql.trim_end_matches(';').split_whitespace().collect();
     matches!(
         words.as_slice(),
         ["COMMIT"] | ["END"] | ["COMMIT", "TRANSACTION" | "WORK"] | ["END", "TRANSACTION" | "WORK"]
@@ -270,21 +272,9 @@ fn is_commit(msg: &[u8]) -> bool {
 /// A client message that runs SQL (a simple query, a parse or a bind), but
 /// a `ROLLBACK`, which a program may send with nothing to roll back.
 fn is_statement(msg: &[u8]) -> bool {
-    let sql = |body: &[u8]| {
-        let end = body.iter().position(|c| *c == 0).unwrap_or(body.len());
-        String::from_utf8_lossy(&body[..end])
-            .trim()
-            .to_ascii_uppercase()
-    };
     match msg.first() {
-        Some(b'Q') => !sql(&msg[5..]).starts_with("ROLLBACK"),
-        Some(b'P') => {
-            let body = &msg[5..];
-            let name = body.iter().position(|c| *c == 0).unwrap_or(body.len());
-            !sql(body.get(name + 1..).unwrap_or_default()).starts_with("ROLLBACK")
-        }
         Some(b'B') => true,
-        _ => false,
+        _ => sql_of(msg).is_some_and(|sql| !sql.starts_with("ROLLBACK")),
     }
 }
 

@@ -230,7 +230,7 @@ impl Ctx<'_> {
                             // A declared order the program broke on its way out.
                             while let Ok(s) = seen.try_recv() {
                                 if let Seen::Contradicts { message } = s {
-                                    bail!("phase {phase}: the lab declares that the program commits before it acks (`commits_first`), and it went on with {message} after acking it");
+                                    return Err(contradicts(phase, &message));
                                 }
                             }
                             let code = match proc.child.try_wait()? {
@@ -252,7 +252,7 @@ impl Ctx<'_> {
                     }
                     Seen::Contradicts { message } => {
                         process::kill_now(&mut proc.child);
-                        bail!("phase {phase}: the lab declares that the program commits before it acks (`commits_first`), and it went on with {message} after acking it");
+                        return Err(contradicts(phase, &message));
                     }
                     Seen::Fire { message } => {
                         // The window: both connections are frozen. An
@@ -408,6 +408,11 @@ impl Ctx<'_> {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
+}
+
+/// A program that broke the order its lab declares for it.
+fn contradicts(phase: &str, message: &str) -> anyhow::Error {
+    anyhow::anyhow!("phase {phase}: the lab declares that the program commits before it acks (`commits_first`), and it went on with {message} after acking it")
 }
 
 /// What the proxies saw the program do next; an error when the program
