@@ -817,6 +817,10 @@ impl super::Environment for ContainersEnv {
         Box::pin(nodes::held(self, vhost, queue))
     }
 
+    fn queue_holds<'a>(&'a self, vhost: &'a str, queue: &'a str) -> super::EnvFuture<'a, u64> {
+        Box::pin(nodes::holds(self, vhost, queue))
+    }
+
     fn await_leader<'a>(
         &'a self,
         gone: usize,

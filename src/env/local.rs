@@ -1111,4 +1111,8 @@ impl super::Environment for LocalEnv {
     ) -> super::EnvFuture<'a, super::nodes::Held> {
         Box::pin(super::nodes::held(self, vhost, queue))
     }
+
+    fn queue_holds<'a>(&'a self, vhost: &'a str, queue: &'a str) -> super::EnvFuture<'a, u64> {
+        Box::pin(super::nodes::holds(self, vhost, queue))
+    }
 }

@@ -422,6 +422,14 @@ pub trait Environment {
         );
         Box::pin(async move { Err(e) })
     }
+    /// How many messages a queue still holds, dead-letters in waiting
+    /// included (see [`nodes::holds`]), or why it cannot be read.
+    fn queue_holds<'a>(&'a self, _vhost: &'a str, queue: &'a str) -> EnvFuture<'a, u64> {
+        let e = anyhow::anyhow!(
+            "mqlab cannot read what `{queue}` holds from a broker it did not start (it reads it with rabbitmqctl eval)"
+        );
+        Box::pin(async move { Err(e) })
+    }
     /// Sets a policy for one queue of `vhost` on the running broker and
     /// waits until the queue has it in force (see [`nodes::set_policy`]).
     fn set_policy<'a>(&'a self, p: &'a PolicyRequest<'a>) -> EnvFuture<'a, ()> {

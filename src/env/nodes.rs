@@ -132,6 +132,31 @@ pub async fn held(nodes: &impl Nodes, vhost: &str, queue: &str) -> Result<Held> 
     })
 }
 
+/// How many messages a queue still holds in any state: ready, delivered
+/// and not acked, and (a quorum queue with at-least-once dead-lettering)
+/// waiting for its dead-letter target to take them. Read from a classic
+/// queue's own process or a quorum queue's leader state, never from a
+/// statistic: 0 means the queue can dead-letter nothing more.
+pub async fn holds(nodes: &impl Nodes, vhost: &str, queue: &str) -> Result<u64> {
+    let read = format!(
+        "{{ok, Q}} = rabbit_amqqueue:lookup(rabbit_misc:r({}, queue, {})), \
+         case amqqueue:get_type(Q) of \
+           rabbit_classic_queue -> [{{_, N}}] = rabbit_amqqueue:info(Q, [messages]), N; \
+           rabbit_quorum_queue -> \
+             {{ok, {{_, N}}, _}} = ra:leader_query(amqqueue:get_pid(Q), fun rabbit_fifo:query_messages_total/1), N; \
+           T -> T \
+         end.",
+        erlang_binary(vhost),
+        erlang_binary(queue)
+    );
+    let answer = nodes.eval(1, &read).await?;
+    answer.trim().parse().map_err(|_| {
+        anyhow::anyhow!(
+            "what `{queue}` holds is read from a classic queue's process or a quorum queue's leader; the broker answered {answer}"
+        )
+    })
+}
+
 /// `{5,1733350000}`, or `{5,''}` when the oldest message has no stamp.
 fn parse_held(answer: &str) -> Option<Held> {
     let (u, t) = answer

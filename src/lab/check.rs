@@ -762,17 +762,22 @@ impl<'a> Checker<'a> {
             self.declare(key, names, topology)
         } else {
             let a = s.await_depth.as_ref().expect("one of the four");
-            if !topology.queues.iter().any(|q| &q.name == a.queue.get_ref()) {
-                self.err(
-                    format!("{key}.await.queue"),
-                    span(&a.queue),
-                    ErrorKind::UnknownQueue(a.queue.get_ref().clone()),
-                );
+            for (field, q) in
+                std::iter::once(("queue", &a.queue)).chain(a.from.iter().map(|f| ("from", f)))
+            {
+                if !topology.queues.iter().any(|t| &t.name == q.get_ref()) {
+                    self.err(
+                        format!("{key}.await.{field}"),
+                        span(q),
+                        ErrorKind::UnknownQueue(q.get_ref().clone()),
+                    );
+                }
             }
             Action::Await {
                 queue: a.queue.get_ref().clone(),
                 depth: a.depth,
                 within_secs: a.within_secs.get(),
+                from: a.from.as_ref().map(|f| f.get_ref().clone()),
             }
         };
         let asserts = self.asserts(&format!("{key}.assert"), &s.assert, raw);
@@ -2495,6 +2500,12 @@ violations = { rows = 3 }
                 "[[step]]\npurge_inbox = { retention_ms = 0 }\nconsume",
                 None,
                 "step[1]: a step has exactly one of `publish`, `consume`, `inspect`, `declare`, `await`, `purge_inbox`, `policy` (or only a broker `fault`)",
+            ),
+            (
+                "[[step]]\nconsume",
+                "[[step]]\nawait = { queue = \"q\", depth = 1, within_secs = 1, from = \"nope\" }\n\n[[step]]\nconsume",
+                None,
+                "step[1].await.from: no queue `nope` is declared",
             ),
             (
                 "[[step]]\nconsume",

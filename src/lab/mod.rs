@@ -228,11 +228,14 @@ pub enum Action {
     },
     /// Declares exchanges and queues the lab marks `later`.
     Declare(Vec<String>),
-    /// Waits until `queue` holds `depth` ready messages, at most `within_secs`.
+    /// Waits until `queue` holds `depth` ready messages, at most
+    /// `within_secs`, or until `from` holds nothing it could still
+    /// dead-letter (what `queue` holds then is final).
     Await {
         queue: String,
         depth: u32,
         within_secs: u64,
+        from: Option<String>,
     },
     /// The consuming service's inbox purge: deletes the rows processed
     /// longer ago than the retention (article 002: the retention must cover

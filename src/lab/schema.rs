@@ -135,6 +135,10 @@ pub struct RawAwait {
     pub queue: Spanned<String>,
     pub depth: u32,
     pub within_secs: NonZeroU64,
+    /// The queue the awaited messages are dead-lettered from: once it
+    /// holds none (ready, unacked or waiting for the dead-letter target),
+    /// nothing more can come, and the wait ends before its bound.
+    pub from: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize, Clone, Debug)]

@@ -20,7 +20,7 @@ impl crate::faults::Run for Ctx<'_> {
 
     fn env(&mut self) -> Result<&mut (dyn Environment + 'static)> {
         self.env
-            .as_deref_mut()
+            .own()
             .context("a broker or node fault needs the environment to itself: this run shares it")
     }
 

@@ -104,17 +104,27 @@ impl Ctx<'_> {
     /// Waits until `queue` holds at least `depth` ready messages, or the time
     /// is up: then the step ends without an error, and the assertions after
     /// it say what the queue holds (what did not arrive within the bound).
+    /// With `from`, the queue its messages are dead-lettered from: once
+    /// that holds nothing it could still dead-letter, nothing more can come
+    /// and the wait ends. Read in that order, a dead-letter the awaited
+    /// queue confirmed (at-least-once) is in it before it leaves `from`.
     pub(super) async fn await_at_least(
         &mut self,
         queue: &str,
         depth: u32,
         within_secs: u64,
+        from: Option<&str>,
     ) -> Result<()> {
         let until = Instant::now() + Duration::from_secs(within_secs);
         loop {
             let (ready, _) = crate::amqp::queue_state(&self.conns().channel, queue).await?;
             if ready >= depth || Instant::now() >= until {
                 return Ok(());
+            }
+            if let Some(from) = from {
+                if self.env.read().queue_holds(&self.vhost, from).await? == 0 {
+                    return Ok(());
+                }
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

@@ -175,7 +175,7 @@ impl Ctx<'_> {
             definition,
         };
         self.env
-            .as_deref()
+            .owned()
             .context("a policy step needs the environment to itself (it sets the policy with rabbitmqctl eval): this run shares it")?
             .set_policy(&request)
             .await?;

@@ -148,6 +148,7 @@ impl<'a> Suite<'a> {
             let shared: Vec<(usize, &Lab)> =
                 labs.iter().enumerate().filter(|(_, l)| !alone(l)).collect();
             let params = self.params();
+            let beside: &(dyn Environment + 'static) = &*self.env;
             {
                 let out = std::cell::RefCell::new(&mut *sink);
                 let finished = std::cell::RefCell::new(&mut *records);
@@ -163,7 +164,8 @@ impl<'a> Suite<'a> {
                         // A run's events wait for its end: concurrent runs' lines
                         // do not interleave.
                         let mut held = Held::default();
-                        let record = execute(params, None, lab, &mut held).await;
+                        let record =
+                            execute(params, EnvAccess::Shared(beside), lab, &mut held).await;
                         let mut out = sink.borrow_mut();
                         held.replay(&mut **out);
                         out.tell(&Event::LabFinished(&record));
@@ -223,7 +225,7 @@ impl<'a> Suite<'a> {
     pub async fn run_one(&mut self, lab: &Lab, sink: &mut dyn Sink) -> RunRecord {
         self.read_settings(std::slice::from_ref(lab)).await;
         let params = self.params();
-        execute(&params, Some(&mut *self.env), lab, sink).await
+        execute(&params, EnvAccess::Own(&mut *self.env), lab, sink).await
     }
 }
 
@@ -304,13 +306,41 @@ impl Held {
     }
 }
 
+/// The environment as one run has it.
+enum EnvAccess<'a> {
+    /// To itself: the run faults the broker, sets a policy or reads a
+    /// queue's process at a kill ([`Lab::needs_environment`]).
+    Own(&'a mut (dyn Environment + 'static)),
+    /// Beside concurrent runs: reads that change nothing (what a queue
+    /// holds).
+    Shared(&'a (dyn Environment + 'static)),
+}
+
+impl EnvAccess<'_> {
+    fn own(&mut self) -> Option<&mut (dyn Environment + 'static)> {
+        match self {
+            EnvAccess::Own(env) => Some(&mut **env),
+            EnvAccess::Shared(_) => None,
+        }
+    }
+
+    fn owned(&self) -> Option<&(dyn Environment + 'static)> {
+        match self {
+            EnvAccess::Own(env) => Some(&**env),
+            EnvAccess::Shared(_) => None,
+        }
+    }
+
+    fn read(&self) -> &(dyn Environment + 'static) {
+        match self {
+            EnvAccess::Own(env) => &**env,
+            EnvAccess::Shared(env) => *env,
+        }
+    }
+}
+
 /// One lab run, from its preparation to its snapshot comparison.
-async fn execute(
-    p: &Params<'_>,
-    env: Option<&mut (dyn Environment + 'static)>,
-    lab: &Lab,
-    sink: &mut dyn Sink,
-) -> RunRecord {
+async fn execute(p: &Params<'_>, env: EnvAccess<'_>, lab: &Lab, sink: &mut dyn Sink) -> RunRecord {
     let started = Instant::now();
     let run = lab.run_name();
     let mut ctx = Ctx::new(p, env, lab, &run, sink);
@@ -443,7 +473,7 @@ impl<'a> Ctx<'a> {
     /// (prefixed on `--env external`), no connection, no proxy yet.
     fn new(
         p: &'a Params<'a>,
-        env: Option<&'a mut (dyn Environment + 'static)>,
+        env: EnvAccess<'a>,
         lab: &'a Lab,
         run: &str,
         sink: &'a mut dyn Sink,
@@ -518,9 +548,9 @@ struct Ctx<'a> {
     endpoints: Endpoints,
     /// What roles connect to: the broker through the proxy.
     role_endpoints: Endpoints,
-    /// The environment, for a broker fault; None for a run that shares it
-    /// with concurrent runs (it has no broker step).
-    env: Option<&'a mut (dyn Environment + 'static)>,
+    /// The environment: to itself for a broker fault, shared (reads only)
+    /// by a run beside concurrent runs.
+    env: EnvAccess<'a>,
     exe: &'a Path,
     /// The project's directory: a program's working directory.
     root: &'a Path,
@@ -670,7 +700,7 @@ impl Ctx<'_> {
     /// any kill (node 1's log; a cluster's other nodes hold the same
     /// metadata in their own copies).
     async fn sync_metadata(&self) -> Result<()> {
-        match (self.lab.has_broker_fault(), self.env.as_deref()) {
+        match (self.lab.has_broker_fault(), self.env.owned()) {
             (true, Some(env)) => env.sync_metadata(self.harness_node()).await,
             _ => Ok(()),
         }
@@ -687,7 +717,7 @@ impl Ctx<'_> {
     /// restarts what it left down.
     /// Every step is tried; the first error is reported.
     async fn restore_cluster(&mut self) -> Result<()> {
-        let Some(env) = self.env.as_mut() else {
+        let Some(env) = self.env.own() else {
             return Ok(());
         };
         let mut first: Option<anyhow::Error> = None;
@@ -786,7 +816,11 @@ impl Ctx<'_> {
                     queue,
                     depth,
                     within_secs,
-                } => self.await_at_least(queue, *depth, *within_secs).await?,
+                    from,
+                } => {
+                    self.await_at_least(queue, *depth, *within_secs, from.as_deref())
+                        .await?
+                }
                 Action::PurgeInbox {
                     service,
                     retention_ms,

@@ -206,7 +206,7 @@ impl Ctx<'_> {
             let vhost = self.vhost.clone();
             let held = self
                 .env
-                .as_deref()
+                .owned()
                 .context("a queue's own figures (unackedAtKill, oldestAgeShownAtKill) need the environment to itself (read with rabbitmqctl eval): this run shares it")?
                 .queue_held(&vhost, &q)
                 .await?;
