@@ -190,8 +190,8 @@ fn run_role(config: &str) -> i32 {
     }
 }
 
-/// `--env external` runs no lab with a broker fault, a policy step, an
-/// unacked count or a broker setting to read (the broker is not mqlab's):
+/// `--env external` runs no lab with a broker fault, a policy step, a
+/// queue's own figures or a broker setting to read (the broker is not mqlab's):
 /// refused, or with
 /// `--skip-unsupported` left out and named.
 fn runnable_on_external(labs: Vec<Lab>, skip: bool) -> Result<(Vec<Lab>, Vec<String>), Error> {
@@ -201,7 +201,7 @@ fn runnable_on_external(labs: Vec<Lab>, skip: bool) -> Result<(Vec<Lab>, Vec<Str
         match (l.has_broker_fault(), l.settings.first()) {
         (true, _) => Some("a broker fault".to_string()),
         _ if l.has_policy() => Some("a policy step (set with rabbitmqctl eval)".to_string()),
-        _ if l.reads_queue_process() => {
+        _ if l.reads_queue_process() || l.reads_queue_holds() => {
             Some("a queue's own figures (read with rabbitmqctl eval)".to_string())
         }
         (false, Some(s)) => Some(format!(

@@ -150,11 +150,16 @@ pub async fn holds(nodes: &impl Nodes, vhost: &str, queue: &str) -> Result<u64> 
         erlang_binary(queue)
     );
     let answer = nodes.eval(1, &read).await?;
-    answer.trim().parse().map_err(|_| {
+    parse_holds(&answer).ok_or_else(|| {
         anyhow::anyhow!(
             "what `{queue}` holds is read from a classic queue's process or a quorum queue's leader; the broker answered {answer}"
         )
     })
+}
+
+/// `3`; another queue type answers its type (`rabbit_stream_queue`).
+fn parse_holds(answer: &str) -> Option<u64> {
+    answer.trim().parse().ok()
 }
 
 /// `{5,1733350000}`, or `{5,''}` when the oldest message has no stamp.
@@ -407,5 +412,13 @@ mod tests {
         );
         // A quorum queue answers its type: never a figure.
         assert_eq!(parse_held("rabbit_quorum_queue"), None);
+    }
+
+    #[test]
+    fn holds_is_a_count_or_nothing() {
+        assert_eq!(parse_holds("0"), Some(0));
+        assert_eq!(parse_holds("3\n"), Some(3));
+        // A stream queue answers its type: never a count.
+        assert_eq!(parse_holds("rabbit_stream_queue"), None);
     }
 }

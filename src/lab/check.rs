@@ -41,6 +41,8 @@ pub enum ErrorKind {
     UnknownExchange(String),
     #[error("no queue `{0}` is declared")]
     UnknownQueue(String),
+    #[error("`{from}` does not dead-letter into `{queue}`: `from` names the queue the awaited messages are dead-lettered from (its `x-dead-letter-exchange` routes to `{queue}`)")]
+    AwaitFromNotDeadLettering { from: String, queue: String },
     #[error("a policy step waits for a classic queue to apply the policy; `{0}` is a {1} queue, which applies it later than it reports it")]
     PolicyOnClassicOnly(String, String),
     #[error("queue `{queue}` sets no argument `{argument}` to remove")]
@@ -245,6 +247,34 @@ pub enum ErrorKind {
     NotAnAssertion(String),
     #[error("`{0}` is a safe pattern, but a counterexample runs a consumer missing a safety step")]
     SafePatternInVariant(Pattern),
+}
+
+/// Whether `from` dead-letters into `queue`, as far as the file tells: an
+/// await's `from` that does not would end the wait at once, and a run that
+/// expects nothing to arrive would pass without waiting.
+fn dead_letters_into(topology: &Topology, from: &str, queue: &str) -> bool {
+    use crate::vocab::ArgValue;
+    let Some(q) = topology.queues.iter().find(|q| q.name == from) else {
+        return false;
+    };
+    if from == queue {
+        return false;
+    }
+    let all: BTreeSet<&str> = topology.queues.iter().map(|q| q.name.as_str()).collect();
+    match (
+        q.arguments.get("x-dead-letter-exchange"),
+        q.arguments.get("x-dead-letter-routing-key"),
+    ) {
+        (None, _) => false,
+        (Some(ArgValue::Str(x)), _) if x.is_empty() => {
+            topology.dead_letters_reach(from, queue) != Some(false)
+        }
+        (Some(ArgValue::Str(x)), Some(ArgValue::Str(k))) => topology
+            .route(x, k, &all)
+            .is_none_or(|routed| routed.contains(queue)),
+        // The message's own routing key, or a value the file cannot read.
+        _ => true,
+    }
 }
 
 impl ErrorKind {
@@ -770,6 +800,20 @@ impl<'a> Checker<'a> {
                         format!("{key}.await.{field}"),
                         span(q),
                         ErrorKind::UnknownQueue(q.get_ref().clone()),
+                    );
+                }
+            }
+            if let Some(f) = &a.from {
+                if topology.queues.iter().any(|t| &t.name == f.get_ref())
+                    && !dead_letters_into(topology, f.get_ref(), a.queue.get_ref())
+                {
+                    self.err(
+                        format!("{key}.await.from"),
+                        span(f),
+                        ErrorKind::AwaitFromNotDeadLettering {
+                            from: f.get_ref().clone(),
+                            queue: a.queue.get_ref().clone(),
+                        },
                     );
                 }
             }
@@ -2506,6 +2550,12 @@ violations = { rows = 3 }
                 "[[step]]\nawait = { queue = \"q\", depth = 1, within_secs = 1, from = \"nope\" }\n\n[[step]]\nconsume",
                 None,
                 "step[1].await.from: no queue `nope` is declared",
+            ),
+            (
+                "[[step]]\nconsume",
+                "[[step]]\nawait = { queue = \"q\", depth = 1, within_secs = 1, from = \"q\" }\n\n[[step]]\nconsume",
+                None,
+                "step[1].await.from: `q` does not dead-letter into `q`",
             ),
             (
                 "[[step]]\nconsume",

@@ -120,6 +120,45 @@ impl Lab {
             .collect()
     }
 
+    /// Roughly how long the lab waits on a clock, in ms: the TTLs of its
+    /// queues, retry tiers and messages, its confirm timeouts and its
+    /// awaits (at most 1 s each: most end on an event). Concurrent runs
+    /// start the longest first, so that no long wait ends a suite alone.
+    pub fn clock_ms(&self) -> u64 {
+        let ttls: u64 = self
+            .topology
+            .queues
+            .iter()
+            .filter_map(|q| match q.arguments.get("x-message-ttl") {
+                Some(crate::vocab::ArgValue::Int(ms)) => Some((*ms).max(0) as u64),
+                _ => None,
+            })
+            .sum();
+        let steps: u64 = self
+            .steps
+            .iter()
+            .map(|s| match &s.action {
+                Action::Publish(p) => {
+                    p.confirm_timeout_ms.unwrap_or(0)
+                        + p.messages
+                            .iter()
+                            .filter_map(|m| m.expiration_ms)
+                            .max()
+                            .unwrap_or(0)
+                }
+                Action::Consume(c) => c
+                    .retry
+                    .iter()
+                    .flat_map(|r| &r.tiers)
+                    .map(|(_, ms)| ms)
+                    .sum(),
+                Action::Await { within_secs, .. } => within_secs.min(&1) * 1000,
+                _ => 0,
+            })
+            .sum();
+        ttls + steps
+    }
+
     /// Replaces the program of every consume step that runs one
     /// (`--consumer-cmd`); `false` when the lab has none.
     pub fn set_command(&mut self, command: &str) -> bool {
@@ -153,6 +192,14 @@ impl Lab {
                 .iter()
                 .any(|a| a.counter.counter.reads_queue_process())
         })
+    }
+
+    /// An await reads what its `from` queue holds (with `rabbitmqctl
+    /// eval`: not on a broker mqlab did not start).
+    pub fn reads_queue_holds(&self) -> bool {
+        self.steps
+            .iter()
+            .any(|s| matches!(&s.action, Action::Await { from: Some(_), .. }))
     }
 
     /// Sets a policy on the broker (with `rabbitmqctl eval`: not on a
@@ -229,8 +276,8 @@ pub enum Action {
     /// Declares exchanges and queues the lab marks `later`.
     Declare(Vec<String>),
     /// Waits until `queue` holds `depth` ready messages, at most
-    /// `within_secs`, or until `from` holds nothing it could still
-    /// dead-letter (what `queue` holds then is final).
+    /// `within_secs`, or until `from` (which dead-letters into `queue`)
+    /// holds no message any more.
     Await {
         queue: String,
         depth: u32,

@@ -145,8 +145,11 @@ impl<'a> Suite<'a> {
         // its lines as they happen.
         let overlapping = labs.iter().filter(|l| !alone(l)).count() > 1;
         if self.jobs > 1 && self.vhost.is_none() && overlapping {
-            let shared: Vec<(usize, &Lab)> =
+            let mut shared: Vec<(usize, &Lab)> =
                 labs.iter().enumerate().filter(|(_, l)| !alone(l)).collect();
+            // Longest waits first (stable: the labs' order otherwise): a
+            // run that waits on TTLs started last would end the phase alone.
+            shared.sort_by_key(|(_, l)| std::cmp::Reverse(l.clock_ms()));
             let params = self.params();
             let beside: &(dyn Environment + 'static) = &*self.env;
             {
