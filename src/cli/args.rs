@@ -366,7 +366,7 @@ pub(super) struct LabArgs {
     pub(super) junit: Option<PathBuf>,
     /// Runs at once: labs without a broker fault run concurrently, each in
     /// its own vhost and database (their lines printed when each ends); a lab
-    /// with one runs alone, after them [default: twice the number of cores]
+    /// with one runs alone, after them [default: twice the number of cores, at most 8]
     #[arg(long, value_name = "N", default_value_t = twice_the_cores(),
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub(super) jobs: usize,
@@ -400,7 +400,8 @@ pub(super) enum Group {
 /// The default for `--jobs`: a run mostly waits (on a TTL, a timeout, a
 /// process or the broker), so twice the cores keep them busy. Measured on
 /// 2 cores, 88 runs of `lab --all`: 54.2 s (mean of 3) at 2 at once, 43.8
-/// and 47.7 s at 4.
+/// and 47.7 s at 4. At most 8: each run holds 3-5 PostgreSQL connections
+/// of the server's 100.
 fn twice_the_cores() -> usize {
-    2 * std::thread::available_parallelism().map_or(1, |n| n.get())
+    (2 * std::thread::available_parallelism().map_or(1, |n| n.get())).min(8)
 }

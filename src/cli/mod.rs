@@ -201,7 +201,7 @@ fn runnable_on_external(labs: Vec<Lab>, skip: bool) -> Result<(Vec<Lab>, Vec<Str
         match (l.has_broker_fault(), l.settings.first()) {
         (true, _) => Some("a broker fault".to_string()),
         _ if l.has_policy() => Some("a policy step (set with rabbitmqctl eval)".to_string()),
-        _ if l.reads_queue_process() || l.reads_queue_holds() => {
+        _ if l.reads_queue_process() => {
             Some("a queue's own figures (read with rabbitmqctl eval)".to_string())
         }
         (false, Some(s)) => Some(format!(
@@ -209,6 +209,9 @@ fn runnable_on_external(labs: Vec<Lab>, skip: bool) -> Result<(Vec<Lab>, Vec<Str
             s.required(),
             s.doc()
         )),
+        (false, None) if l.reads_queue_holds() => {
+            Some("a queue's own figures (read with rabbitmqctl eval)".to_string())
+        }
         (false, None) => None,
     }
     };

@@ -41,7 +41,7 @@ pub enum ErrorKind {
     UnknownExchange(String),
     #[error("no queue `{0}` is declared")]
     UnknownQueue(String),
-    #[error("`{from}` does not dead-letter into `{queue}`: `from` names the queue the awaited messages are dead-lettered from (its `x-dead-letter-exchange` routes to `{queue}`)")]
+    #[error("`{from}` does not dead-letter straight into `{queue}`: `from` names the queue the awaited messages are dead-lettered from (its `x-dead-letter-exchange` and `x-dead-letter-routing-key` route to `{queue}`)")]
     AwaitFromNotDeadLettering { from: String, queue: String },
     #[error("a policy step waits for a classic queue to apply the policy; `{0}` is a {1} queue, which applies it later than it reports it")]
     PolicyOnClassicOnly(String, String),
@@ -249,31 +249,30 @@ pub enum ErrorKind {
     SafePatternInVariant(Pattern),
 }
 
-/// Whether `from` dead-letters into `queue`, as far as the file tells: an
-/// await's `from` that does not would end the wait at once, and a run that
-/// expects nothing to arrive would pass without waiting.
+/// Whether `from` dead-letters straight into `queue`, as the file tells:
+/// an await's `from` that does not (another queue's source, a chain through
+/// a second queue, what the file cannot tell) would end the wait while a
+/// message may still come, and a run that expects none would pass.
 fn dead_letters_into(topology: &Topology, from: &str, queue: &str) -> bool {
     use crate::vocab::ArgValue;
     let Some(q) = topology.queues.iter().find(|q| q.name == from) else {
         return false;
     };
-    if from == queue {
-        return false;
-    }
     let all: BTreeSet<&str> = topology.queues.iter().map(|q| q.name.as_str()).collect();
     match (
         q.arguments.get("x-dead-letter-exchange"),
         q.arguments.get("x-dead-letter-routing-key"),
     ) {
-        (None, _) => false,
-        (Some(ArgValue::Str(x)), _) if x.is_empty() => {
-            topology.dead_letters_reach(from, queue) != Some(false)
+        (Some(ArgValue::Str(x)), Some(ArgValue::Str(k))) if x.is_empty() => {
+            from != queue && k == queue
         }
-        (Some(ArgValue::Str(x)), Some(ArgValue::Str(k))) => topology
-            .route(x, k, &all)
-            .is_none_or(|routed| routed.contains(queue)),
-        // The message's own routing key, or a value the file cannot read.
-        _ => true,
+        (Some(ArgValue::Str(x)), Some(ArgValue::Str(k))) => {
+            from != queue
+                && topology
+                    .route(x, k, &all)
+                    .is_some_and(|routed| routed.contains(queue))
+        }
+        _ => false,
     }
 }
 
@@ -2552,10 +2551,28 @@ violations = { rows = 3 }
                 "step[1].await.from: no queue `nope` is declared",
             ),
             (
+                "name = \"q\"\n\n[[step]]\npublish",
+                "name = \"q\"\n\n[[queue]]\nname = \"e\"\n\n[[queue]]\nname = \"d\"\n\n[[step]]\nawait = { queue = \"d\", depth = 1, within_secs = 1, from = \"q\" }\n\n[[step]]\npublish",
+                None,
+                "step[0].await.from: `q` does not dead-letter straight into `d`",
+            ),
+            (
+                "name = \"q\"\n\n[[step]]\npublish",
+                "name = \"q\"\narguments = { \"x-dead-letter-exchange\" = \"\", \"x-dead-letter-routing-key\" = \"e\" }\n\n[[queue]]\nname = \"e\"\narguments = { \"x-dead-letter-exchange\" = \"\", \"x-dead-letter-routing-key\" = \"d\" }\n\n[[queue]]\nname = \"d\"\n\n[[step]]\nawait = { queue = \"d\", depth = 1, within_secs = 1, from = \"q\" }\n\n[[step]]\npublish",
+                None,
+                "step[0].await.from: `q` does not dead-letter straight into `d`",
+            ),
+            (
+                "name = \"q\"\n\n[[step]]\npublish",
+                "name = \"q\"\narguments = { \"x-dead-letter-exchange\" = \"\", \"x-dead-letter-routing-key\" = \"d\" }\n\n[[queue]]\nname = \"e\"\n\n[[queue]]\nname = \"d\"\n\n[[step]]\nawait = { queue = \"d\", depth = 1, within_secs = 1, from = \"q\" }\n\n[[step]]\npublish",
+                None,
+                "(no error)",
+            ),
+            (
                 "[[step]]\nconsume",
                 "[[step]]\nawait = { queue = \"q\", depth = 1, within_secs = 1, from = \"q\" }\n\n[[step]]\nconsume",
                 None,
-                "step[1].await.from: `q` does not dead-letter into `q`",
+                "step[1].await.from: `q` does not dead-letter straight into `q`",
             ),
             (
                 "[[step]]\nconsume",

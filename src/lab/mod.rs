@@ -121,42 +121,30 @@ impl Lab {
     }
 
     /// Roughly how long the lab waits on a clock, in ms: the TTLs of its
-    /// queues, retry tiers and messages, its confirm timeouts and its
-    /// awaits (at most 1 s each: most end on an event). Concurrent runs
-    /// start the longest first, so that no long wait ends a suite alone.
+    /// queues (retry tiers included) and messages, its confirm timeouts,
+    /// and 1 s per await (most end on an event). Concurrent runs start the
+    /// longest first, so that no long wait ends a suite alone.
     pub fn clock_ms(&self) -> u64 {
-        let ttls: u64 = self
-            .topology
-            .queues
-            .iter()
-            .filter_map(|q| match q.arguments.get("x-message-ttl") {
-                Some(crate::vocab::ArgValue::Int(ms)) => Some((*ms).max(0) as u64),
-                _ => None,
-            })
-            .sum();
-        let steps: u64 = self
-            .steps
-            .iter()
-            .map(|s| match &s.action {
-                Action::Publish(p) => {
-                    p.confirm_timeout_ms.unwrap_or(0)
-                        + p.messages
-                            .iter()
-                            .filter_map(|m| m.expiration_ms)
-                            .max()
-                            .unwrap_or(0)
-                }
-                Action::Consume(c) => c
-                    .retry
+        let ttls =
+            self.topology
+                .queues
+                .iter()
+                .filter_map(|q| match q.arguments.get("x-message-ttl") {
+                    Some(crate::vocab::ArgValue::Int(ms)) => Some((*ms).max(0) as u64),
+                    _ => None,
+                });
+        let steps = self.steps.iter().map(|s| match &s.action {
+            Action::Publish(p) => p.confirm_timeout_ms.unwrap_or(0).saturating_add(
+                p.messages
                     .iter()
-                    .flat_map(|r| &r.tiers)
-                    .map(|(_, ms)| ms)
-                    .sum(),
-                Action::Await { within_secs, .. } => within_secs.min(&1) * 1000,
-                _ => 0,
-            })
-            .sum();
-        ttls + steps
+                    .filter_map(|m| m.expiration_ms)
+                    .max()
+                    .unwrap_or(0),
+            ),
+            Action::Await { .. } => 1000,
+            _ => 0,
+        });
+        ttls.chain(steps).fold(0, u64::saturating_add)
     }
 
     /// Replaces the program of every consume step that runs one
