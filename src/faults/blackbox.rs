@@ -461,9 +461,15 @@ impl BlackBox {
                 self.fire(m);
                 return Pass::Hold;
             }
+            // A program that commits before it acks and acks with no
+            // COMMIT skipped the message: there is no commit to kill after.
+            let why = match self.commits_first {
+                Some(true) => "it acks it with no COMMIT (a skip)",
+                _ => "it acks before it commits",
+            };
             self.say(Seen::Unreachable {
                 message: m.clone(),
-                why: "it acks before it commits".into(),
+                why: why.into(),
             });
             self.fired = true;
         }
