@@ -240,8 +240,13 @@ impl Sink for Junit {
             Event::SuiteFinished { records, .. } => {
                 // The suites in the labs' order, not the order runs ended in
                 // (concurrent runs end in any order).
-                let order = |run: &str| records.iter().position(|r| r.run == run);
-                self.records.sort_by_key(|e| order(&e.run));
+                let order = |run: &str| {
+                    records
+                        .iter()
+                        .position(|r| r.run == run)
+                        .unwrap_or(usize::MAX)
+                };
+                self.records.sort_by_cached_key(|e| order(&e.run));
                 std::fs::write(&self.file, evidence::junit(&self.records)?)
                     .with_context(|| format!("cannot write `{}`", self.file.display()))?;
                 eprintln!("mqlab: JUnit report written to {}", self.file.display());

@@ -195,23 +195,20 @@ fn run_role(config: &str) -> i32 {
 /// refused, or with
 /// `--skip-unsupported` left out and named.
 fn runnable_on_external(labs: Vec<Lab>, skip: bool) -> Result<(Vec<Lab>, Vec<String>), Error> {
+    const FIGURES: &str = "a queue's own figures (read with rabbitmqctl eval)";
     // Why a run cannot go on a broker that is not mqlab's: a broker fault,
     // or a broker setting its bounds rely on, which mqlab cannot read there.
     let why = |l: &Lab| {
         match (l.has_broker_fault(), l.settings.first()) {
         (true, _) => Some("a broker fault".to_string()),
         _ if l.has_policy() => Some("a policy step (set with rabbitmqctl eval)".to_string()),
-        _ if l.reads_queue_process() => {
-            Some("a queue's own figures (read with rabbitmqctl eval)".to_string())
-        }
+        _ if l.reads_queue_process() => Some(FIGURES.to_string()),
         (false, Some(s)) => Some(format!(
             "it relies on the broker setting `{s}` = {}, which mqlab cannot read from a broker it did not start: {}",
             s.required(),
             s.doc()
         )),
-        (false, None) if l.reads_queue_holds() => {
-            Some("a queue's own figures (read with rabbitmqctl eval)".to_string())
-        }
+        (false, None) if l.reads_queue_holds() => Some(FIGURES.to_string()),
         (false, None) => None,
     }
     };

@@ -249,7 +249,7 @@ pub enum ErrorKind {
     SafePatternInVariant(Pattern),
 }
 
-/// Whether `from` dead-letters straight into `queue`, as the file tells:
+/// Whether `from` dead-letters straight into `queue` alone, as the file tells:
 /// an await's `from` that does not (another queue's source, a chain through
 /// a second queue, what the file cannot tell) would end the wait while a
 /// message may still come, and a run that expects none would pass.
@@ -263,14 +263,13 @@ fn dead_letters_into(topology: &Topology, from: &str, queue: &str) -> bool {
         q.arguments.get("x-dead-letter-exchange"),
         q.arguments.get("x-dead-letter-routing-key"),
     ) {
-        (Some(ArgValue::Str(x)), Some(ArgValue::Str(k))) if x.is_empty() => {
-            from != queue && k == queue
-        }
+        // The dead-letter exchange routes its key to `queue` alone: a
+        // second queue routed too could pass a copy on later.
         (Some(ArgValue::Str(x)), Some(ArgValue::Str(k))) => {
             from != queue
                 && topology
                     .route(x, k, &all)
-                    .is_some_and(|routed| routed.contains(queue))
+                    .is_some_and(|routed| routed.len() == 1 && routed.contains(queue))
         }
         _ => false,
     }
@@ -2567,6 +2566,12 @@ violations = { rows = 3 }
                 "name = \"q\"\narguments = { \"x-dead-letter-exchange\" = \"\", \"x-dead-letter-routing-key\" = \"d\" }\n\n[[queue]]\nname = \"e\"\n\n[[queue]]\nname = \"d\"\n\n[[step]]\nawait = { queue = \"d\", depth = 1, within_secs = 1, from = \"q\" }\n\n[[step]]\npublish",
                 None,
                 "(no error)",
+            ),
+            (
+                "name = \"q\"\n\n[[step]]\npublish",
+                "name = \"q\"\narguments = { \"x-dead-letter-exchange\" = \"x\", \"x-dead-letter-routing-key\" = \"k\" }\n\n[[exchange]]\nname = \"x\"\nkind = \"fanout\"\n\n[[queue]]\nname = \"e\"\nbind = [{ exchange = \"x\", key = \"k\" }]\n\n[[queue]]\nname = \"d\"\nbind = [{ exchange = \"x\", key = \"k\" }]\n\n[[step]]\nawait = { queue = \"d\", depth = 1, within_secs = 1, from = \"q\" }\n\n[[step]]\npublish",
+                None,
+                "step[0].await.from: `q` does not dead-letter straight into `d`",
             ),
             (
                 "[[step]]\nconsume",

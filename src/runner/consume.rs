@@ -119,18 +119,32 @@ impl Ctx<'_> {
         from: Option<&str>,
     ) -> Result<()> {
         let until = Instant::now() + Duration::from_secs(within_secs);
-        // Each read of `from` starts a rabbitmqctl VM: one every 250 ms.
+        // Each read of `from` starts a rabbitmqctl VM: the next one 250 ms
+        // after it answered. A read that fails or outlasts the bound ends
+        // the reading, not the run: the wait is then the bound, as without
+        // `from`.
+        let mut reading = from;
         let mut next_read = Instant::now();
         loop {
             let (ready, _) = crate::amqp::queue_state(&self.conns().channel, queue).await?;
             if ready >= depth || Instant::now() >= until {
                 return Ok(());
             }
-            if let Some(from) = from.filter(|_| Instant::now() >= next_read) {
-                if self.env.read().queue_holds(&self.vhost, from).await? == 0 {
-                    return Ok(());
+            if let Some(src) = reading.filter(|_| Instant::now() >= next_read) {
+                let left = until.saturating_duration_since(Instant::now());
+                let read = self.env.read().queue_holds(&self.vhost, src);
+                match tokio::time::timeout(left, read).await {
+                    Ok(Ok(0)) => return Ok(()),
+                    Ok(Ok(_)) => next_read = Instant::now() + Duration::from_millis(250),
+                    Ok(Err(e)) => {
+                        eprintln!(
+                            "mqlab: {}: what `{src}` holds could not be read ({e:#}): waiting out the {within_secs} s bound",
+                            self.run
+                        );
+                        reading = None;
+                    }
+                    Err(_) => reading = None,
                 }
-                next_read = Instant::now() + Duration::from_millis(250);
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
