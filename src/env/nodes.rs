@@ -113,18 +113,15 @@ pub struct Held {
 /// count is a statistic its leader refreshes periodically, and a node
 /// without it reads 0, so it is refused, never read.
 pub async fn held(nodes: &impl Nodes, vhost: &str, queue: &str) -> Result<Held> {
-    let read = format!(
-        "{{ok, Q}} = rabbit_amqqueue:lookup(rabbit_misc:r({}, queue, {})), \
-         case amqqueue:get_type(Q) of \
-           rabbit_classic_queue -> \
-             [{{_, U}}, {{_, T}}] = rabbit_amqqueue:info(Q, [messages_unacknowledged, head_message_timestamp]), \
-             {{U, T}}; \
-           T -> T \
-         end.",
-        erlang_binary(vhost),
-        erlang_binary(queue)
-    );
-    let answer = nodes.eval(1, &read).await?;
+    let answer = by_queue_type(
+        nodes,
+        vhost,
+        queue,
+        "rabbit_classic_queue -> \
+           [{_, U}, {_, T}] = rabbit_amqqueue:info(Q, [messages_unacknowledged, head_message_timestamp]), \
+           {U, T};",
+    )
+    .await?;
     parse_held(&answer).ok_or_else(|| {
         anyhow::anyhow!(
             "the figures of `{queue}` are read from a classic queue's own process; the broker answered {answer}"
@@ -138,23 +135,38 @@ pub async fn held(nodes: &impl Nodes, vhost: &str, queue: &str) -> Result<Held> 
 /// queue's own process or a quorum queue's leader state, never from a
 /// statistic: 0 means the queue can dead-letter nothing more.
 pub async fn holds(nodes: &impl Nodes, vhost: &str, queue: &str) -> Result<u64> {
-    let read = format!(
-        "{{ok, Q}} = rabbit_amqqueue:lookup(rabbit_misc:r({}, queue, {})), \
-         case amqqueue:get_type(Q) of \
-           rabbit_classic_queue -> [{{_, N}}] = rabbit_amqqueue:info(Q, [messages]), N; \
-           rabbit_quorum_queue -> \
-             {{ok, {{_, N}}, _}} = ra:leader_query(amqqueue:get_pid(Q), fun rabbit_fifo:query_messages_total/1), N; \
-           T -> T \
-         end.",
-        erlang_binary(vhost),
-        erlang_binary(queue)
-    );
-    let answer = nodes.eval(1, &read).await?;
+    let answer = by_queue_type(
+        nodes,
+        vhost,
+        queue,
+        "rabbit_classic_queue -> [{_, N}] = rabbit_amqqueue:info(Q, [messages]), N; \
+         rabbit_quorum_queue -> \
+           {ok, {_, N}, _} = ra:leader_query(amqqueue:get_pid(Q), fun rabbit_fifo:query_messages_total/1), N;",
+    )
+    .await?;
     parse_holds(&answer).ok_or_else(|| {
         anyhow::anyhow!(
             "what `{queue}` holds is read from a classic queue's process or a quorum queue's leader; the broker answered {answer}"
         )
     })
+}
+
+/// Node 1's answer to `branches` (Erlang `case` clauses over the queue's
+/// type, with the queue bound to `Q`) for one queue of `vhost`; a type no
+/// clause names answers itself.
+async fn by_queue_type(
+    nodes: &impl Nodes,
+    vhost: &str,
+    queue: &str,
+    branches: &str,
+) -> Result<String> {
+    let read = format!(
+        "{{ok, Q}} = rabbit_amqqueue:lookup(rabbit_misc:r({}, queue, {})), \
+         case amqqueue:get_type(Q) of {branches} T -> T end.",
+        erlang_binary(vhost),
+        erlang_binary(queue)
+    );
+    nodes.eval(1, &read).await
 }
 
 /// `3`; another queue type answers its type (`rabbit_stream_queue`).
