@@ -7,7 +7,67 @@ use sqlx::{Connection, PgConnection};
 
 use crate::vocab::{FailureClass, InspectField};
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!();
+/// The schema's migrations, embedded in the binary (a role or a lab run
+/// reads no file of the project's): (version, description, SQL), as
+/// `sqlx migrate` names them from `migrations/<version>_<description>.sql`.
+/// Read at run time rather than by `sqlx::migrate!`, whose proc macro
+/// compiles a second sqlx and tokio for the build host (about a minute of
+/// a fresh build on two cores).
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "inbox", include_str!("../migrations/0001_inbox.sql")),
+    (
+        2,
+        "rejections",
+        include_str!("../migrations/0002_rejections.sql"),
+    ),
+    (
+        3,
+        "inbox digest",
+        include_str!("../migrations/0003_inbox_digest.sql"),
+    ),
+    (
+        4,
+        "order state",
+        include_str!("../migrations/0004_order_state.sql"),
+    ),
+    (
+        5,
+        "order service",
+        include_str!("../migrations/0005_order_service.sql"),
+    ),
+    (
+        6,
+        "consumer intents",
+        include_str!("../migrations/0006_consumer_intents.sql"),
+    ),
+];
+
+/// [`MIGRATIONS`] as sqlx's migrator reads a source.
+#[derive(Debug)]
+struct Embedded;
+
+impl sqlx::migrate::MigrationSource<'static> for Embedded {
+    fn resolve(
+        self,
+    ) -> futures_util::future::BoxFuture<
+        'static,
+        std::result::Result<Vec<sqlx::migrate::Migration>, sqlx::error::BoxDynError>,
+    > {
+        let migrations = MIGRATIONS
+            .iter()
+            .map(|(version, description, sql)| {
+                sqlx::migrate::Migration::new(
+                    *version,
+                    (*description).into(),
+                    sqlx::migrate::MigrationType::Simple,
+                    (*sql).into(),
+                    false,
+                )
+            })
+            .collect();
+        Box::pin(async move { Ok(migrations) })
+    }
+}
 
 pub async fn connect(url: &str) -> Result<PgConnection> {
     PgConnection::connect(url)
@@ -28,7 +88,10 @@ pub async fn create_database(admin: &mut PgConnection, name: &str) -> Result<()>
 }
 
 pub async fn migrate(conn: &mut PgConnection) -> Result<()> {
-    MIGRATOR.run(conn).await.context("running migrations")?;
+    let migrator = sqlx::migrate::Migrator::new(Embedded)
+        .await
+        .context("reading the migrations")?;
+    migrator.run(conn).await.context("running migrations")?;
     Ok(())
 }
 
@@ -647,6 +710,23 @@ pub async fn business_rows_for(conn: &mut PgConnection, message_id: &str) -> Res
 #[cfg(test)]
 mod tests {
     use super::content;
+
+    /// Every file of `migrations/` is embedded, under the version and
+    /// description its name gives, in order: a new one cannot be forgotten.
+    #[test]
+    fn every_migration_file_is_embedded() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+        let mut files: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        files.sort();
+        let embedded: Vec<String> = super::MIGRATIONS
+            .iter()
+            .map(|(v, d, _)| format!("{v:04}_{}.sql", d.replace(' ', "_")))
+            .collect();
+        assert_eq!(embedded, files);
+    }
 
     #[test]
     fn content_ignores_key_order_and_whitespace_but_not_values() {
