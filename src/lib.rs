@@ -5,7 +5,7 @@
 //! roles ([`roles`], as subprocesses) → transcript ([`transcript`]) → checker
 //! ([`checker`]) → snapshot ([`snapshot`]). [`runner`] sequences the phases.
 
-pub mod amqp;
+pub mod broker;
 pub mod checker;
 pub mod cli;
 pub mod env;

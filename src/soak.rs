@@ -297,9 +297,11 @@ impl Soak<'_> {
 
         // The checks: what the producer sent, what PostgreSQL holds, what
         // is still queued.
-        let conn = crate::amqp::connect(&self.env.endpoints().amqp_url(&self.vhost)).await?;
+        let conn =
+            crate::broker::rabbitmq::client::connect(&self.env.endpoints().amqp_url(&self.vhost))
+                .await?;
         let ground = store::read_ground(&mut db, None).await?;
-        let queued: BTreeSet<String> = crate::amqp::peek(&conn, QUEUE)
+        let queued: BTreeSet<String> = crate::broker::rabbitmq::client::peek(&conn, QUEUE)
             .await?
             .iter()
             .map(|p| store::event_id(&p.body, &p.message_id))
@@ -338,7 +340,9 @@ impl Soak<'_> {
         drop(db);
         let mut db = store::connect(&self.env.endpoints().pg_url(&self.database)).await?;
         store::migrate(&mut db).await?;
-        let conn = crate::amqp::connect(&self.env.endpoints().amqp_url(&self.vhost)).await?;
+        let conn =
+            crate::broker::rabbitmq::client::connect(&self.env.endpoints().amqp_url(&self.vhost))
+                .await?;
         let channel = conn.create_channel().await?;
         let topology = Topology {
             exchanges: Vec::new(),
@@ -353,8 +357,8 @@ impl Soak<'_> {
                 })
                 .collect(),
         };
-        crate::amqp::delete_queues(&channel, &topology).await?;
-        crate::amqp::declare(&channel, &topology).await?;
+        crate::broker::rabbitmq::client::delete_queues(&channel, &topology).await?;
+        crate::broker::rabbitmq::client::declare(&channel, &topology).await?;
         std::fs::create_dir_all(&self.logs)?;
         Ok(db)
     }

@@ -10,7 +10,7 @@ use lapin::options::{
 };
 use lapin::types::FieldTable;
 use lapin::BasicProperties;
-use mqlab::amqp;
+use mqlab::broker::rabbitmq::client as amqp;
 use mqlab::env::containers::ContainersEnv;
 use mqlab::env::guard::RunDir;
 use mqlab::env::local::LocalEnv;

@@ -12,7 +12,7 @@ use lapin::options::{
 };
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::BasicProperties;
-use mqlab::amqp;
+use mqlab::broker::rabbitmq::client as amqp;
 use mqlab::env::cluster::{ClusterEnv, ClusterNet};
 use mqlab::env::guard::{marked_processes, RunDir};
 use mqlab::env::{EnvOptions, Environment};
@@ -165,7 +165,10 @@ fn three_nodes_one_cluster_node_kill_and_partition() {
             .iter()
             .map(|p| format!("127.0.0.1:{p}").parse().unwrap())
             .collect();
-        let (proxy, _events) = mqlab::faults::proxy::Proxy::start(upstreams).await.unwrap();
+        let (proxy, _events) =
+            mqlab::faults::proxy::Proxy::start(upstreams, mqlab::broker::rabbitmq::codec)
+                .await
+                .unwrap();
         let mut through = endpoints.clone();
         through.amqp_port = proxy.ports[0];
         let c = amqp::connect(&through.amqp_url("cluster"))

@@ -18,7 +18,7 @@ use testcontainers::{ContainerAsync, GenericImage, ImageExt};
 use super::guard::RUN_VAR;
 use super::nodes::{self, Nodes};
 use super::{definitions_json, free_ports, Endpoints, EnvInfo, EnvOptions};
-use crate::amqp;
+use crate::broker::rabbitmq::client as amqp;
 
 /// The label every container of a run carries: the guard removes by it.
 pub const RUN_LABEL: &str = "mqlab.run";

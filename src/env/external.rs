@@ -11,7 +11,8 @@ use anyhow::{bail, Context, Result};
 use url::Url;
 
 use super::{Endpoints, EnvInfo};
-use crate::{amqp, store};
+use crate::broker::rabbitmq::client as amqp;
+use crate::store;
 
 /// Where the user's servers are, from `--amqp-url`, `--management-url` and
 /// `--database-url`. Credentials stay in here and in URLs handed to

@@ -15,7 +15,7 @@ use super::guard::RUN_VAR;
 use super::nodes::{self, Nodes};
 use super::process;
 use super::{definitions_json, free_ports, Endpoints, EnvInfo, EnvOptions};
-use crate::amqp;
+use crate::broker::rabbitmq::client as amqp;
 
 struct Binaries {
     rabbitmq_server: PathBuf,

@@ -270,7 +270,7 @@ pub async fn heal(nodes: &mut impl Nodes) -> Result<()> {
 /// 100 ms: how every environment waits for a node to answer.
 pub async fn answers_amqp(url: &str, deadline: Instant) -> bool {
     loop {
-        if let Ok(conn) = crate::amqp::connect(url).await {
+        if let Ok(conn) = crate::broker::rabbitmq::client::connect(url).await {
             let _ = conn.close(200, "ready".into()).await;
             return true;
         }

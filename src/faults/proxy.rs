@@ -1,6 +1,7 @@
-//! The harness's AMQP 0-9-1 proxy: every role connects to the broker through
-//! it (127.0.0.1 only). It forwards the original bytes, frame by frame,
-//! reading each frame with `amq-protocol` to follow one message: the
+//! The harness's proxy between the roles and the broker: every role
+//! connects to the broker through it (127.0.0.1 only). It forwards the
+//! original bytes, frame by frame, reading each frame's meaning through the
+//! broker's [`Codec`] (one per connection) to follow one message: the
 //! deliveries and the acks of a consumer, the publishes and the confirms of a
 //! producer. An armed [`Rule`] acts on one message's frame, once:
 //!
@@ -20,8 +21,6 @@ use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use amq_protocol::frame::{parse_frame, AMQPFrame};
-use amq_protocol::protocol::{basic, channel, confirm, AMQPClass};
 use anyhow::{Context, Result};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -29,6 +28,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use super::blackbox::{BlackBox, Pass};
+use crate::broker::{Codec, Direction as Dir, Frame, Settle};
 
 /// What the proxy does to one message's frames.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,6 +50,8 @@ pub enum ProxyEvent {
 }
 
 struct Shared {
+    /// A codec for each new connection: the broker's wire protocol.
+    codec: fn() -> Box<dyn Codec>,
     /// The broker's nodes: one listener each, trying its own node first,
     /// then the others in order (a client of a killed node reconnects to a
     /// live one, as a client with a list of hosts would).
@@ -93,6 +95,7 @@ impl Proxy {
     /// Listens on a free 127.0.0.1 port per upstream node.
     pub async fn start(
         upstreams: Vec<SocketAddr>,
+        codec: fn() -> Box<dyn Codec>,
     ) -> Result<(Proxy, mpsc::UnboundedReceiver<ProxyEvent>)> {
         let mut listeners = Vec::new();
         for _ in &upstreams {
@@ -108,6 +111,7 @@ impl Proxy {
             .collect::<Result<Vec<u16>>>()?;
         let (events, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
+            codec,
             upstreams,
             rule: Mutex::new(None),
             blackbox: Mutex::new(None),
@@ -169,7 +173,11 @@ impl Proxy {
     /// Another proxy to the same nodes, with no rule: one instance of a
     /// program each, so that each one's frames reach its own black box.
     pub async fn sibling(&self) -> Result<Proxy> {
-        Ok(Proxy::start(self.shared.upstreams.clone()).await?.0)
+        Ok(
+            Proxy::start(self.shared.upstreams.clone(), self.shared.codec)
+                .await?
+                .0,
+        )
     }
 
     /// Reports a program's deliveries and acks to `bb` (None: stop).
@@ -178,44 +186,12 @@ impl Proxy {
     }
 }
 
-/// What one connection's frames have said so far.
+/// What the proxy holds of one connection besides its codec's state.
 #[derive(Default)]
-struct Conn {
-    /// A Deliver waits for its content header: channel → (delivery tag, redelivered).
-    deliver_pending: HashMap<u16, (u64, bool)>,
-    /// Body bytes still to come for the content in progress, per channel
-    /// (a frozen connection still finishes a delivery it let through).
-    body_left: HashMap<u16, u64>,
-    /// (channel, delivery tag) → message id.
-    deliveries: HashMap<(u16, u64), String>,
-    /// Channels in confirm mode → publishes so far (the confirm's delivery tag).
-    confirm_seq: HashMap<u16, u64>,
-    /// A publish waits for its content header: channel → sequence number.
-    publish_pending: HashMap<u16, u64>,
-    /// (channel, publish sequence number) → message id.
-    published: HashMap<(u16, u64), String>,
-    /// A Basic.Publish held back until its header says which message it is.
+struct Held {
+    /// A publish's first frames held back until a later one says which
+    /// message it is (a publish to cut is dropped whole).
     stashed: HashMap<u16, Vec<u8>>,
-    /// Channels whose consumer asked for autoAck (Basic.Consume no-ack).
-    no_ack: std::collections::HashSet<u16>,
-}
-
-impl Conn {
-    fn channel_opened(&mut self, ch: u16) {
-        self.deliver_pending.remove(&ch);
-        self.publish_pending.remove(&ch);
-        self.confirm_seq.remove(&ch);
-        self.deliveries.retain(|(c, _), _| *c != ch);
-        self.published.retain(|(c, _), _| *c != ch);
-        self.stashed.remove(&ch);
-        self.no_ack.remove(&ch);
-    }
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Dir {
-    ToBroker,
-    ToClient,
 }
 
 enum Verdict {
@@ -251,7 +227,7 @@ async fn serve(shared: Arc<Shared>, client: TcpStream, node: usize) {
     let _ = upstream.set_nodelay(true);
     let (cr, cw) = client.into_split();
     let (ur, uw) = upstream.into_split();
-    let conn = Arc::new(Mutex::new(Conn::default()));
+    let conn = Arc::new(Mutex::new(((shared.codec)(), Held::default())));
     // Either direction ending (EOF, an error, a cut) ends the connection:
     // dropping both halves of both sockets closes them.
     tokio::select! {
@@ -259,6 +235,9 @@ async fn serve(shared: Arc<Shared>, client: TcpStream, node: usize) {
         _ = pump(Dir::ToClient, ur, cw, conn, shared.clone()) => {}
     }
 }
+
+/// One connection's codec and what the proxy holds of it.
+type Conn = (Box<dyn Codec>, Held);
 
 /// Copies frames from `from` to `to`, deciding for each.
 async fn pump(
@@ -278,7 +257,7 @@ async fn pump(
         let mut out: Vec<u8> = Vec::new();
         while let Some(frame) = pending.front() {
             let held = dir == Dir::ToClient
-                && is_deliver(frame)
+                && state(&conn).0.begins_delivery(frame)
                 && bb
                     .as_ref()
                     .is_some_and(|b| b.lock().expect("black box").holds_next_delivery());
@@ -286,22 +265,15 @@ async fn pump(
                 break;
             }
             let frame = pending.pop_front().expect("a pending frame");
-            match judge(dir, &frame, &conn, &shared) {
+            let verdict = judge(dir, &frame, &mut state(&conn), &shared);
+            match verdict {
                 Verdict::Forward => out.extend_from_slice(&frame),
                 Verdict::Drop => {}
                 Verdict::Stash(ch) => {
-                    conn.lock()
-                        .expect("proxy connection state")
-                        .stashed
-                        .insert(ch, frame);
+                    state(&conn).1.stashed.insert(ch, frame);
                 }
                 Verdict::Release(ch) => {
-                    if let Some(held) = conn
-                        .lock()
-                        .expect("proxy connection state")
-                        .stashed
-                        .remove(&ch)
-                    {
+                    if let Some(held) = state(&conn).1.stashed.remove(&ch) {
                         out.extend_from_slice(&held);
                     }
                     out.extend_from_slice(&frame);
@@ -324,10 +296,12 @@ async fn pump(
                 };
                 buf.extend_from_slice(&chunk[..n]);
                 let mut used = 0;
-                while let Some(len) = frame_len(&buf[used..]) {
+                let codec = state(&conn);
+                while let Some(len) = codec.0.frame_len(&buf[used..]) {
                     pending.push_back(buf[used..used + len].to_vec());
                     used += len;
                 }
+                drop(codec);
                 buf.drain(..used);
             }
             _ = async { release.expect("checked").notified().await }, if release.is_some() && !pending.is_empty() => {}
@@ -335,161 +309,91 @@ async fn pump(
     }
 }
 
-/// A Basic.Deliver method frame (class 60, method 60).
-fn is_deliver(frame: &[u8]) -> bool {
-    frame.len() > 11 && frame[0] == 1 && frame[7..11] == [0, 60, 0, 60]
+fn state(conn: &Mutex<Conn>) -> std::sync::MutexGuard<'_, Conn> {
+    conn.lock().expect("proxy connection state")
 }
 
-/// The length of the first complete frame in `buf` (the 8-byte protocol
-/// header counts as one), or None when more bytes are needed.
-fn frame_len(buf: &[u8]) -> Option<usize> {
-    match buf.first()? {
-        b'A' => (buf.len() >= 8).then_some(8),
-        _ if buf.len() < 7 => None,
-        _ => {
-            let size = u32::from_be_bytes([buf[3], buf[4], buf[5], buf[6]]) as usize;
-            let len = 7 + size + 1;
-            (buf.len() >= len).then_some(len)
-        }
-    }
-}
-
-/// Reads one frame's meaning (bodies are never parsed) and applies the rule.
-/// Long because it is one match, an arm per (direction, frame kind) the
-/// proxy follows; each arm is a few lines.
-fn judge(dir: Dir, frame: &[u8], conn: &Mutex<Conn>, shared: &Shared) -> Verdict {
+/// Reads one frame's meaning through the connection's codec and applies
+/// the armed rule and the black box's hooks. A frozen connection passes
+/// the content in progress to its end and nothing else, unread.
+fn judge(dir: Dir, frame: &[u8], conn: &mut Conn, shared: &Shared) -> Verdict {
+    let (codec, held) = conn;
     let bb = shared.blackbox.lock().expect("proxy black box").clone();
     let frozen = bb
         .as_ref()
         .is_some_and(|b| b.lock().expect("black box").frozen());
-    if frame.first() == Some(&3) {
-        // A body frame: it finishes the content in progress on its channel.
-        let ch = u16::from_be_bytes([frame[1], frame[2]]);
-        let mut c = conn.lock().expect("proxy connection state");
-        let left = c.body_left.get(&ch).copied().unwrap_or(0);
-        let size = (frame.len() - 8) as u64;
-        c.body_left.insert(ch, left.saturating_sub(size));
-        return if frozen && left == 0 {
-            Verdict::Drop
-        } else {
-            Verdict::Forward
+    if let Some(in_progress) = codec.content(frame) {
+        return match frozen && !in_progress {
+            true => Verdict::Drop,
+            false => Verdict::Forward,
         };
     }
     if frozen {
         return Verdict::Drop;
     }
-    let Ok((_, parsed)) = parse_frame(frame) else {
-        return Verdict::Forward;
-    };
-    let mut c = conn.lock().expect("proxy connection state");
+    let read = codec.read(dir, frame);
     let mut rule = shared.rule.lock().expect("proxy rule");
-    if let AMQPFrame::Header(ch, h) = &parsed {
-        c.body_left.insert(*ch, h.body_size);
-    }
-    match (dir, parsed) {
-        (
-            Dir::ToBroker,
-            AMQPFrame::Method(ch, AMQPClass::Channel(channel::AMQPMethod::Open(_))),
-        ) => c.channel_opened(ch),
-        (
-            Dir::ToBroker,
-            AMQPFrame::Method(ch, AMQPClass::Confirm(confirm::AMQPMethod::Select(_))),
-        ) => {
-            c.confirm_seq.insert(ch, 0);
-        }
-        (Dir::ToBroker, AMQPFrame::Method(ch, AMQPClass::Basic(basic::AMQPMethod::Publish(_)))) => {
-            let seq = c.confirm_seq.get(&ch).map_or(0, |s| s + 1);
-            if let Some(s) = c.confirm_seq.get_mut(&ch) {
-                *s = seq;
-            }
-            c.publish_pending.insert(ch, seq);
+    match read {
+        Frame::PublishBegins { channel } => {
             if matches!(rule.as_ref(), Some(Rule::CutOnPublish { .. })) {
-                return Verdict::Stash(ch);
+                return Verdict::Stash(channel);
             }
         }
-        (Dir::ToBroker, AMQPFrame::Header(ch, h)) => {
-            if let Some(seq) = c.publish_pending.remove(&ch) {
-                let mid = h
-                    .properties
-                    .message_id()
-                    .as_ref()
-                    .map(|s| s.to_string())
-                    .unwrap_or_default();
-                if let Some(Rule::CutOnPublish { message }) = rule.as_ref() {
-                    if *message == mid {
-                        let _ = shared.events.send(ProxyEvent::CutPublish {
-                            message: message.clone(),
-                        });
-                        *rule = None;
-                        shared.gate.send_replace(false);
-                        return Verdict::Cut;
-                    }
+        Frame::Published { channel, message } => {
+            if let Some(Rule::CutOnPublish { message: cut }) = rule.as_ref() {
+                if *cut == message {
+                    let _ = shared.events.send(ProxyEvent::CutPublish { message });
+                    *rule = None;
+                    shared.gate.send_replace(false);
+                    return Verdict::Cut;
                 }
-                c.published.insert((ch, seq), mid);
-                if c.stashed.contains_key(&ch) {
-                    return Verdict::Release(ch);
-                }
+            }
+            if held.stashed.contains_key(&channel) {
+                return Verdict::Release(channel);
             }
         }
-        (
-            Dir::ToBroker,
-            AMQPFrame::Method(ch, AMQPClass::Basic(basic::AMQPMethod::Consume(consume))),
-        ) => {
-            if consume.no_ack {
-                c.no_ack.insert(ch);
-            }
+        Frame::Consume { no_ack } => {
             if let Some(b) = &bb {
-                b.lock().expect("black box").on_consume(consume.no_ack);
+                b.lock().expect("black box").on_consume(no_ack);
             }
         }
-        (Dir::ToBroker, AMQPFrame::Method(ch, AMQPClass::Basic(basic::AMQPMethod::Ack(a)))) => {
-            let acked = c.deliveries.get(&(ch, a.delivery_tag));
-            if let (Some(b), Some(mid)) = (&bb, acked) {
-                if b.lock().expect("black box").on_ack(mid) == Pass::Hold {
+        // What the black box and the cut follow is a single ack naming a
+        // delivery the codec saw (a `multiple` ack counts for the delivery
+        // its tag names).
+        Frame::Settled {
+            message: Some(message),
+            how: Settle::Ack,
+            ..
+        } => {
+            if let Some(b) = &bb {
+                if b.lock().expect("black box").on_ack(&message) == Pass::Hold {
                     return Verdict::Drop;
                 }
             }
-            if let (Some(Rule::CutOnAck { message }), Some(mid)) = (rule.as_ref(), acked) {
-                if message == mid {
-                    let _ = shared.events.send(ProxyEvent::Cut {
-                        message: message.clone(),
-                    });
+            if let Some(Rule::CutOnAck { message: cut }) = rule.as_ref() {
+                if *cut == message {
+                    let _ = shared.events.send(ProxyEvent::Cut { message });
                     *rule = None;
                     shared.gate.send_replace(false);
                     return Verdict::Cut;
                 }
             }
         }
-        (Dir::ToClient, AMQPFrame::Method(ch, AMQPClass::Basic(basic::AMQPMethod::Deliver(d)))) => {
-            c.deliver_pending
-                .insert(ch, (d.delivery_tag, d.redelivered));
-        }
-        (Dir::ToClient, AMQPFrame::Header(ch, h)) => {
-            if let Some((tag, redelivered)) = c.deliver_pending.remove(&ch) {
-                let mid = h
-                    .properties
-                    .message_id()
-                    .as_ref()
-                    .map(|s| s.to_string())
-                    .unwrap_or_default();
-                if let Some(b) = &bb {
-                    let auto_ack = c.no_ack.contains(&ch);
-                    b.lock()
-                        .expect("black box")
-                        .on_deliver(&mid, redelivered, auto_ack);
-                }
-                c.deliveries.insert((ch, tag), mid);
+        Frame::Delivered {
+            message,
+            redelivered,
+            auto_ack,
+        } => {
+            if let Some(b) = &bb {
+                b.lock()
+                    .expect("black box")
+                    .on_deliver(&message, redelivered, auto_ack);
             }
         }
-        (Dir::ToClient, AMQPFrame::Method(ch, AMQPClass::Basic(basic::AMQPMethod::Ack(a)))) => {
+        // The confirm (or a `multiple` one covering it) of the held publish.
+        Frame::Confirmed { covers, ack: true } => {
             if let Some(Rule::HoldConfirm { message }) = rule.as_ref() {
-                // The confirm (or a `multiple` one covering it) of the held publish.
-                let covers = c.published.iter().any(|((pc, seq), mid)| {
-                    *pc == ch
-                        && mid == message
-                        && (*seq == a.delivery_tag || (a.multiple && *seq <= a.delivery_tag))
-                });
-                if covers {
+                if covers.contains(message) {
                     let _ = shared.events.send(ProxyEvent::Held {
                         message: message.clone(),
                     });
@@ -498,21 +402,7 @@ fn judge(dir: Dir, frame: &[u8], conn: &Mutex<Conn>, shared: &Shared) -> Verdict
                 }
             }
         }
-        _ => {}
+        Frame::Settled { .. } | Frame::Confirmed { .. } | Frame::Qos { .. } | Frame::Other => {}
     }
     Verdict::Forward
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn frames_are_cut_at_their_length() {
-        assert_eq!(frame_len(b"AMQP\x00\x00\x09\x01rest"), Some(8));
-        assert_eq!(frame_len(b"AMQP\x00"), None);
-        // a heartbeat: type 8, channel 0, size 0, frame end
-        assert_eq!(frame_len(&[8, 0, 0, 0, 0, 0, 0, 0xCE, 1]), Some(8));
-        assert_eq!(frame_len(&[1, 0, 1, 0, 0, 0, 4, 0, 0]), None);
-    }
 }

@@ -18,7 +18,7 @@ use lapin::{Channel, Confirmation};
 use sqlx::PgConnection;
 
 use super::{emit, meta_of, now_ms, PUBLISHED_AT};
-use crate::amqp;
+use crate::broker::rabbitmq::client as amqp;
 use crate::faults::downstream::{CALLER, IDEMPOTENCY_KEY};
 use crate::faults::point;
 use crate::protocol::ConsumerConfig;

@@ -8,7 +8,7 @@ pub mod producer;
 
 use lapin::message::Delivery;
 
-use crate::amqp;
+use crate::broker::rabbitmq::client as amqp;
 use crate::transcript::MessageMeta;
 
 pub use crate::transcript::emit;

@@ -19,7 +19,7 @@ use lapin::options::{BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions}
 use lapin::{Channel, Confirmation, Connection};
 
 use super::{emit, now_ms, properties_of, PUBLISHED_AT};
-use crate::amqp;
+use crate::broker::rabbitmq::client as amqp;
 use crate::faults::point;
 use crate::protocol::{OrderService, OutMessage, ProducerConfig};
 use crate::store;

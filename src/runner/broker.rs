@@ -63,7 +63,7 @@ impl crate::faults::Run for Ctx<'_> {
             return self.move_harness().await;
         }
         let (amqp, channel) = self.connect_broker().await?;
-        crate::amqp::declare(&channel, &self.lab.topology).await?;
+        crate::broker::rabbitmq::client::declare(&channel, &self.lab.topology).await?;
         let c = self.conns();
         c.amqp = amqp;
         c.channel = channel;

@@ -16,9 +16,11 @@ impl Ctx<'_> {
         // is counted in neither (or both): read until two counts agree.
         let mut last = None;
         for _ in 0..10 {
-            let mut n = crate::amqp::queue_state(ch, queue).await?.0 as usize;
+            let mut n = crate::broker::rabbitmq::client::queue_state(ch, queue)
+                .await?
+                .0 as usize;
             for q in &feeders {
-                n += crate::amqp::queue_state(ch, q).await?.0 as usize;
+                n += crate::broker::rabbitmq::client::queue_state(ch, q).await?.0 as usize;
             }
             if last == Some(n) {
                 return Ok(n);
@@ -126,7 +128,8 @@ impl Ctx<'_> {
         let mut reading = from;
         let mut next_read = Instant::now();
         loop {
-            let (ready, _) = crate::amqp::queue_state(&self.conns().channel, queue).await?;
+            let (ready, _) =
+                crate::broker::rabbitmq::client::queue_state(&self.conns().channel, queue).await?;
             if ready >= depth || Instant::now() >= until {
                 return Ok(());
             }
@@ -301,7 +304,7 @@ impl Ctx<'_> {
                         if auto_ack || fault.is_some_and(|f| f.restart_drain) {
                             // What is left to settle: what the queue holds now.
                             let (left, _) =
-                                crate::amqp::queue_state(&self.conns().channel, &c.queue).await?;
+                                crate::broker::rabbitmq::client::queue_state(&self.conns().channel, &c.queue).await?;
                             settle = acked.len() + left as usize;
                             if acked.len() >= settle {
                                 // Nothing is left for a new process.

@@ -621,9 +621,9 @@ impl Ctx<'_> {
         let (amqp, channel) = self.connect_broker().await?;
         if self.shared_vhost {
             // Another run used this vhost: its queues of the same names go.
-            crate::amqp::delete_queues(&channel, &self.lab.topology).await?;
+            crate::broker::rabbitmq::client::delete_queues(&channel, &self.lab.topology).await?;
         }
-        crate::amqp::declare(&channel, &self.lab.topology).await?;
+        crate::broker::rabbitmq::client::declare(&channel, &self.lab.topology).await?;
         self.sync_metadata().await?;
         std::fs::create_dir_all(&self.logs)?;
         self.conns = Some(Conns { amqp, channel, db });
@@ -638,7 +638,7 @@ impl Ctx<'_> {
                     .context("a node's address")?,
             );
         }
-        let (proxy, events) = Proxy::start(upstreams).await?;
+        let (proxy, events) = Proxy::start(upstreams, crate::broker::rabbitmq::codec).await?;
         self.role_endpoints.amqp_port = proxy.port;
         self.proxy = Some((proxy, events));
         self.observed.events = Events(
@@ -771,7 +771,7 @@ impl Ctx<'_> {
             .get(node - 1)
             .copied()
             .unwrap_or(e.amqp_port);
-        let amqp = crate::amqp::connect(&e.amqp_url(&self.vhost)).await?;
+        let amqp = crate::broker::rabbitmq::client::connect(&e.amqp_url(&self.vhost)).await?;
         let channel = amqp.create_channel().await?;
         Ok((amqp, channel))
     }
@@ -812,7 +812,12 @@ impl Ctx<'_> {
                     crate::faults::node::between(self, *node, *action).await?
                 }
                 Action::Declare(names) => {
-                    crate::amqp::declare_later(&self.conns().channel, &lab.topology, names).await?;
+                    crate::broker::rabbitmq::client::declare_later(
+                        &self.conns().channel,
+                        &lab.topology,
+                        names,
+                    )
+                    .await?;
                     self.sync_metadata().await?;
                 }
                 Action::Await {

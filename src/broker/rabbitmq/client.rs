@@ -312,15 +312,15 @@ mod tests {
         for (n, json) in [
             (
                 1,
-                include_str!("../tests/data/x-death-rabbitmq-3.10-attempt1.json"),
+                include_str!("../../../tests/data/x-death-rabbitmq-3.10-attempt1.json"),
             ),
             (
                 2,
-                include_str!("../tests/data/x-death-rabbitmq-3.10-attempt2.json"),
+                include_str!("../../../tests/data/x-death-rabbitmq-3.10-attempt2.json"),
             ),
             (
                 3,
-                include_str!("../tests/data/x-death-rabbitmq-3.10-attempt3.json"),
+                include_str!("../../../tests/data/x-death-rabbitmq-3.10-attempt3.json"),
             ),
         ] {
             let h: FieldTable = serde_json::from_str(json).unwrap();
@@ -350,7 +350,7 @@ mod tests {
     #[test]
     fn first_entry_equals_the_sum_in_a_one_queue_loop() {
         let h: FieldTable = serde_json::from_str(include_str!(
-            "../tests/data/x-death-rabbitmq-3.10-attempt3.json"
+            "../../../tests/data/x-death-rabbitmq-3.10-attempt3.json"
         ))
         .unwrap();
         assert_eq!(attempt_from_first_x_death(Some(&h)), 3);
@@ -365,8 +365,8 @@ mod tests {
     #[test]
     fn first_entry_is_short_after_two_rejecting_queues() {
         for json in [
-            include_str!("../tests/data/x-death-rabbitmq-3.10-two-queues-attempt3.json"),
-            include_str!("../tests/data/x-death-rabbitmq-4.0-two-queues-attempt3.json"),
+            include_str!("../../../tests/data/x-death-rabbitmq-3.10-two-queues-attempt3.json"),
+            include_str!("../../../tests/data/x-death-rabbitmq-4.0-two-queues-attempt3.json"),
         ] {
             let h: FieldTable = serde_json::from_str(json).unwrap();
             assert_eq!(attempt_from_x_death(Some(&h)), 3);

@@ -1,0 +1,98 @@
+//! The brokers mqlab runs its labs on, each a module behind what the
+//! engine asks of a broker. Nothing outside a broker's module imports its
+//! client crate (`tests/modules.rs` enforces it for RabbitMQ's lapin and
+//! amq-protocol).
+//!
+//! What a broker gives the engine, here as types of its own:
+//! - a wire [`Codec`]: the proxy between the roles and the broker reads
+//!   each frame's meaning through it, and its rules (cut an ack, cut a
+//!   publish, hold a confirm) and the black box's hooks are written once
+//!   over [`Frame`].
+
+pub mod rabbitmq;
+
+/// Which way a frame goes through the proxy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    ToBroker,
+    ToClient,
+}
+
+/// How a client settles a delivery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Settle {
+    Ack,
+    /// A negative acknowledgement; `requeue`: back to the queue, else
+    /// dropped or dead-lettered.
+    Nack {
+        requeue: bool,
+    },
+    Reject {
+        requeue: bool,
+    },
+}
+
+/// What one frame means to the proxy, as a broker's codec reads it. A
+/// frame the proxy has no use for is [`Frame::Other`] and passes as it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Frame {
+    Other,
+    /// A client begins a publish on `channel` whose message is known only
+    /// at a later frame of the channel ([`Frame::Published`]).
+    PublishBegins {
+        channel: u16,
+    },
+    /// A client's publish of `message` on `channel`.
+    Published {
+        channel: u16,
+        message: String,
+    },
+    /// A client starts consuming; `no_ack`: the broker settles each
+    /// delivery as it sends it (autoAck).
+    Consume {
+        no_ack: bool,
+    },
+    /// A client limits its unacknowledged deliveries (0: no limit).
+    Qos {
+        prefetch: u16,
+    },
+    /// The broker delivers `message` to a client (whose consumer may be
+    /// autoAck: nothing to settle then).
+    Delivered {
+        message: String,
+        redelivered: bool,
+        auto_ack: bool,
+    },
+    /// A client settles the delivery its tag names (`message`, when the
+    /// codec saw that delivery); `multiple`: and every one before it.
+    Settled {
+        message: Option<String>,
+        multiple: bool,
+        how: Settle,
+    },
+    /// The broker answers for publishes: the messages its answer covers
+    /// (several under `multiple`); `ack`: confirmed, else refused.
+    Confirmed {
+        covers: Vec<String>,
+        ack: bool,
+    },
+}
+
+/// A broker's wire protocol as the proxy reads it, one connection's state
+/// each (a delivery's tag and a publish's number name a message only
+/// within their connection).
+pub trait Codec: Send {
+    /// The length of the first complete frame in `buf`, or None when more
+    /// bytes are needed.
+    fn frame_len(&self, buf: &[u8]) -> Option<usize>;
+    /// The frame begins a delivery to the client (read without changing
+    /// the connection's state: the proxy may hold it back first).
+    fn begins_delivery(&self, frame: &[u8]) -> bool;
+    /// For a frame of content (a message body): whether it finishes a
+    /// content the proxy let through; None for any other frame. Read even
+    /// on a frozen connection, which passes a content in progress to its
+    /// end and nothing else.
+    fn content(&mut self, frame: &[u8]) -> Option<bool>;
+    /// What the frame means, its connection's state updated.
+    fn read(&mut self, dir: Direction, frame: &[u8]) -> Frame;
+}
