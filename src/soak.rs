@@ -297,15 +297,15 @@ impl Soak<'_> {
 
         // The checks: what the producer sent, what PostgreSQL holds, what
         // is still queued.
-        let conn =
-            crate::broker::rabbitmq::client::connect(&self.env.endpoints().amqp_url(&self.vhost))
-                .await?;
+        let broker = crate::broker::admin(&self.env.endpoints().amqp_url(&self.vhost)).await?;
         let ground = store::read_ground(&mut db, None).await?;
-        let queued: BTreeSet<String> = crate::broker::rabbitmq::client::peek(&conn, QUEUE)
+        let queued: BTreeSet<String> = broker
+            .peek(QUEUE)
             .await?
             .iter()
             .map(|p| store::event_id(&p.body, &p.message_id))
             .collect();
+        broker.close("done").await;
         // One service: an event is owed to "some service", as in a lab.
         let checks = total_queue(
             &lines,
@@ -340,10 +340,7 @@ impl Soak<'_> {
         drop(db);
         let mut db = store::connect(&self.env.endpoints().pg_url(&self.database)).await?;
         store::migrate(&mut db).await?;
-        let conn =
-            crate::broker::rabbitmq::client::connect(&self.env.endpoints().amqp_url(&self.vhost))
-                .await?;
-        let channel = conn.create_channel().await?;
+        let broker = crate::broker::admin(&self.env.endpoints().amqp_url(&self.vhost)).await?;
         let topology = Topology {
             exchanges: Vec::new(),
             queues: [QUEUE, BASELINE_QUEUE]
@@ -357,8 +354,9 @@ impl Soak<'_> {
                 })
                 .collect(),
         };
-        crate::broker::rabbitmq::client::delete_queues(&channel, &topology).await?;
-        crate::broker::rabbitmq::client::declare(&channel, &topology).await?;
+        broker.delete_queues(&topology).await?;
+        broker.declare(&topology).await?;
+        broker.close("done").await;
         std::fs::create_dir_all(&self.logs)?;
         Ok(db)
     }

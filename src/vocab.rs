@@ -1639,7 +1639,7 @@ pub fn check_queue_argument(name: &str, value: &ArgValue) -> Result<(), String> 
     })
 }
 
-/// The exchange, queues, bindings a lab declares: the data [`crate::broker::rabbitmq::client`]
+/// The exchange, queues, bindings a lab declares: the data [`crate::broker::Admin`]
 /// declares on the broker.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Topology {

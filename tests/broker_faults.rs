@@ -10,7 +10,6 @@ use lapin::options::{
 };
 use lapin::types::FieldTable;
 use lapin::BasicProperties;
-use mqlab::broker::rabbitmq::client as amqp;
 use mqlab::env::containers::ContainersEnv;
 use mqlab::env::guard::RunDir;
 use mqlab::env::local::LocalEnv;
@@ -68,7 +67,7 @@ fn with_env(containers: bool) {
         };
         let port = env.endpoints().amqp_port;
         let url = env.endpoints().amqp_url("faults");
-        let conn = amqp::connect(&url).await.unwrap();
+        let conn = connect(&url).await.unwrap();
         let ch = conn.create_channel().await.unwrap();
         ch.confirm_select(ConfirmSelectOptions::default())
             .await
@@ -103,32 +102,44 @@ fn with_env(containers: bool) {
             .await
             .unwrap();
         }
-        assert_eq!(amqp::queue_state(&ch, "durable.q").await.unwrap().0, 4);
+        let depth = ch
+            .queue_declare(
+                "durable.q".into(),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .unwrap()
+            .message_count();
+        assert_eq!(depth, 4);
 
         // Paused: the broker accepts TCP (the kernel does) but says nothing.
         env.pause_broker().await.unwrap();
         let silent = tokio::time::timeout(
             Duration::from_millis(500),
-            amqp::broker_version("127.0.0.1", port),
+            mqlab::broker::rabbitmq::version("127.0.0.1", port),
         )
         .await;
         assert!(silent.is_err(), "a paused broker answered");
         env.resume_broker().await.unwrap();
         let version = tokio::time::timeout(
             Duration::from_secs(10),
-            amqp::broker_version("127.0.0.1", port),
+            mqlab::broker::rabbitmq::version("127.0.0.1", port),
         )
         .await;
         assert!(version.unwrap().unwrap().starts_with("RabbitMQ "));
 
         env.kill_broker().await.unwrap();
         assert!(
-            amqp::connect(&url).await.is_err(),
+            connect(&url).await.is_err(),
             "a killed broker accepted a connection"
         );
         env.restart_broker().await.unwrap();
 
-        let conn = amqp::connect(&url).await.unwrap();
+        let conn = connect(&url).await.unwrap();
         let ch = conn.create_channel().await.unwrap();
         let mut ids = Vec::new();
         while let Some(m) = ch
@@ -153,4 +164,10 @@ fn with_env(containers: bool) {
         env.stop().await;
     });
     run_dir.close();
+}
+
+/// A client of its own (lapin, as a user's program would be): the test
+/// reads the broker apart from mqlab's own broker module.
+async fn connect(url: &str) -> lapin::Result<lapin::Connection> {
+    lapin::Connection::connect(url, lapin::ConnectionProperties::default()).await
 }

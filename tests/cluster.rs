@@ -12,7 +12,6 @@ use lapin::options::{
 };
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::BasicProperties;
-use mqlab::broker::rabbitmq::client as amqp;
 use mqlab::env::cluster::{ClusterEnv, ClusterNet};
 use mqlab::env::guard::{marked_processes, RunDir};
 use mqlab::env::{EnvOptions, Environment};
@@ -83,7 +82,7 @@ fn three_nodes_one_cluster_node_kill_and_partition() {
         };
 
         // Declared and published on node 1: the leader is there (client-local).
-        let conn = amqp::connect(&url(1)).await.unwrap();
+        let conn = connect(&url(1)).await.unwrap();
         let ch = conn.create_channel().await.unwrap();
         ch.confirm_select(ConfirmSelectOptions::default())
             .await
@@ -112,7 +111,7 @@ fn three_nodes_one_cluster_node_kill_and_partition() {
             .unwrap();
         }
         // Node 3 sees the queue: one cluster.
-        let c3 = amqp::connect(&url(3)).await.unwrap();
+        let c3 = connect(&url(3)).await.unwrap();
         let ch3 = c3.create_channel().await.unwrap();
         ch3.queue_declare(
             "q.quorum".into(),
@@ -128,7 +127,7 @@ fn three_nodes_one_cluster_node_kill_and_partition() {
 
         // The leader's node dies: node 2 still delivers every confirmed message.
         env.kill_node(1).await.unwrap();
-        let mut c2 = amqp::connect(&url(2)).await.unwrap();
+        let mut c2 = connect(&url(2)).await.unwrap();
         let mut ch2 = c2.create_channel().await.unwrap();
         let mut got = 0;
         let mut errors = Vec::new();
@@ -147,7 +146,7 @@ fn three_nodes_one_cluster_node_kill_and_partition() {
                 Err(e) if Instant::now() < deadline => {
                     errors.push(format!("{e:?}"));
                     tokio::time::sleep(Duration::from_millis(100)).await;
-                    c2 = amqp::connect(&url(2)).await.unwrap();
+                    c2 = connect(&url(2)).await.unwrap();
                     ch2 = c2.create_channel().await.unwrap();
                 }
                 other => panic!("after {got} messages: {other:?}; before: {errors:?}"),
@@ -171,7 +170,7 @@ fn three_nodes_one_cluster_node_kill_and_partition() {
                 .unwrap();
         let mut through = endpoints.clone();
         through.amqp_port = proxy.ports[0];
-        let c = amqp::connect(&through.amqp_url("cluster"))
+        let c = connect(&through.amqp_url("cluster"))
             .await
             .expect("the proxy's node-1 listener reaches node 2 while node 1 is down");
         drop(c);
@@ -182,7 +181,7 @@ fn three_nodes_one_cluster_node_kill_and_partition() {
         env.partition(3).await.unwrap();
         assert!(chains().contains(&chain_prefix), "{}", chains());
         let deadline = Instant::now() + Duration::from_secs(60);
-        while amqp::connect(&url(3)).await.is_ok() {
+        while connect(&url(3)).await.is_ok() {
             assert!(
                 Instant::now() < deadline,
                 "node 3 still answers after 60 s cut off"
@@ -191,7 +190,7 @@ fn three_nodes_one_cluster_node_kill_and_partition() {
         }
         env.heal().await.unwrap();
         let deadline = Instant::now() + Duration::from_secs(90);
-        while amqp::connect(&url(3)).await.is_err() {
+        while connect(&url(3)).await.is_err() {
             assert!(
                 Instant::now() < deadline,
                 "node 3 did not come back after the heal"
@@ -278,4 +277,10 @@ fn interrupted_or_killed_during_a_partition_leaves_nothing() {
         assert_eq!(code, want, "{sig}: {stderr}");
         assert!(!chains().contains("MQLAB-"), "{sig}: {}", chains());
     }
+}
+
+/// A client of its own (lapin, as a user's program would be): the test
+/// reads the broker apart from mqlab's own broker module.
+async fn connect(url: &str) -> lapin::Result<lapin::Connection> {
+    lapin::Connection::connect(url, lapin::ConnectionProperties::default()).await
 }

@@ -202,3 +202,66 @@ fn imports_are_read_as_written() {
             .collect()
     );
 }
+
+/// A path into a broker's client crate (`lapin::…`, `amq_protocol::…`,
+/// `use lapin;`) on one line of code, comments left out (a crate's name in
+/// a string or a doc comment is no import).
+fn client_crate_path(line: &str) -> Option<&'static str> {
+    let code = line.split("//").next().unwrap_or("");
+    ["lapin", "amq_protocol"].into_iter().find(|krate| {
+        code.match_indices(krate).any(|(i, _)| {
+            let before = code[..i].chars().next_back();
+            let after = &code[i + krate.len()..];
+            let starts = !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '"');
+            starts
+                && (after.starts_with("::") || after.starts_with(';') || after.starts_with(" as "))
+        })
+    })
+}
+
+/// The RabbitMQ module alone speaks lapin and amq-protocol: a second broker
+/// then needs no file of the engine that names them. (Its submodules are
+/// private, so no lapin type leaves it in a signature either: the compiler
+/// holds that; this reads the source for the rest.)
+#[test]
+fn only_the_rabbitmq_module_imports_its_client_crates() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let home = src.join("broker").join("rabbitmq");
+    let mut found = Vec::new();
+    let mut read = 0;
+    let mut stack = vec![src.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") && !path.starts_with(&home) {
+                read += 1;
+                let text = std::fs::read_to_string(&path).unwrap();
+                for (n, line) in text.lines().enumerate() {
+                    if let Some(krate) = client_crate_path(line) {
+                        found.push(format!("{}:{}: {krate}", path.display(), n + 1));
+                    }
+                }
+            }
+        }
+    }
+    assert!(read > 40, "too few files read: {read}");
+    assert!(found.is_empty(), "outside src/broker/rabbitmq: {found:#?}");
+}
+
+#[test]
+fn a_client_crate_path_is_read_as_written() {
+    for (line, want) in [
+        ("use lapin::Channel;", Some("lapin")),
+        ("    ch: lapin::Channel,", Some("lapin")),
+        ("use amq_protocol::frame::AMQPFrame;", Some("amq_protocol")),
+        ("fn f(c: &lapin::Connection) {}", Some("lapin")),
+        ("pub const CLIENT_LIBRARY: &str = \"lapin\";", None),
+        ("// lapin::Channel in a comment", None),
+        ("let flapin::x = 1;", None),
+        ("let lapin_count = 1;", None),
+    ] {
+        assert_eq!(client_crate_path(line), want, "{line}");
+    }
+}

@@ -7,9 +7,41 @@
 //! - a wire [`Codec`]: the proxy between the roles and the broker reads
 //!   each frame's meaning through it, and its rules (cut an ack, cut a
 //!   publish, hold a confirm) and the black box's hooks are written once
-//!   over [`Frame`].
+//!   over [`Frame`];
+//! - an [`Admin`]: the harness declares a lab's topology, reads a
+//!   queue's state and peeks at what it holds;
+//! - role transports ([`transport`]): a [`Publisher`] and an [`Inbound`],
+//!   over which the producer and consumer roles walk their patterns.
 
+pub mod admin;
 pub mod rabbitmq;
+pub mod transport;
+
+use anyhow::{bail, Result};
+
+pub use admin::{Admin, HomeNodeDown, Peeked};
+pub use transport::{Answer, Delivery, Inbound, Outgoing, Pending, Publisher, Subscription};
+
+/// The broker a role's URL names.
+fn speaks_amqp(url: &str) -> Result<()> {
+    match url.starts_with("amqp://") || url.starts_with("amqps://") {
+        true => Ok(()),
+        false => bail!("no broker of mqlab's is reached by `{url}`"),
+    }
+}
+
+/// A producer's link to the broker at `url`; `confirm`: the broker answers
+/// each publish.
+pub async fn publisher(url: &str, confirm: bool) -> Result<Box<dyn Publisher>> {
+    speaks_amqp(url)?;
+    rabbitmq::publisher(url, confirm).await
+}
+
+/// A consumer's link to the broker at `url`, not yet subscribed.
+pub async fn inbound(url: &str) -> Result<Box<dyn Inbound>> {
+    speaks_amqp(url)?;
+    rabbitmq::inbound(url).await
+}
 
 /// Which way a frame goes through the proxy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,4 +127,10 @@ pub trait Codec: Send {
     fn content(&mut self, frame: &[u8]) -> Option<bool>;
     /// What the frame means, its connection's state updated.
     fn read(&mut self, dir: Direction, frame: &[u8]) -> Frame;
+}
+
+/// The harness's link to the broker namespace at `url`.
+pub async fn admin(url: &str) -> Result<Box<dyn Admin>> {
+    speaks_amqp(url)?;
+    rabbitmq::admin(url).await
 }

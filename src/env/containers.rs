@@ -18,7 +18,7 @@ use testcontainers::{ContainerAsync, GenericImage, ImageExt};
 use super::guard::RUN_VAR;
 use super::nodes::{self, Nodes};
 use super::{definitions_json, free_ports, Endpoints, EnvInfo, EnvOptions};
-use crate::broker::rabbitmq::client as amqp;
+use crate::broker::rabbitmq;
 
 /// The label every container of a run carries: the guard removes by it.
 pub const RUN_LABEL: &str = "mqlab.run";
@@ -359,7 +359,7 @@ impl ContainersEnv {
     async fn broker_ready(&self, deadline: Instant) -> Result<String> {
         let url = self.endpoints.amqp_url(&self.ready.0);
         if nodes::answers_amqp(&url, deadline).await {
-            return amqp::broker_version(&self.endpoints.amqp_host, self.endpoints.amqp_port).await;
+            return rabbitmq::version(&self.endpoints.amqp_host, self.endpoints.amqp_port).await;
         }
         let logs = match &self.rabbit {
             Some(c) => tail_logs(c).await,

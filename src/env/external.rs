@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use url::Url;
 
 use super::{Endpoints, EnvInfo};
-use crate::broker::rabbitmq::client as amqp;
+use crate::broker::rabbitmq;
 use crate::store;
 
 /// Where the user's servers are, from `--amqp-url`, `--management-url` and
@@ -128,7 +128,7 @@ impl ExternalEnv {
         let e = &config.endpoints;
         within(
             "the broker (--amqp-url)",
-            amqp::broker_version(&e.amqp_host, e.amqp_port),
+            rabbitmq::version(&e.amqp_host, e.amqp_port),
         )
         .await?;
         let mut db = within(
@@ -213,11 +213,8 @@ impl ExternalEnv {
                 .await?;
         }
         let e = &self.endpoints;
-        self.info.broker_version = within(
-            "the broker",
-            amqp::broker_version(&e.amqp_host, e.amqp_port),
-        )
-        .await?;
+        self.info.broker_version =
+            within("the broker", rabbitmq::version(&e.amqp_host, e.amqp_port)).await?;
         let mut db = within("PostgreSQL", store::connect(&e.pg_url(&e.pg_admin))).await?;
         self.info.db_version = store::server_version(&mut db).await?;
         self.info.ready = started.elapsed();

@@ -15,7 +15,7 @@ use super::guard::RUN_VAR;
 use super::nodes::{self, Nodes};
 use super::process;
 use super::{definitions_json, free_ports, Endpoints, EnvInfo, EnvOptions};
-use crate::broker::rabbitmq::client as amqp;
+use crate::broker::rabbitmq;
 
 struct Binaries {
     rabbitmq_server: PathBuf,
@@ -600,7 +600,7 @@ impl LocalEnv {
     /// Node 1 answers AMQP by `deadline`; its version.
     async fn rabbit_ready(&self, deadline: Instant) -> Result<String> {
         self.rabbit_answers(deadline).await?;
-        amqp::broker_version(&self.endpoints.amqp_host, self.endpoints.amqp_port).await
+        rabbitmq::version(&self.endpoints.amqp_host, self.endpoints.amqp_port).await
     }
 
     /// Node 1 answers AMQP by `deadline`, or the error shows its log's end.

@@ -270,8 +270,7 @@ pub async fn heal(nodes: &mut impl Nodes) -> Result<()> {
 /// 100 ms: how every environment waits for a node to answer.
 pub async fn answers_amqp(url: &str, deadline: Instant) -> bool {
     loop {
-        if let Ok(conn) = crate::broker::rabbitmq::client::connect(url).await {
-            let _ = conn.close(200, "ready".into()).await;
+        if crate::broker::rabbitmq::answers(url).await {
             return true;
         }
         if Instant::now() > deadline {

@@ -7,18 +7,10 @@
 use std::collections::BTreeSet;
 
 use anyhow::{Context, Result};
-use futures_util::StreamExt;
-use lapin::message::Delivery;
-use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicPublishOptions, BasicQosOptions,
-    ConfirmSelectOptions,
-};
-use lapin::types::FieldTable;
-use lapin::{Channel, Confirmation};
 use sqlx::PgConnection;
 
-use super::{emit, meta_of, now_ms, PUBLISHED_AT};
-use crate::broker::rabbitmq::client as amqp;
+use super::{emit, now_ms, PUBLISHED_AT};
+use crate::broker::{self, Delivery, Inbound, Subscription};
 use crate::faults::downstream::{CALLER, IDEMPOTENCY_KEY};
 use crate::faults::point;
 use crate::protocol::ConsumerConfig;
@@ -41,13 +33,11 @@ enum Outcome {
 
 struct Consumer {
     cfg: ConsumerConfig,
-    /// The consuming channel: acks go here, and the window barrier too.
-    ch: Channel,
+    /// Deliveries, their settlements, the copies published on (a DLQ
+    /// move is acknowledged only after the broker confirms it, except in
+    /// the `unconfirmed-dlq` variant), the window barrier.
+    link: Box<dyn Inbound>,
     db: PgConnection,
-    /// In confirm mode: a DLQ move is acknowledged only after the broker confirms it.
-    confirmed: Channel,
-    /// Not in confirm mode: what the `unconfirmed-dlq` variant publishes on.
-    unconfirmed: Channel,
 }
 
 /// What a consumer process has done, across its connections.
@@ -93,12 +83,10 @@ pub async fn run(cfg: ConsumerConfig) -> Result<i32> {
         recover_intents(&cfg, db).await?;
     }
     while progress.more(&cfg) {
-        let conn = amqp::connect(&cfg.amqp_url).await?;
-        let result = session(&cfg, &conn, &mut db, &mut progress).await;
+        let link = broker::inbound(&cfg.amqp_url).await?;
+        let result = session(&cfg, link, &mut db, &mut progress).await;
         match result {
-            Ok(()) => {
-                conn.close(200, "done".into()).await.ok();
-            }
+            Ok(()) => {}
             Err(e) if cfg.reconnect && reconnects < MAX_RECONNECTS => {
                 reconnects += 1;
                 tracing::warn!("connection lost: {e:#}");
@@ -131,70 +119,47 @@ pub async fn run(cfg: ConsumerConfig) -> Result<i32> {
 /// One connection's worth of consuming.
 async fn session(
     cfg: &ConsumerConfig,
-    conn: &lapin::Connection,
+    mut link: Box<dyn Inbound>,
     db: &mut Option<PgConnection>,
     progress: &mut Progress,
 ) -> Result<()> {
-    let ch = conn.create_channel().await?;
-    ch.basic_qos(cfg.prefetch, BasicQosOptions::default())
-        .await?;
-    let confirmed = conn.create_channel().await?;
-    confirmed
-        .confirm_select(ConfirmSelectOptions::default())
-        .await?;
-    let unconfirmed = conn.create_channel().await?;
+    link.subscribe(Subscription {
+        queue: &cfg.queue,
+        consumer: &cfg.consumer,
+        prefetch: cfg.prefetch,
+        no_ack: cfg.pattern.def().auto_ack,
+    })
+    .await?;
     let mut me = Consumer {
         cfg: cfg.clone(),
-        ch: ch.clone(),
+        link,
         db: db.take().context("the consumer's database connection")?,
-        confirmed,
-        unconfirmed,
     };
     let result = me.consume(progress).await;
-    if result.is_ok() {
-        // channel.close is processed after the acks before it on the same
-        // channel; a bare connection.close is not: measured, the broker
-        // then sometimes requeues the last acked message (depth 1 after a
-        // drained queue, 2 in ~40 suites under load).
-        ch.close(200, "done".into()).await?;
-    }
     *db = Some(me.db);
-    result
+    result?;
+    me.link.close().await
 }
 
 impl Consumer {
     async fn consume(&mut self, progress: &mut Progress) -> Result<()> {
-        let mut deliveries = self
-            .ch
-            .basic_consume(
-                self.cfg.queue.as_str().into(),
-                self.cfg.consumer.as_str().into(),
-                BasicConsumeOptions {
-                    no_ack: self.def().auto_ack,
-                    ..Default::default()
-                },
-                FieldTable::default(),
-            )
-            .await
-            .with_context(|| format!("consuming from `{}`", self.cfg.queue))?;
         while progress.more(&self.cfg) {
             // SIGTERM is taken only here, between two deliveries.
             let next = match progress.term.as_mut() {
                 Some(term) => tokio::select! {
-                    d = deliveries.next() => d,
+                    d = self.link.next() => d,
                     _ = term.recv() => {
                         progress.stopped = true;
                         break;
                     }
                 },
-                None => deliveries.next().await,
+                None => self.link.next().await,
             };
-            let d = next.context("the broker closed the consumer")??;
+            let d = next?;
             progress.received += 1;
-            let meta = meta_of(&d);
-            let headers = d.properties.headers().as_ref();
-            let attempt = self.attempt_of(headers);
-            capture_headers(&d, &meta, attempt);
+            let meta = d.meta.clone();
+            let attempt = self.attempt_of(&d);
+            capture_headers(&*self.link, &d, &meta, attempt);
             self.received(&d, &meta, attempt);
             // A failure retried in place holds the delivery: what is behind
             // it waits (block-key).
@@ -218,7 +183,7 @@ impl Consumer {
     }
 
     /// The delivery's attempt number, read where this pattern reads it.
-    fn attempt_of(&self, headers: Option<&FieldTable>) -> u32 {
+    fn attempt_of(&self, d: &Delivery) -> u32 {
         match self.def().on_failure {
             OnFailure::Classified {
                 attempts: AttemptsFrom::Header,
@@ -227,28 +192,29 @@ impl Consumer {
             | OnFailure::RetryThenDlq {
                 attempts: AttemptsFrom::Header,
                 ..
-            } => amqp::header_str(headers, RETRY_ATTEMPT_HEADER)
+            } => d
+                .headers
+                .get(RETRY_ATTEMPT_HEADER)
                 .and_then(|a| a.parse().ok())
                 .unwrap_or(1),
             OnFailure::RetryThenDlq {
                 attempts: AttemptsFrom::XDeathFirst,
                 ..
-            } => amqp::attempt_from_first_x_death(headers),
-            _ => amqp::attempt_from_x_death(headers),
+            } => self.link.attempt(d, true),
+            _ => self.link.attempt(d, false),
         }
     }
 
     /// The `received` line of a delivery.
     fn received(&self, d: &Delivery, meta: &MessageMeta, attempt: u32) {
-        let headers = d.properties.headers().as_ref();
         let mut received = self
             .line(meta)
             .with("consumer", &self.cfg.consumer)
             .with("attempt", attempt);
         // How long a retried or delayed copy really waited (normalized
         // out; the checker compares it with a TTL or a lab's band).
-        if let Some(at) = amqp::header_str(headers, RETRY_PUBLISHED_AT)
-            .or_else(|| amqp::header_str(headers, PUBLISHED_AT))
+        if let Some(at) = (d.headers.get(RETRY_PUBLISHED_AT))
+            .or_else(|| d.headers.get(PUBLISHED_AT))
             .and_then(|a| a.parse::<u128>().ok())
         {
             received = received.with("delayMs", now_ms().saturating_sub(at));
@@ -268,8 +234,13 @@ impl Consumer {
         line(&self.cfg, meta)
     }
 
+    /// An autoAck delivery has nothing to ack: the broker forgot it when
+    /// it sent it.
     async fn ack(&self, d: &Delivery) -> Result<()> {
-        ack(self.def(), d).await
+        if !self.def().auto_ack {
+            self.link.ack(d).await?;
+        }
+        Ok(())
     }
 
     fn settled(&self, meta: &MessageMeta, attempt: u32, status: Status) -> Result<Outcome> {
@@ -282,7 +253,7 @@ impl Consumer {
     /// at the window after each step when the lab selected it.
     async fn handle(&mut self, d: &Delivery, meta: &MessageMeta, attempt: u32) -> Result<Outcome> {
         let def = self.def();
-        let event_id = store::event_id(&d.data, &meta.message_id);
+        let event_id = store::event_id(&d.body, &meta.message_id);
         // BEGIN on first use; the statements run on the one connection.
         let mut open = false;
         for (i, step) in def.steps.iter().enumerate() {
@@ -309,7 +280,7 @@ impl Consumer {
                         // A request id, new on each attempt.
                         _ => format!("{}/{attempt}/{}", meta.message_id, now_ms()),
                     };
-                    if let Err(error) = call_downstream(&self.cfg, &d.data, key).await? {
+                    if let Err(error) = call_downstream(&self.cfg, &d.body, key).await? {
                         return self
                             .failed(d, meta, attempt, &event_id, FailureClass::Transient, &error)
                             .await;
@@ -325,7 +296,7 @@ impl Consumer {
                             .status(Status::BusinessCommitted),
                     );
                 }
-                Step::Ack => ack(def, d).await?,
+                Step::Ack => self.ack(d).await?,
                 Step::IntentInsert => {
                     begin(&mut open, &mut self.db).await?;
                     let meta_json = serde_json::to_string(meta)?;
@@ -334,13 +305,13 @@ impl Consumer {
                         &self.cfg.service,
                         &event_id,
                         &meta_json,
-                        &d.data,
+                        &d.body,
                     )
                     .await?;
                 }
                 Step::CallAfterAck | Step::CallAfterAckUnkeyed => {
                     let key = intent_key(*step, &event_id, &meta.message_id);
-                    let called = call_downstream(&self.cfg, &d.data, key).await?;
+                    let called = call_downstream(&self.cfg, &d.body, key).await?;
                     if let Err(error) = called {
                         // Acked: what is left of the call is its intent, if any.
                         tracing::warn!("{error}");
@@ -362,9 +333,7 @@ impl Consumer {
                 }
             }
             if let Some(w) = def.window_after(i) {
-                let barrier = self
-                    .ch
-                    .basic_qos(self.cfg.prefetch, BasicQosOptions::default());
+                let barrier = self.link.barrier();
                 point::reach(&self.cfg.faults, w, meta, marker(&self.cfg, meta), barrier).await;
             }
         }
@@ -383,11 +352,10 @@ impl Consumer {
         event_id: &str,
         open: &mut bool,
     ) -> Result<Option<Outcome>> {
-        let def = self.def();
         match step {
             Step::SkipRedelivered => {
                 if d.redelivered {
-                    ack(def, d).await?;
+                    self.ack(d).await?;
                     return settled(&self.cfg, meta, attempt, Status::DuplicateSkipped).map(Some);
                 }
             }
@@ -395,7 +363,7 @@ impl Consumer {
                 begin(open, &mut self.db).await?;
                 if store::inbox_has(&mut self.db, &self.cfg.service, event_id).await? {
                     store::rollback(&mut self.db).await?;
-                    ack(def, d).await?;
+                    self.ack(d).await?;
                     return settled(&self.cfg, meta, attempt, Status::DuplicateSkipped).map(Some);
                 }
             }
@@ -407,7 +375,7 @@ impl Consumer {
                 if !store::insert_inbox_autocommit(&mut self.db, &self.cfg.service, event_id)
                     .await?
                 {
-                    ack(def, d).await?;
+                    self.ack(d).await?;
                     return settled(&self.cfg, meta, attempt, Status::DuplicateSkipped).map(Some);
                 }
             }
@@ -424,7 +392,7 @@ impl Consumer {
                 };
                 if !store::insert_inbox(&mut self.db, key, event_id).await? {
                     store::rollback(&mut self.db).await?;
-                    ack(def, d).await?;
+                    self.ack(d).await?;
                     return settled(&self.cfg, meta, attempt, Status::DuplicateSkipped).map(Some);
                 }
             }
@@ -455,7 +423,7 @@ impl Consumer {
         attempt: u32,
         event_id: &str,
     ) -> Result<Option<Outcome>> {
-        let content = store::content(&d.data);
+        let content = store::content(&d.body);
         let (db, service) = (&mut self.db, self.cfg.service.as_str());
         let row = match step {
             Step::InboxInsert => {
@@ -470,7 +438,7 @@ impl Consumer {
             InboxRow::New => return Ok(None),
             InboxRow::Duplicate => {
                 store::rollback(&mut self.db).await?;
-                ack(self.def(), d).await?;
+                self.ack(d).await?;
                 return settled(&self.cfg, meta, attempt, Status::DuplicateSkipped).map(Some);
             }
             InboxRow::Conflict => (
@@ -506,7 +474,7 @@ impl Consumer {
                 "inventory backend unavailable (the lab fails this attempt)".to_string(),
             ))
         } else {
-            OrderCreated::classify(&d.data)
+            OrderCreated::classify(&d.body)
         };
         let db_error = |e: anyhow::Error| (FailureClass::Transient, e.to_string());
         match order {
@@ -568,7 +536,7 @@ impl Consumer {
             }
             OnFailure::RequeueForever => {
                 store::rollback(&mut self.db).await?;
-                d.acker.nack(reject(true)).await?;
+                self.link.reject(d, true).await?;
                 emit(
                     self.line(meta)
                         .with("attempt", attempt)
@@ -649,12 +617,12 @@ impl Consumer {
                 "{}: a conflict (another business content under an eventId already applied) and no DLQ to isolate it in (the consume step sets no `retry`)",
                 meta.message_id
             );
-            d.acker.nack(reject(false)).await?;
+            self.link.reject(d, false).await?;
             return self.settled(meta, attempt, Status::Rejected);
         };
         // A conflict is no failure that passes: isolated at once.
         if attempt < retry.max_attempts && class != FailureClass::Conflict {
-            d.acker.nack(reject(false)).await?;
+            self.link.reject(d, false).await?;
             emit(
                 self.line(meta)
                     .with("attempt", attempt)
@@ -665,8 +633,8 @@ impl Consumer {
                 false => Outcome::Pending,
             });
         }
-        let properties = diagnostics(&self.cfg, d, meta, attempt, class, error);
-        self.move_to_dlq(&retry.dlq, d, meta, properties, dlq, (confirm, mandatory))
+        let headers = diagnostics(&self.cfg, d, meta, attempt, class, error);
+        self.move_to_dlq(&retry.dlq, d, meta, headers, dlq, (confirm, mandatory))
             .await?;
         if class == FailureClass::Conflict {
             emit(
@@ -731,16 +699,11 @@ impl Consumer {
                 _ => (attempt as usize - 1).min(last),
             };
             let tier = &retry.tiers[k];
-            let mut properties = diagnostics(&self.cfg, d, meta, attempt, class, error);
-            let mut headers = properties.headers().clone().unwrap_or_default();
-            amqp::set_header(
-                &mut headers,
-                RETRY_ATTEMPT_HEADER,
-                &(attempt + 1).to_string(),
-            );
-            amqp::set_header(&mut headers, RETRY_PUBLISHED_AT, &now_ms().to_string());
-            properties = properties.with_headers(headers);
-            self.publish_copy(&tier.queue, d, properties, true, true)
+            let mut headers = diagnostics(&self.cfg, d, meta, attempt, class, error);
+            headers.push((RETRY_ATTEMPT_HEADER, (attempt + 1).to_string()));
+            headers.push((RETRY_PUBLISHED_AT, now_ms().to_string()));
+            self.link
+                .republish(d, &tier.queue, headers, (true, true))
                 .await?;
             self.window(Window::AfterRetryPublishBeforeAck, meta).await;
             self.ack(d).await?;
@@ -754,8 +717,8 @@ impl Consumer {
             );
             return Ok(Outcome::Pending);
         }
-        let properties = diagnostics(&self.cfg, d, meta, attempt, class, error);
-        self.move_to_dlq(&retry.dlq, d, meta, properties, order, (true, true))
+        let headers = diagnostics(&self.cfg, d, meta, attempt, class, error);
+        self.move_to_dlq(&retry.dlq, d, meta, headers, order, (true, true))
             .await?;
         emit(
             self.line(meta)
@@ -774,13 +737,14 @@ impl Consumer {
         dlq: &str,
         d: &Delivery,
         meta: &MessageMeta,
-        properties: lapin::BasicProperties,
+        headers: Vec<(&str, String)>,
         order: DlqOrder,
         (confirm, mandatory): (bool, bool),
     ) -> Result<()> {
         match order {
             DlqOrder::ConfirmThenAck => {
-                self.publish_copy(dlq, d, properties, confirm, mandatory)
+                self.link
+                    .republish(d, dlq, headers, (confirm, mandatory))
                     .await?;
                 if confirm {
                     self.window(Window::AfterDlqConfirmBeforeAck, meta).await;
@@ -790,7 +754,8 @@ impl Consumer {
             DlqOrder::AckThenPublish => {
                 self.ack(d).await?;
                 self.window(Window::AfterAckBeforeDlqPublish, meta).await;
-                self.publish_copy(dlq, d, properties, confirm, mandatory)
+                self.link
+                    .republish(d, dlq, headers, (confirm, mandatory))
                     .await?;
             }
         }
@@ -798,54 +763,8 @@ impl Consumer {
     }
 
     async fn window(&self, w: Window, meta: &MessageMeta) {
-        let barrier = self
-            .ch
-            .basic_qos(self.cfg.prefetch, BasicQosOptions::default());
+        let barrier = self.link.barrier();
         point::reach(&self.cfg.faults, w, meta, marker(&self.cfg, meta), barrier).await;
-    }
-
-    /// Publishes a copy through the default exchange. `confirm`: wait for
-    /// the broker's confirm (on the confirm channel); `mandatory`: have it
-    /// return what it cannot route, which then fails the move.
-    async fn publish_copy(
-        &self,
-        queue: &str,
-        d: &Delivery,
-        properties: lapin::BasicProperties,
-        confirm: bool,
-        mandatory: bool,
-    ) -> Result<()> {
-        let channel = if confirm {
-            &self.confirmed
-        } else {
-            &self.unconfirmed
-        };
-        let pending = channel
-            .basic_publish(
-                "".into(),
-                queue.into(),
-                BasicPublishOptions {
-                    mandatory,
-                    immediate: false,
-                },
-                &d.data,
-                properties,
-            )
-            .await?;
-        if confirm {
-            match pending.await? {
-                Confirmation::Ack(None) => {}
-                other => anyhow::bail!(
-                    "the publish of {} to `{queue}` was not confirmed: {other:?}",
-                    d.properties
-                        .message_id()
-                        .as_ref()
-                        .map(|m| m.to_string())
-                        .unwrap_or_default()
-                ),
-            }
-        }
-        Ok(())
     }
 }
 
@@ -934,14 +853,7 @@ async fn recover_intents(cfg: &ConsumerConfig, db: &mut PgConnection) -> Result<
     Ok(())
 }
 
-fn reject(requeue: bool) -> BasicNackOptions {
-    BasicNackOptions {
-        requeue,
-        multiple: false,
-    }
-}
-
-/// The copy's properties: the original's, plus the diagnostics a reader of
+/// The headers a copy adds to the original's: the diagnostics a reader of
 /// the DLQ needs (`vocab::DLQ_HEADERS`, outside the broker's `x-` space).
 fn diagnostics(
     cfg: &ConsumerConfig,
@@ -950,26 +862,22 @@ fn diagnostics(
     attempt: u32,
     class: FailureClass,
     error: &str,
-) -> lapin::BasicProperties {
-    let mut headers = d.properties.headers().clone().unwrap_or_default();
+) -> Vec<(&'static str, String)> {
     let now = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
-    let first = amqp::header_str(Some(&headers), FIRST_FAILED_AT).unwrap_or_else(|| now.clone());
-    let event_id = store::event_id(&d.data, &meta.message_id);
-    for (k, v) in [
-        ("event-id", event_id.as_str()),
-        ("event-type", meta.event_type.as_str()),
-        ("aggregate-id", meta.aggregate_id.as_str()),
-        (crate::vocab::ORIGINAL_QUEUE, cfg.queue.as_str()),
-        ("original-routing-key", d.routing_key.as_str()),
-        ("failure-class", class.name()),
-        ("last-error", error),
-        ("attempts", &attempt.to_string()),
-        (FIRST_FAILED_AT, &first),
-        ("last-failed-at", &now),
-    ] {
-        amqp::set_header(&mut headers, k, v);
-    }
-    d.properties.clone().with_headers(headers)
+    let first = d.headers.get(FIRST_FAILED_AT).cloned();
+    let event_id = store::event_id(&d.body, &meta.message_id);
+    vec![
+        ("event-id", event_id),
+        ("event-type", meta.event_type.clone()),
+        ("aggregate-id", meta.aggregate_id.clone()),
+        (crate::vocab::ORIGINAL_QUEUE, cfg.queue.clone()),
+        ("original-routing-key", d.routing_key.clone()),
+        ("failure-class", class.name().to_string()),
+        ("last-error", error.to_string()),
+        ("attempts", attempt.to_string()),
+        (FIRST_FAILED_AT, first.unwrap_or_else(|| now.clone())),
+        ("last-failed-at", now),
+    ]
 }
 
 async fn begin(open: &mut bool, db: &mut PgConnection) -> Result<()> {
@@ -995,14 +903,6 @@ fn settled(
     Ok(Outcome::Settled)
 }
 
-/// An autoAck delivery has nothing to ack: the broker forgot it when it sent it.
-async fn ack(def: &PatternDef, d: &Delivery) -> Result<()> {
-    if !def.auto_ack {
-        d.acker.ack(BasicAckOptions::default()).await?;
-    }
-    Ok(())
-}
-
 /// A window's marker line: with the instance's name when it is one of
 /// several (a rendezvous), so that the transcript says which one stopped.
 fn marker(cfg: &ConsumerConfig, meta: &MessageMeta) -> Record {
@@ -1021,11 +921,11 @@ fn line(cfg: &ConsumerConfig, meta: &MessageMeta) -> Record {
 /// `MQLAB_CAPTURE_HEADERS=DIR` saves each delivery's headers as JSON, so that
 /// the x-death parser is tested on what the broker really sent
 /// (`tests/data/`), not on tables written by hand.
-fn capture_headers(d: &Delivery, meta: &MessageMeta, attempt: u32) {
+fn capture_headers(link: &dyn Inbound, d: &Delivery, meta: &MessageMeta, attempt: u32) {
     if let Some(dir) = std::env::var_os("MQLAB_CAPTURE_HEADERS") {
         let path =
             std::path::Path::new(&dir).join(format!("{}-attempt{attempt}.json", meta.message_id));
-        if let Ok(json) = serde_json::to_string(d.properties.headers()) {
+        if let Some(json) = link.headers_json(d) {
             let _ = std::fs::write(path, json);
         }
     }

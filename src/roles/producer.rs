@@ -15,11 +15,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use lapin::options::{BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions};
-use lapin::{Channel, Confirmation, Connection};
 
-use super::{emit, now_ms, properties_of, PUBLISHED_AT};
-use crate::broker::rabbitmq::client as amqp;
+use super::{emit, now_ms, PUBLISHED_AT};
+use crate::broker::{self, Answer, Outgoing, Publisher};
 use crate::faults::point;
 use crate::protocol::{OrderService, OutMessage, ProducerConfig};
 use crate::store;
@@ -68,15 +66,12 @@ impl Journal {
     }
 }
 
-/// A connection and its channel, in confirm mode if the lab asks.
-async fn open(cfg: &ProducerConfig) -> Result<(Connection, Channel)> {
-    let conn = amqp::connect(&cfg.amqp_url).await?;
-    let ch = conn.create_channel().await?;
-    if cfg.confirm {
-        ch.confirm_select(ConfirmSelectOptions::default()).await?;
-    }
-    Ok((conn, ch))
+/// A link to the broker, in confirm mode if the lab asks.
+async fn open(cfg: &ProducerConfig) -> Result<Link> {
+    broker::publisher(&cfg.amqp_url, cfg.confirm).await
 }
+
+type Link = Box<dyn Publisher>;
 
 pub async fn run(cfg: ProducerConfig) -> Result<i32> {
     if let Some(svc) = cfg.orders.clone() {
@@ -156,7 +151,7 @@ async fn order_service(cfg: &ProducerConfig, svc: &OrderService) -> Result<i32> 
             continue;
         }
         emit(line(cfg, &m.meta).status(Status::OrderCommitted));
-        let barrier = barrier(&link.1);
+        let barrier = link.barrier();
         point::reach(
             &cfg.faults,
             Window::AfterOrderCommit,
@@ -192,7 +187,7 @@ async fn relay(
     cfg: &ProducerConfig,
     svc: &OrderService,
     db: &mut sqlx::PgConnection,
-    mut link: (Connection, Channel),
+    mut link: Link,
     journal: &Journal,
     mut confirmed: usize,
 ) -> Result<i32> {
@@ -272,7 +267,7 @@ async fn batching(cfg: &ProducerConfig, size: usize) -> Result<i32> {
 /// were confirmed.
 async fn flush(
     cfg: &ProducerConfig,
-    link: &mut (Connection, Channel),
+    link: &mut Link,
     buffer: &mut Vec<&OutMessage>,
 ) -> Result<usize> {
     let mut confirmed = 0;
@@ -285,18 +280,14 @@ async fn flush(
 }
 
 /// The producer's closing line, with how many publishes were confirmed.
-async fn finish(
-    cfg: &ProducerConfig,
-    link: (Connection, Channel),
-    confirmed: usize,
-) -> Result<i32> {
+async fn finish(cfg: &ProducerConfig, link: Link, confirmed: usize) -> Result<i32> {
     emit(
         Record::new(&cfg.lab)
             .with("destination", &cfg.destination)
             .with("confirmed", confirmed)
             .status(Status::Done),
     );
-    link.0.close(200, "done".into()).await.ok();
+    link.close().await;
     Ok(0)
 }
 
@@ -306,7 +297,7 @@ async fn finish(
 /// before; the answer it ended with.
 async fn send(
     cfg: &ProducerConfig,
-    link: &mut (Connection, Channel),
+    link: &mut Link,
     m: &OutMessage,
     mut sends: u32,
 ) -> Result<Status> {
@@ -321,12 +312,12 @@ async fn send(
             meta.message_id = format!("{base}.{sends}");
         }
         Journal::append(&cfg.journal, "sent", base)?;
-        let status = match publish(cfg, &link.1, m, &meta).await {
+        let status = match publish(cfg, &**link, m, &meta).await {
             Ok(status) => status,
             // Its node is gone: whether the broker kept the message is
             // unknown, so it is sent again on a new connection (the
             // harness's proxy leads it to a live node).
-            Err(e) if cfg.reconnect && !link.0.status().connected() => {
+            Err(e) if cfg.reconnect && !link.connected() => {
                 tracing::warn!("connection lost: {e:#}");
                 emit(
                     line(cfg, &meta)
@@ -347,7 +338,7 @@ async fn send(
                         Window::AfterConfirm,
                         &meta,
                         line(cfg, &meta),
-                        barrier(&link.1),
+                        link.barrier(),
                     )
                     .await;
                 }
@@ -366,14 +357,14 @@ async fn send(
             // an outbox relay keeps its row unsent for a later pass.
             Status::Nacked if cfg.park.is_some() || !cfg.resend || keeps_nacked_rows(cfg) => {
                 if let Some(park) = &cfg.park {
-                    park_it(cfg, &link.1, m, &meta, park).await?;
+                    park_it(cfg, &**link, m, &meta, park).await?;
                 }
                 Journal::append(&cfg.journal, "done", base)?;
                 return Ok(status);
             }
             Status::Returned => {
                 if let Some(park) = &cfg.park {
-                    park_it(cfg, &link.1, m, &meta, park).await?;
+                    park_it(cfg, &**link, m, &meta, park).await?;
                 }
                 Journal::append(&cfg.journal, "done", base)?;
                 return Ok(status);
@@ -399,50 +390,38 @@ fn line(cfg: &ProducerConfig, meta: &MessageMeta) -> Record {
         .with("destination", &cfg.destination)
 }
 
-/// A synchronous round trip on the channel: what was published before it
-/// has been routed when it returns.
-async fn barrier(ch: &Channel) -> lapin::Result<()> {
-    ch.basic_qos(0, BasicQosOptions::default()).await
-}
-
-/// With `timestamp`, the AMQP `timestamp` property (seconds): what a
-/// queue reports the age of its oldest message from.
-fn stamped(cfg: &ProducerConfig, p: lapin::BasicProperties) -> lapin::BasicProperties {
-    match cfg.timestamp {
-        true => p.with_timestamp((now_ms() / 1000) as u64),
-        false => p,
-    }
+/// With `timestamp`, when it left in seconds: what a queue reports the
+/// age of its oldest message from.
+fn stamped(cfg: &ProducerConfig) -> Option<u64> {
+    cfg.timestamp.then(|| (now_ms() / 1000) as u64)
 }
 
 /// One send and its outcome, logged.
 async fn publish(
     cfg: &ProducerConfig,
-    ch: &Channel,
+    link: &dyn Publisher,
     m: &OutMessage,
     meta: &MessageMeta,
 ) -> Result<Status> {
     let started = Instant::now();
-    let mut properties = stamped(cfg, properties_of(meta, cfg.persistent));
-    if let Some(ms) = m.expiration_ms {
-        // A per-message TTL, and when it left, for the consumer to measure
-        // how long the message really waited.
-        let mut headers = properties.headers().clone().unwrap_or_default();
-        amqp::set_header(&mut headers, PUBLISHED_AT, &now_ms().to_string());
-        properties = properties
-            .with_expiration(ms.to_string().into())
-            .with_headers(headers);
-    }
-    let pending = ch
-        .basic_publish(
-            cfg.exchange.as_str().into(),
-            m.routing_key.as_str().into(),
-            BasicPublishOptions {
-                mandatory: cfg.mandatory,
-                immediate: false,
-            },
-            m.body.as_bytes(),
-            properties,
-        )
+    // A per-message TTL, and when it left, for the consumer to measure how
+    // long the message really waited.
+    let headers = match m.expiration_ms {
+        Some(_) => vec![(PUBLISHED_AT, now_ms().to_string())],
+        None => vec![],
+    };
+    let pending = link
+        .publish(Outgoing {
+            destination: &cfg.exchange,
+            routing_key: &m.routing_key,
+            body: m.body.as_bytes(),
+            meta,
+            persistent: cfg.persistent,
+            mandatory: cfg.mandatory,
+            timestamp_s: stamped(cfg),
+            expiration_ms: m.expiration_ms,
+            headers,
+        })
         .await
         .with_context(|| format!("publishing {}", meta.message_id))?;
     point::reach(
@@ -450,7 +429,7 @@ async fn publish(
         Window::AfterPublishBeforeConfirm,
         meta,
         line(cfg, meta),
-        barrier(ch),
+        link.barrier(),
     )
     .await;
     let outcome = match cfg.confirm_timeout_ms {
@@ -461,10 +440,10 @@ async fn publish(
     };
     let status = match outcome {
         None => Status::ConfirmTimeout,
-        Some(Ok(Confirmation::Ack(None))) => Status::Confirmed,
-        Some(Ok(Confirmation::Ack(Some(_)))) => Status::Returned,
-        Some(Ok(Confirmation::Nack(_))) => Status::Nacked,
-        Some(Ok(Confirmation::NotRequested)) => Status::Unconfirmed,
+        Some(Ok(Answer::Confirmed)) => Status::Confirmed,
+        Some(Ok(Answer::Returned)) => Status::Returned,
+        Some(Ok(Answer::Nacked)) => Status::Nacked,
+        Some(Ok(Answer::Unconfirmed)) => Status::Unconfirmed,
         Some(Err(e)) => {
             return Err(e)
                 .with_context(|| format!("waiting for the confirm of {}", meta.message_id))
@@ -483,28 +462,26 @@ async fn publish(
 /// can look at it: reported, not dropped.
 async fn park_it(
     cfg: &ProducerConfig,
-    ch: &Channel,
+    link: &dyn Publisher,
     m: &OutMessage,
     meta: &MessageMeta,
     park: &str,
 ) -> Result<()> {
-    let properties = stamped(cfg, properties_of(meta, true));
-    let mut headers = properties.headers().clone().unwrap_or_default();
-    amqp::set_header(&mut headers, PARKED_BY, "producer");
-    let confirm = ch
-        .basic_publish(
-            "".into(),
-            park.into(),
-            BasicPublishOptions {
-                mandatory: true,
-                immediate: false,
-            },
-            m.body.as_bytes(),
-            properties.with_headers(headers),
-        )
+    let confirm = link
+        .publish(Outgoing {
+            destination: "",
+            routing_key: park,
+            body: m.body.as_bytes(),
+            meta,
+            persistent: true,
+            mandatory: true,
+            timestamp_s: stamped(cfg),
+            expiration_ms: None,
+            headers: vec![(PARKED_BY, "producer".to_string())],
+        })
         .await?
         .await?;
-    if !matches!(confirm, Confirmation::Ack(None)) {
+    if confirm != Answer::Confirmed {
         bail!(
             "parking {} in `{park}` was not confirmed: {confirm:?}",
             meta.message_id

@@ -62,11 +62,9 @@ impl crate::faults::Run for Ctx<'_> {
         if !restarted {
             return self.move_harness().await;
         }
-        let (amqp, channel) = self.connect_broker().await?;
-        crate::broker::rabbitmq::client::declare(&channel, &self.lab.topology).await?;
-        let c = self.conns();
-        c.amqp = amqp;
-        c.channel = channel;
+        let broker = self.connect_broker().await?;
+        broker.declare(&self.lab.topology).await?;
+        self.conns().broker = broker;
         Ok(())
     }
 }
@@ -75,11 +73,9 @@ impl Ctx<'_> {
     /// The harness's own connection moves to the first node that is up and
     /// in the majority; the old one is closed (its node may be gone).
     pub(super) async fn move_harness(&mut self) -> Result<()> {
-        let (amqp, channel) = self.connect_broker().await?;
-        let c = self.conns();
-        let _ = c.amqp.close(200, "moving to a live node".into()).await;
-        c.amqp = amqp;
-        c.channel = channel;
+        let broker = self.connect_broker().await?;
+        let old = std::mem::replace(&mut self.conns().broker, broker);
+        old.close("moving to a live node").await;
         Ok(())
     }
 }

@@ -11,16 +11,14 @@ impl Ctx<'_> {
     async fn drain_count(&mut self, queue: &str) -> Result<usize> {
         let lab = self.lab;
         let feeders = lab.feeders_of(queue);
-        let ch = &self.conns().channel;
+        let broker = &self.conns().broker;
         // A message moving from a feeder into the queue between two reads
         // is counted in neither (or both): read until two counts agree.
         let mut last = None;
         for _ in 0..10 {
-            let mut n = crate::broker::rabbitmq::client::queue_state(ch, queue)
-                .await?
-                .0 as usize;
+            let mut n = broker.queue_state(queue).await?.0 as usize;
             for q in &feeders {
-                n += crate::broker::rabbitmq::client::queue_state(ch, q).await?.0 as usize;
+                n += broker.queue_state(q).await?.0 as usize;
             }
             if last == Some(n) {
                 return Ok(n);
@@ -128,8 +126,7 @@ impl Ctx<'_> {
         let mut reading = from;
         let mut next_read = Instant::now();
         loop {
-            let (ready, _) =
-                crate::broker::rabbitmq::client::queue_state(&self.conns().channel, queue).await?;
+            let (ready, _) = self.conns().broker.queue_state(queue).await?;
             if ready >= depth || Instant::now() >= until {
                 return Ok(());
             }
@@ -304,7 +301,7 @@ impl Ctx<'_> {
                         if auto_ack || fault.is_some_and(|f| f.restart_drain) {
                             // What is left to settle: what the queue holds now.
                             let (left, _) =
-                                crate::broker::rabbitmq::client::queue_state(&self.conns().channel, &c.queue).await?;
+                                self.conns().broker.queue_state(&c.queue).await?;
                             settle = acked.len() + left as usize;
                             if acked.len() >= settle {
                                 // Nothing is left for a new process.

@@ -17,17 +17,13 @@ impl Ctx<'_> {
         if faulted && self.home_node_down.get(queue) == Some(&nodes) {
             return Ok(None);
         }
-        match crate::broker::rabbitmq::client::queue_state(&self.conns().channel, queue).await {
+        match self.conns().broker.queue_state(queue).await {
             Ok(s) => Ok(Some(s)),
-            Err(e)
-                if e.downcast_ref::<crate::broker::rabbitmq::client::HomeNodeDown>()
-                    .is_some() =>
-            {
+            Err(e) if e.downcast_ref::<crate::broker::HomeNodeDown>().is_some() => {
                 if faulted {
                     self.home_node_down.insert(queue.to_string(), nodes);
                 }
-                let c = self.conns();
-                c.channel = c.amqp.create_channel().await?;
+                self.conns().broker.reopen().await?;
                 Ok(None)
             }
             Err(e) => Err(anyhow!("{e:#}")),
@@ -42,8 +38,7 @@ impl Ctx<'_> {
         deadline: Instant,
     ) -> Result<()> {
         loop {
-            let (ready, _) =
-                crate::broker::rabbitmq::client::queue_state(&self.conns().channel, queue).await?;
+            let (ready, _) = self.conns().broker.queue_state(queue).await?;
             if ready == depth {
                 return Ok(());
             }
@@ -99,7 +94,7 @@ impl Ctx<'_> {
             .collect();
         let queues: Vec<String> = self.lab.queue_names().map(str::to_string).collect();
         for q in &queues {
-            for p in crate::broker::rabbitmq::client::peek(&self.conns().amqp, q).await? {
+            for p in self.conns().broker.peek(q).await? {
                 let event = store::event_id(&p.body, &p.message_id);
                 // Held for this queue, and, when it was moved here from
                 // another queue, for that one too: the queue a consumer
@@ -225,7 +220,7 @@ impl Ctx<'_> {
             })
             .collect();
         for q in read {
-            let peeked = crate::broker::rabbitmq::client::peek(&self.conns().amqp, &q).await?;
+            let peeked = self.conns().broker.peek(&q).await?;
             self.observed
                 .dlq
                 .insert(q, peeked.into_iter().map(|p| p.headers).collect());

@@ -18,7 +18,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use lapin::Channel;
 use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
 use sqlx::PgConnection;
@@ -26,6 +25,7 @@ use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 use tokio::sync::mpsc;
 
+use crate::broker::Admin;
 use crate::checker::{self, Asserted, Events, History, LabVerdict, Observed, Outcome, Point};
 use crate::env::{process, Endpoints, Environment};
 use crate::events::{Event, Sink};
@@ -362,7 +362,7 @@ async fn execute(p: &Params<'_>, env: EnvAccess<'_>, lab: &Lab, sink: &mut dyn S
     }
     let unreachable = ctx.unreachable.take();
     if let Some(c) = ctx.conns.take() {
-        let _ = c.amqp.close(200, "done".into()).await;
+        c.broker.close("done").await;
     }
     // A difference the lab file declares for this generation: its
     // violations, and its own snapshot.
@@ -521,8 +521,7 @@ impl<'a> Ctx<'a> {
 
 /// The harness's own connections to the lab's vhost and database.
 struct Conns {
-    amqp: lapin::Connection,
-    channel: Channel,
+    broker: Box<dyn Admin>,
     db: PgConnection,
 }
 
@@ -618,15 +617,15 @@ impl Ctx<'_> {
         drop(admin);
         let mut db = store::connect(&self.endpoints.pg_url(&db_name)).await?;
         store::migrate(&mut db).await?;
-        let (amqp, channel) = self.connect_broker().await?;
+        let broker = self.connect_broker().await?;
         if self.shared_vhost {
             // Another run used this vhost: its queues of the same names go.
-            crate::broker::rabbitmq::client::delete_queues(&channel, &self.lab.topology).await?;
+            broker.delete_queues(&self.lab.topology).await?;
         }
-        crate::broker::rabbitmq::client::declare(&channel, &self.lab.topology).await?;
+        broker.declare(&self.lab.topology).await?;
         self.sync_metadata().await?;
         std::fs::create_dir_all(&self.logs)?;
-        self.conns = Some(Conns { amqp, channel, db });
+        self.conns = Some(Conns { broker, db });
         let upstream = format!("{}:{}", self.endpoints.amqp_host, self.endpoints.amqp_port)
             .parse()
             .context("the broker's address")?;
@@ -763,7 +762,7 @@ impl Ctx<'_> {
 
     /// The harness's own connection: to the first node that is up and in
     /// the majority (node 1 but in a cluster lab that stopped or cut it off).
-    async fn connect_broker(&self) -> Result<(lapin::Connection, Channel)> {
+    async fn connect_broker(&self) -> Result<Box<dyn Admin>> {
         let node = self.harness_node();
         let mut e = self.endpoints.clone();
         e.amqp_port = self
@@ -771,9 +770,7 @@ impl Ctx<'_> {
             .get(node - 1)
             .copied()
             .unwrap_or(e.amqp_port);
-        let amqp = crate::broker::rabbitmq::client::connect(&e.amqp_url(&self.vhost)).await?;
-        let channel = amqp.create_channel().await?;
-        Ok((amqp, channel))
+        crate::broker::admin(&e.amqp_url(&self.vhost)).await
     }
 
     fn proxy(&self) -> &Proxy {
@@ -812,12 +809,10 @@ impl Ctx<'_> {
                     crate::faults::node::between(self, *node, *action).await?
                 }
                 Action::Declare(names) => {
-                    crate::broker::rabbitmq::client::declare_later(
-                        &self.conns().channel,
-                        &lab.topology,
-                        names,
-                    )
-                    .await?;
+                    self.conns()
+                        .broker
+                        .declare_later(&lab.topology, names)
+                        .await?;
                     self.sync_metadata().await?;
                 }
                 Action::Await {

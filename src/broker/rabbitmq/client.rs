@@ -9,6 +9,7 @@ use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
 use lapin::{Channel, Connection, ConnectionProperties};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::broker::admin::{HomeNodeDown, Peeked};
 use crate::vocab::{ArgValue, ExchangeKind, Topology};
 
 pub async fn connect(url: &str) -> Result<Connection> {
@@ -123,13 +124,6 @@ pub async fn queue_state(channel: &Channel, queue: &str) -> Result<(u32, u32)> {
     Ok((q.message_count(), q.consumer_count()))
 }
 
-/// The broker's answer when a queue's home node is down or cut off (a
-/// classic queue in a cluster lab): a typed error, which a caller tells
-/// from any other with `downcast_ref`.
-#[derive(Debug, thiserror::Error)]
-#[error("the home node of queue `{0}` is down or inaccessible")]
-pub struct HomeNodeDown(pub String);
-
 /// RabbitMQ says it as a 404 NOT_FOUND whose reply text decides (the code
 /// alone is also "no such queue"): 3.10 answers at once, naming the home
 /// node ("... is down or inaccessible"); 4.0 keeps the queue's record when
@@ -166,28 +160,19 @@ pub async fn peek(conn: &lapin::Connection, queue: &str) -> Result<Vec<Peeked>> 
                 .map(|s| s.to_string())
                 .unwrap_or_default(),
             body: m.delivery.data.clone(),
-            headers: p
-                .headers()
-                .as_ref()
-                .map(|h| {
-                    h.inner()
-                        .keys()
-                        .filter_map(|k| Some((k.to_string(), header_str(Some(h), k.as_str())?)))
-                        .collect()
-                })
-                .unwrap_or_default(),
+            headers: p.headers().as_ref().map(string_headers).unwrap_or_default(),
         });
     }
     ch.close(200, "peeked".into()).await?;
     Ok(ids)
 }
 
-/// A message read from a queue without consuming it.
-pub struct Peeked {
-    pub message_id: String,
-    pub body: Vec<u8>,
-    /// The headers with a string or integer value.
-    pub headers: BTreeMap<String, String>,
+/// The headers with a string or integer value, as text.
+pub fn string_headers(h: &FieldTable) -> BTreeMap<String, String> {
+    h.inner()
+        .keys()
+        .filter_map(|k| Some((k.to_string(), header_str(Some(h), k.as_str())?)))
+        .collect()
 }
 
 pub fn header_str(headers: Option<&FieldTable>, key: &str) -> Option<String> {

@@ -1,10 +1,50 @@
 //! RabbitMQ (AMQP 0-9-1) through lapin and amq-protocol: the only module
-//! that imports them.
+//! that imports them. Its submodules are private: what leaves it is
+//! written in the engine's own types (a `tests/modules.rs` test also reads
+//! the source for a lapin or amq-protocol path elsewhere).
 
-pub mod client;
-pub mod codec;
+mod admin;
+mod client;
+mod codec;
+mod transport;
+
+use anyhow::Result;
+
+use super::{Admin, Codec, Inbound, Publisher};
 
 /// A codec for one proxied connection.
-pub fn codec() -> Box<dyn crate::broker::Codec> {
+pub fn codec() -> Box<dyn Codec> {
     Box::<codec::AmqpCodec>::default()
+}
+
+/// The harness's link to the vhost at `url`.
+pub async fn admin(url: &str) -> Result<Box<dyn Admin>> {
+    Ok(Box::new(admin::admin(url).await?))
+}
+
+/// A producer's link (in confirm mode when asked).
+pub async fn publisher(url: &str, confirm: bool) -> Result<Box<dyn Publisher>> {
+    Ok(Box::new(transport::publisher(url, confirm).await?))
+}
+
+/// A consumer's link, not yet subscribed.
+pub async fn inbound(url: &str) -> Result<Box<dyn Inbound>> {
+    Ok(Box::new(transport::inbound(url).await?))
+}
+
+/// The broker's `product` and `version` from its Connection.Start frame:
+/// the version of the server actually running, not of a package.
+pub async fn version(host: &str, port: u16) -> Result<String> {
+    client::broker_version(host, port).await
+}
+
+/// Whether `url` takes an AMQP connection now (closed at once).
+pub async fn answers(url: &str) -> bool {
+    match client::connect(url).await {
+        Ok(conn) => {
+            let _ = conn.close(200, "ready".into()).await;
+            true
+        }
+        Err(_) => false,
+    }
 }
