@@ -266,7 +266,7 @@ impl Soak<'_> {
     /// Runs the soak: a backlog, then competing consumers killed at random
     /// windows until every message is settled, then the checks.
     pub async fn run(&mut self, plan: &Plan) -> Result<Report> {
-        let mut db = self.prepare().await?;
+        let mut db = self.prepare(plan.broker_restarts > 0).await?;
         let messages = stream(plan);
         let events = Events(
             messages
@@ -332,8 +332,11 @@ impl Soak<'_> {
         })
     }
 
-    /// The soak's own database (migrated) and its two queues, empty.
-    async fn prepare(&self) -> Result<sqlx::PgConnection> {
+    /// The soak's own database (migrated) and its two queues, empty; with
+    /// broker restarts to come, the queues' declaration on disk before any
+    /// (as the runner does for a lab with a broker fault: a restart that
+    /// came before the broker logged it could lose the queue).
+    async fn prepare(&self, restarts: bool) -> Result<sqlx::PgConnection> {
         let mut db =
             store::connect(&self.env.endpoints().pg_url(&self.env.endpoints().pg_admin)).await?;
         store::create_database(&mut db, &self.database).await?;
@@ -357,6 +360,9 @@ impl Soak<'_> {
         broker.delete_queues(&topology).await?;
         broker.declare(&topology).await?;
         broker.close("done").await;
+        if restarts {
+            self.env.sync_metadata(1).await?;
+        }
         std::fs::create_dir_all(&self.logs)?;
         Ok(db)
     }

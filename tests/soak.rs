@@ -9,11 +9,18 @@ use common::*;
 
 #[test]
 fn the_inbox_holds_under_kills_and_concurrent_copies() {
-    let (code, stdout, stderr) =
-        run(
-            mqlab(&["soak", "--messages", "1000", "--kills", "10", "--seed", "3"])
-                .current_dir(root()),
-        );
+    let (code, stdout, stderr) = run(mqlab(&[
+        "soak",
+        "--messages",
+        "1000",
+        "--kills",
+        "10",
+        "--broker-restarts",
+        "1",
+        "--seed",
+        "3",
+    ])
+    .current_dir(root()));
     assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
     assert!(stdout.contains("[check] lost=0 PASS"), "{stdout}");
     assert!(
@@ -30,6 +37,9 @@ fn the_inbox_holds_under_kills_and_concurrent_copies() {
     // consumer the broker hands it: fewer than the ~10 asked may happen (3,
     // once, under a loaded `cargo test` that asserted at least 5).
     assert!(kills >= 1, "the soak killed consumers: {stdout}");
+    // The broker restarted mid-soak (its queue's declaration synced to
+    // disk first, as the runner does) and nothing was lost.
+    assert!(stdout.contains(", 1 broker restarts,"), "{stdout}");
     assert!(
         stdout.contains("auto-ack consumers (2, no faults)"),
         "{stdout}"
