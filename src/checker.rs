@@ -6,9 +6,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::expect::Expect;
 use crate::store::Ground;
 use crate::transcript::Entry;
-use crate::vocab::{Check, Counter, CounterRef, Role, Status};
+use crate::vocab::{Check, Counter, CounterRef, Role, Status, NOT_READ};
 
 /// Facts the runner gathered by watching processes and asking the servers;
 /// stored with the run, so that `mqlab check` can re-judge it offline.
@@ -548,7 +549,7 @@ pub enum LabVerdict {
 /// or fails differently, refutes the lab's explanation.
 pub fn lab_verdict(
     outcomes: &[Outcome],
-    violations: Option<&BTreeMap<String, String>>,
+    violations: Option<&BTreeMap<String, Expect>>,
 ) -> LabVerdict {
     let mut failed: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     for o in outcomes.iter().filter(|o| !o.pass) {
@@ -567,16 +568,21 @@ pub fn lab_verdict(
             "counterexample NOT confirmed: the unsafe variant passed every assertion".into(),
         ),
         Some(v) => {
-            let expected: BTreeMap<&str, BTreeSet<&str>> = v
-                .iter()
-                .map(|(k, val)| (k.as_str(), BTreeSet::from([val.as_str()])))
-                .collect();
-            if expected == failed {
+            // The same names failed, each with values its declaration
+            // meets (one value, or any within a bound).
+            let met = v.len() == failed.len()
+                && v.iter().all(|(k, e)| {
+                    failed
+                        .get(k.as_str())
+                        .is_some_and(|seen| seen.iter().all(|a| e.holds(a)))
+                });
+            if met {
                 LabVerdict::CounterexampleConfirmed
             } else {
+                let declared: Vec<String> = v.iter().map(|(k, e)| format!("{k}={e}")).collect();
                 LabVerdict::Failed(format!(
                     "counterexample differs: declared {}, observed {}",
-                    show(&expected),
+                    declared.join(", "),
                     show(&failed)
                 ))
             }
@@ -627,7 +633,7 @@ pub enum Point {
 pub struct Asserted {
     pub name: String,
     pub counter: CounterRef,
-    pub expected: String,
+    pub expected: Expect,
 }
 
 impl Point {
@@ -654,8 +660,8 @@ pub fn judge(point: &Point, entries: &[Entry]) -> Vec<(Outcome, String)> {
                 let outcome = Outcome {
                     kind: OutcomeKind::Assert,
                     name: a.name.clone(),
-                    expected: a.expected.clone(),
-                    actual: value.unwrap_or_else(|_| "unknown".into()),
+                    expected: a.expected.to_string(),
+                    actual: value.unwrap_or_else(|_| NOT_READ.into()),
                     pass,
                 };
                 (outcome, line)
@@ -671,7 +677,7 @@ pub fn judge(point: &Point, entries: &[Entry]) -> Vec<(Outcome, String)> {
         } => total_queue(entries, ground, queued, events, owed, queued_in)
             .into_iter()
             .map(|(check, value)| {
-                let (line, pass) = assert_line(check.name(), "0", &Ok(value.to_string()));
+                let (line, pass) = assert_line(check.name(), &"0".into(), &Ok(value.to_string()));
                 let outcome = Outcome {
                     kind: OutcomeKind::Check,
                     name: check.name().to_string(),
@@ -689,7 +695,7 @@ pub fn judge(point: &Point, entries: &[Entry]) -> Vec<(Outcome, String)> {
 pub fn rejudge(
     history: &History,
     transcript: &[String],
-    violations: Option<&BTreeMap<String, String>>,
+    violations: Option<&BTreeMap<String, Expect>>,
 ) -> (Vec<Outcome>, LabVerdict) {
     let entries: Vec<(usize, Entry)> = transcript
         .iter()
@@ -710,12 +716,16 @@ pub fn rejudge(
 }
 
 /// One `[assert]` line body: `name=value PASS`, or `FAIL expected=...`.
-pub fn assert_line(name: &str, expected: &str, actual: &Result<String, String>) -> (String, bool) {
+pub fn assert_line(
+    name: &str,
+    expected: &Expect,
+    actual: &Result<String, String>,
+) -> (String, bool) {
     match actual {
-        Ok(v) if v == expected => (format!("{name}={v} PASS"), true),
+        Ok(v) if expected.holds(v) => (format!("{name}={v} PASS"), true),
         Ok(v) => (format!("{name}={v} FAIL expected={expected}"), false),
         Err(why) => (
-            format!("{name}=unknown FAIL expected={expected} reason={why:?}"),
+            format!("{name}={NOT_READ} FAIL expected={expected} reason={why:?}"),
             false,
         ),
     }
@@ -897,8 +907,11 @@ mod tests {
         assert!(evaluate(&c, &[], &Observed::default()).is_err());
         let d: CounterRef = "depthAfter:q".parse().unwrap();
         assert!(evaluate(&d, &[], &Observed::default()).is_err());
-        let (line, pass) =
-            assert_line("crashExitCode", "137", &Err("no crash was observed".into()));
+        let (line, pass) = assert_line(
+            "crashExitCode",
+            &"137".into(),
+            &Err("no crash was observed".into()),
+        );
         assert!(!pass);
         assert!(line.contains("FAIL"));
     }
@@ -1169,7 +1182,7 @@ mod tests {
             actual: a.into(),
             pass,
         };
-        let v = BTreeMap::from([("duplicatesApplied".to_string(), "1".to_string())]);
+        let v = BTreeMap::from([("duplicatesApplied".to_string(), Expect::from("1"))]);
         let pass = [o("duplicatesApplied", "0", true)];
         let dup = [
             o("duplicatesApplied", "1", false),
@@ -1188,6 +1201,22 @@ mod tests {
         assert!(
             matches!(lab_verdict(&other, Some(&v)), LabVerdict::Failed(m) if m.contains("differs"))
         );
+        // A bound: every failing value within it.
+        let some = BTreeMap::from([(
+            "duplicatesApplied".to_string(),
+            Expect::Within {
+                min: Some(1),
+                max: None,
+            },
+        )]);
+        assert_eq!(
+            lab_verdict(&other, Some(&some)),
+            LabVerdict::CounterexampleConfirmed
+        );
+        let unread = [o("duplicatesApplied", "unknown", false)];
+        assert!(
+            matches!(lab_verdict(&unread, Some(&some)), LabVerdict::Failed(m) if m.contains("declared duplicatesApplied=1-or-more"))
+        );
         let disagree = [
             o("duplicatesApplied", "1", false),
             o("duplicatesApplied", "2", false),
@@ -1201,11 +1230,11 @@ mod tests {
     #[test]
     fn assert_lines() {
         assert_eq!(
-            assert_line("x", "1", &Ok("1".into())),
+            assert_line("x", &"1".into(), &Ok("1".into())),
             ("x=1 PASS".into(), true)
         );
         assert_eq!(
-            assert_line("x", "0", &Ok("1".into())),
+            assert_line("x", &"0".into(), &Ok("1".into())),
             ("x=1 FAIL expected=0".into(), false)
         );
     }

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::checker::History;
 use crate::env::EnvInfo;
+use crate::expect::Expect;
 use crate::record::{RunRecord, SnapshotResult};
 use crate::transcript::{Entry, PRODUCT};
 use crate::vocab::{Role, Status, Target};
@@ -41,7 +42,7 @@ pub struct Record {
     pub transcript: Vec<String>,
     /// For a counterexample: the violations its lab file declares.
     #[serde(default)]
-    pub declared_violations: BTreeMap<String, String>,
+    pub declared_violations: BTreeMap<String, Expect>,
     /// The broker settings the run relied on, as read from the broker.
     #[serde(default)]
     pub broker_settings: BTreeMap<String, String>,
@@ -106,7 +107,7 @@ fn assertions(r: &RunRecord) -> Vec<Assertion> {
             // A counterexample's declared violation is the line that proves it.
             let declared = r.variant.as_ref().and(r.violations.get(&o.name));
             let ok = match declared {
-                Some(v) => !o.pass && o.actual == *v,
+                Some(v) => !o.pass && v.holds(&o.actual),
                 None => o.pass,
             };
             // A harness fact: fixed by how the lab runs, shown apart.

@@ -13,6 +13,7 @@ pub mod error;
 pub mod events;
 pub mod evidence;
 pub mod exit;
+pub mod expect;
 pub mod explore;
 pub mod faults;
 pub mod lab;

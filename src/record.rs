@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::checker::{History, LabVerdict, Outcome};
+use crate::expect::Expect;
 use crate::transcript::Transcript;
 
 /// The snapshot comparison of one run.
@@ -29,7 +30,7 @@ pub struct RunRecord {
     pub variant: Option<String>,
     pub claim: String,
     /// For a variant: the declared violations (name → value).
-    pub violations: BTreeMap<String, String>,
+    pub violations: BTreeMap<String, Expect>,
     pub transcript: Transcript,
     /// Every assertion and check evaluated, in order.
     pub outcomes: Vec<Outcome>,

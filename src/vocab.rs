@@ -1239,6 +1239,22 @@ names! {
     }
 }
 
+/// What a counter prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// A number: expected as an integer or a bound (`{ min = 1 }`), or as
+    /// one of the words it prints instead (`deliveriesBefore`: `never`).
+    Count(&'static [&'static str]),
+    /// `yes` or `no`.
+    YesNo,
+    /// A text (a list, a name, a status): expected as written.
+    Text,
+}
+
+/// What any counter prints when the harness could not read it (a queue
+/// whose node was down): a word a variant's violation may declare.
+pub const NOT_READ: &str = "unknown";
+
 impl Counter {
     /// Read at a consumer kill, while the consumer holds its window: only
     /// in that fault's `assert`.
@@ -1252,7 +1268,51 @@ impl Counter {
     /// Its value is `yes` or `no`: an expected value of another shape
     /// could never match.
     pub fn yes_no(self) -> bool {
-        matches!(self, Counter::WaitedAtLeast | Counter::OldestAgeShownAtKill)
+        self.shape() == Shape::YesNo
+    }
+
+    /// What its value is, and so what an expectation of it may be (every
+    /// counter named: a new one chooses).
+    pub fn shape(self) -> Shape {
+        use Counter::*;
+        match self {
+            WaitedAtLeast | OldestAgeShownAtKill => Shape::YesNo,
+            Attempts | CommitOrder | DlqHeader | OrderVersion | OrderStatus => Shape::Text,
+            DeliveriesBefore => Shape::Count(&["never"]),
+            Confirmed
+            | Received
+            | Unique
+            | UniqueEvents
+            | Redelivered
+            | DuplicatesObserved
+            | DuplicatesApplied
+            | BusinessRows
+            | ProcessedRows
+            | DepthAfter
+            | DepthAtKill
+            | UnackedAtKill
+            | Deliveries
+            | DlqMoves
+            | Isolated
+            | Retries
+            | RetriesInPlace
+            | Rejections
+            | RejectionRows
+            | RetryDelaysHonoured
+            | Returned
+            | Nacked
+            | Published
+            | OrdersCommitted
+            | OrdersWithoutEvent
+            | DownstreamCalls
+            | DownstreamEffects
+            | DuplicateSideEffects
+            | IntentsRecovered
+            | MissingSideEffects
+            | CrashExitCode
+            | CrashAfterBusinessCommit
+            | ConsumerExitCode => Shape::Count(&[]),
+        }
     }
 
     /// Read from a classic queue's own process with `rabbitmqctl eval`: on

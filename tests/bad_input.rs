@@ -433,3 +433,42 @@ fn cluster_lab_mistakes() {
         "a `node` fault needs a cluster: set `nodes = 3`",
     );
 }
+
+/// A count's expectation that is no integer, bound or word it prints is
+/// refused at load: one line, exit 2, before any server starts.
+#[test]
+fn a_count_expected_as_a_word_is_refused_at_load() {
+    let p = scratch_project();
+    let lab = p.path().join("labs/consumer-crash.toml");
+    let text = std::fs::read_to_string(&lab).unwrap();
+    let broken = text.replacen("duplicatesApplied = 0", "duplicatesApplied = \"zero\"", 1);
+    assert_ne!(
+        broken, text,
+        "the lab no longer expects duplicatesApplied = 0"
+    );
+    std::fs::write(&lab, broken).unwrap();
+    let started = std::time::Instant::now();
+    let (code, stdout, stderr) = run(&mut mqlab(&[
+        "lab",
+        "consumer-crash",
+        "--root",
+        p.path().to_str().unwrap(),
+    ]));
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("error: "))
+        .collect();
+    assert_eq!(errors.len(), 1, "{stderr}");
+    assert!(
+        errors[0].contains(
+            ": expect.duplicatesApplied: `duplicatesApplied` is a count: an integer or a bound"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("environment ready"),
+        "a server started: {stderr}"
+    );
+    eprintln!("refused in {:?}", started.elapsed());
+}

@@ -15,10 +15,12 @@ use super::{
     Action, Assertion, Consume, Downstream, Fault, GenerationDiff, Lab, LabError, LabErrors,
     Message, Publish, Retry, Settle, Step,
 };
+use crate::expect::Expect;
 use crate::transcript::MessageMeta;
 use crate::vocab::{
     check_queue_argument, ArgValue, Check, Counter, CounterRef, ExchangeDecl, FaultAction,
-    Generation, Handoff, OnFailure, Pattern, QueueDecl, Site, Target, Then, Topology, Window,
+    Generation, Handoff, OnFailure, Pattern, QueueDecl, Shape, Site, Target, Then, Topology,
+    Window, NOT_READ,
 };
 use crate::vocab::{placement_of, placements_of};
 
@@ -181,6 +183,12 @@ pub enum ErrorKind {
     AgeOfLazyQueue(String),
     #[error("`{0}` is `yes` or `no`")]
     YesOrNo(String),
+    #[error(
+        "`{name}` is a count: an integer or a bound (`{{ min = 1 }}`, `{{ max = 3 }}`){words}"
+    )]
+    NotACount { name: String, words: String },
+    #[error("`{0}` prints a text (a list, a name): a bound cannot hold, expect it as written")]
+    BoundOfText(String),
     #[error("`commits_first` declares the order of one program (`command`, one instance): the built-in consumer's is its pattern's, and instances keep the hold")]
     CommitsFirstOfOne,
     #[error("competing consumers under a rendezvous or a stall take one message at a time: a variant's `prefetch` cannot change it")]
@@ -1761,12 +1769,8 @@ impl<'a> Checker<'a> {
                 self.err(akey, span(n), ErrorKind::NoExpectedValue(name.clone()));
                 continue;
             };
-            if counter.counter.yes_no() && !yes_or_no(expected.get_ref()) {
-                self.err(
-                    format!("expect.{name}"),
-                    span(expected),
-                    ErrorKind::YesOrNo(name.clone()),
-                );
+            if let Some(kind) = misfit(name, counter.counter.shape(), expected.get_ref(), false) {
+                self.err(format!("expect.{name}"), span(expected), kind);
             }
             if let Some(q) = counter
                 .arg
@@ -1799,7 +1803,7 @@ impl<'a> Checker<'a> {
             out.push(Assertion {
                 name: name.clone(),
                 counter,
-                expected: expected.get_ref().to_string(),
+                expected: expected.get_ref().expect(),
             });
         }
         out
@@ -1836,7 +1840,7 @@ impl<'a> Checker<'a> {
         v: &RawVariant,
         steps: &[Step],
     ) -> (
-        BTreeMap<String, String>,
+        BTreeMap<String, Expect>,
         BTreeMap<Generation, GenerationDiff>,
     ) {
         let key = format!("variant.{name}");
@@ -1917,22 +1921,24 @@ impl<'a> Checker<'a> {
         key: &str,
         declared: &BTreeMap<String, Spanned<Expected>>,
         steps: &[Step],
-    ) -> BTreeMap<String, String> {
+    ) -> BTreeMap<String, Expect> {
         if declared.is_empty() {
             self.err(format!("{key}.violations"), None, ErrorKind::NoViolations);
         }
         let asserted = asserted(steps);
-        let yes_no = yes_no_assertions(steps);
+        let shapes = shapes(steps);
         let mut violations = BTreeMap::new();
         for (k, val) in declared {
-            if yes_no.contains(k.as_str()) && !yes_or_no(val.get_ref()) {
-                self.err(
-                    format!("{key}.violations.{k}"),
-                    span(val),
-                    ErrorKind::YesOrNo(k.clone()),
-                );
-            }
             let is_check = k.parse::<Check>().is_ok();
+            // A check is a count, always read; an assertion may print the
+            // word of a value not read.
+            let shape = match is_check {
+                true => Some((Shape::Count(&[]), false)),
+                false => shapes.get(k.as_str()).map(|s| (*s, true)),
+            };
+            if let Some(kind) = shape.and_then(|(s, unread)| misfit(k, s, val.get_ref(), unread)) {
+                self.err(format!("{key}.violations.{k}"), span(val), kind);
+            }
             if !asserted.contains(k.as_str()) && !is_check {
                 self.err(
                     format!("{key}.violations.{k}"),
@@ -1940,7 +1946,7 @@ impl<'a> Checker<'a> {
                     ErrorKind::NotAnAssertion(k.clone()),
                 );
             }
-            violations.insert(k.clone(), val.get_ref().to_string());
+            violations.insert(k.clone(), val.get_ref().expect());
         }
         violations
     }
@@ -1986,16 +1992,47 @@ fn lazy_queue(raw: &RawLab, name: &str) -> bool {
         .any(|q| q.name.get_ref() == name && q.arguments.contains_key("x-queue-mode"))
 }
 
-/// The assertions whose counter reads `yes` or `no`.
-fn yes_no_assertions(steps: &[Step]) -> BTreeSet<&str> {
+/// What each assertion's counter prints, by the assertion's name.
+fn shapes(steps: &[Step]) -> BTreeMap<&str, Shape> {
     assertions(steps)
-        .filter(|a| a.counter.counter.yes_no())
-        .map(|a| a.name.as_str())
+        .map(|a| (a.name.as_str(), a.counter.counter.shape()))
         .collect()
 }
 
 fn yes_or_no(e: &Expected) -> bool {
     matches!(e, Expected::Str(s) if s == "yes" || s == "no")
+}
+
+/// Why `e` is no expectation a counter of `shape` can meet (None: it is);
+/// `unread`: the word of a value not read is one too (a variant's
+/// violation, which declares what the run printed).
+fn misfit(name: &str, shape: Shape, e: &Expected, unread: bool) -> Option<ErrorKind> {
+    match shape {
+        Shape::YesNo => (!yes_or_no(e)).then(|| ErrorKind::YesOrNo(name.to_string())),
+        Shape::Count(words) => {
+            let word = |s: &str| words.contains(&s) || unread && s == NOT_READ;
+            let fits = match e {
+                Expected::Int(_) | Expected::Bound { .. } => true,
+                Expected::Str(s) => word(s),
+                Expected::Bool(_) => false,
+            };
+            let mut named: Vec<String> = words.iter().map(|w| format!("`{w}`")).collect();
+            if unread {
+                named.push(format!("`{NOT_READ}` (not read)"));
+            }
+            let words = match named.is_empty() {
+                true => String::new(),
+                false => format!(", or {}", named.join(", ")),
+            };
+            (!fits).then(|| ErrorKind::NotACount {
+                name: name.to_string(),
+                words,
+            })
+        }
+        Shape::Text => {
+            matches!(e, Expected::Bound { .. }).then(|| ErrorKind::BoundOfText(name.to_string()))
+        }
+    }
 }
 
 fn asserted(steps: &[Step]) -> BTreeSet<&str> {
@@ -2257,12 +2294,89 @@ pattern = "no-inbox"
 violations = { rows = 3 }
 "#;
 
+    /// A count expects an integer, a bound or a word it prints; a
+    /// variant's violation may also declare a bound, or `unknown` for an
+    /// assertion it could not read.
+    #[test]
+    fn typed_expectations_load() {
+        for (from, to, variant) in [
+            ("rows = 2\n", "rows = { min = 1 }\n", None),
+            ("rows = 2\n", "rows = { min = 1, max = 2 }\n", None),
+            (
+                "violations = { rows = 3 }",
+                "violations = { rows = { min = 3 }, lost = { max = 1 } }",
+                Some("v"),
+            ),
+            (
+                "violations = { rows = 3 }",
+                "violations = { rows = \"unknown\" }",
+                Some("v"),
+            ),
+        ] {
+            let text = BASE.replacen(from, to, 1);
+            assert_ne!(text, BASE, "{from}");
+            let lab = super::super::from_str(&text, "t", &fixtures(), variant);
+            assert!(lab.is_ok(), "{to}: {:?}", lab.err().map(|e| e.to_string()));
+        }
+        let lab = super::super::from_str(
+            &BASE.replacen("rows = 2\n", "rows = { min = 1 }\n", 1),
+            "t",
+            &fixtures(),
+            None,
+        )
+        .unwrap();
+        let rows = lab.steps[1]
+            .asserts
+            .iter()
+            .find(|a| a.name == "rows")
+            .unwrap();
+        assert_eq!(
+            rows.expected,
+            crate::expect::Expect::Within {
+                min: Some(1),
+                max: None
+            }
+        );
+    }
+
     /// Every lab-file error, from a small edit of a valid lab: the edit, the
     /// variant to load, and the one line it must produce.
     #[test]
     fn every_error_message_from_a_snippet() {
         let cases: &[(&str, &str, Option<&str>, &str)] = &[
             (r#"name = "t""#, r#"name = "u""#, None, "t.toml:2:8: name: `name` is `u` but the file is `t.toml`"),
+            (
+                "rows = 2\n",
+                "rows = \"two\"\n",
+                None,
+                "t.toml:21:8: expect.rows: `rows` is a count: an integer or a bound (`{ min = 1 }`, `{ max = 3 }`)",
+            ),
+            (
+                "rows = 2\n",
+                "rows = \"unknown\"\n",
+                None,
+                "expect.rows: `rows` is a count: an integer or a bound",
+            ),
+            (
+                "violations = { rows = 3 }",
+                "violations = { rows = true }",
+                Some("v"),
+                "variant.v.violations.rows: `rows` is a count: an integer or a bound (`{ min = 1 }`, `{ max = 3 }`), or `unknown` (not read)",
+            ),
+            (
+                "violations = { rows = 3 }",
+                "violations = { rows = 3, lost = \"unknown\" }",
+                Some("v"),
+                "variant.v.violations.lost: `lost` is a count: an integer or a bound (`{ min = 1 }`, `{ max = 3 }`)",
+            ),
+            (
+                "rows = \"businessRows\"\n\n[expect]\ncrashExitCode = 137\nrows = 2\n",
+                "rows = \"attempts:mid-1\"\n\n[expect]\ncrashExitCode = 137\nrows = { min = 1 }\n",
+                None,
+                "expect.rows: `rows` prints a text (a list, a name): a bound cannot hold",
+            ),
+            ("rows = 2\n", "rows = { min = 3, max = 1 }\n", None, "a bound whose `min` (3) is above its `max` (1)"),
+            ("rows = 2\n", "rows = {}\n", None, "a bound names `min`, `max` or both"),
             (
                 r#"window = "after-commit-before-ack""#,
                 r#"window = "after-lunch""#,
@@ -2333,13 +2447,13 @@ violations = { rows = 3 }
                 "rows = 2\n",
                 "rows = { at_least = 2 }\n",
                 None,
-                "expect.rows: invalid type: map, expected an integer, `true`/`false` or a string (what the assertion prints)",
+                "expect.rows: unknown key `at_least` in a bound: `min`, `max`",
             ),
             (
                 "rows = 2\n",
                 "rows = 2.5\n",
                 None,
-                "expect.rows: invalid type: floating point `2.5`, expected an integer, `true`/`false` or a string",
+                "expect.rows: invalid type: floating point `2.5`, expected an integer, `true`/`false`, a string (what the assertion prints) or a bound",
             ),
             (
                 r#"assert = ["rows"]"#,
@@ -2997,7 +3111,7 @@ orders = "direct""#,
         assert_eq!(lab.steps.len(), 2);
         let v = super::super::from_str(BASE, "t", &fixtures(), Some("v")).unwrap();
         assert_eq!(v.run_name(), "t@v");
-        assert_eq!(v.violations.get("rows").map(String::as_str), Some("3"));
+        assert_eq!(v.violations.get("rows"), Some(&"3".into()));
     }
 
     /// `{ fixture, count = N }`: N events from one fixture, each its own

@@ -11,6 +11,7 @@ use std::fmt;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
+use crate::expect::Expect;
 use crate::transcript::MessageMeta;
 use crate::vocab::{
     CounterRef, FaultAction, Handoff, InspectField, Pattern, Target, Then, Topology, Window,
@@ -28,7 +29,7 @@ pub struct Lab {
     pub topology: Topology,
     pub steps: Vec<Step>,
     /// For a variant: assertion or check name → the value it must FAIL with.
-    pub violations: BTreeMap<String, String>,
+    pub violations: BTreeMap<String, Expect>,
     /// For a variant: what it shows instead on another RabbitMQ generation.
     pub generations: BTreeMap<crate::vocab::Generation, GenerationDiff>,
     /// The SQL that reads a program's business effects (`(service, eventId)` rows).
@@ -52,7 +53,7 @@ pub struct GenerationDiff {
     pub cause: String,
     /// Where that change is named (a URL), or "cause not identified".
     pub source: String,
-    pub violations: BTreeMap<String, String>,
+    pub violations: BTreeMap<String, Expect>,
 }
 
 impl Lab {
@@ -494,7 +495,7 @@ pub struct Assertion {
     /// The name printed in `[assert] name=value`, as the lab spells it.
     pub name: String,
     pub counter: CounterRef,
-    pub expected: String,
+    pub expected: Expect,
 }
 
 /// One problem in a lab file: where (key path and position) and what.

@@ -10,6 +10,7 @@ use std::num::{NonZeroU16, NonZeroU32, NonZeroU64, NonZeroUsize};
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::expect::Expect;
 use crate::vocab::{
     ArgValue, CounterRef, ExchangeKind, FaultAction, Handoff, InspectField, Pattern, Target, Then,
     Window,
@@ -460,6 +461,24 @@ pub enum Expected {
     Int(i64),
     Bool(bool),
     Str(String),
+    /// `{ min = 1 }`, `{ max = 3 }` or both: an integer within them.
+    Bound {
+        min: Option<i64>,
+        max: Option<i64>,
+    },
+}
+
+impl Expected {
+    /// What the checker compares a printed value with.
+    pub fn expect(&self) -> Expect {
+        match self {
+            Expected::Bound { min, max } => Expect::Within {
+                min: *min,
+                max: *max,
+            },
+            other => Expect::Is(other.to_string()),
+        }
+    }
 }
 
 /// By hand rather than `untagged`: a value of another shape (a table, an
@@ -468,10 +487,35 @@ pub enum Expected {
 impl<'de> Deserialize<'de> for Expected {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
-        impl serde::de::Visitor<'_> for V {
+        impl<'de> serde::de::Visitor<'de> for V {
             type Value = Expected;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an integer, `true`/`false` or a string (what the assertion prints)")
+                f.write_str("an integer, `true`/`false`, a string (what the assertion prints) or a bound (`{ min = 1 }`, `{ max = 3 }`)")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Expected, A::Error> {
+                use serde::de::Error;
+                let (mut min, mut max) = (None, None);
+                while let Some(key) = map.next_key::<String>()? {
+                    match key.as_str() {
+                        "min" => min = Some(map.next_value::<i64>()?),
+                        "max" => max = Some(map.next_value::<i64>()?),
+                        other => {
+                            return Err(A::Error::custom(format!(
+                                "unknown key `{other}` in a bound: `min`, `max`"
+                            )))
+                        }
+                    }
+                }
+                match (min, max) {
+                    (None, None) => Err(A::Error::custom("a bound names `min`, `max` or both")),
+                    (Some(a), Some(b)) if a > b => Err(A::Error::custom(format!(
+                        "a bound whose `min` ({a}) is above its `max` ({b})"
+                    ))),
+                    _ => Ok(Expected::Bound { min, max }),
+                }
             }
             fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Expected, E> {
                 Ok(Expected::Int(v))
@@ -498,6 +542,11 @@ impl fmt::Display for Expected {
             Expected::Int(i) => write!(f, "{i}"),
             Expected::Bool(b) => write!(f, "{b}"),
             Expected::Str(s) => f.write_str(s),
+            Expected::Bound { min, max } => Expect::Within {
+                min: *min,
+                max: *max,
+            }
+            .fmt(f),
         }
     }
 }
