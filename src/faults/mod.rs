@@ -9,6 +9,41 @@
 //! instances, a [`rendezvous::Crowd`]), which the runner implements:
 //! where a family goes is a [`crate::vocab::PLACEMENTS`] entry, what it does
 //! is its module.
+//!
+//! Each placement has its own [`Kind`](crate::vocab::Kind), and the runner
+//! dispatches each step's fault with an exhaustive `match` on its site's
+//! kind, no wildcard (clippy's `wildcard_enum_match_arm` denied there): a
+//! placement added to the registry without its hook does not compile. The
+//! runner's publish-step dispatch, reduced to its arms:
+//!
+//! ```
+//! use mqlab::vocab::OnPublish;
+//! fn hook(kind: OnPublish) -> &'static str {
+//!     match kind {
+//!         OnPublish::ProducerKill => "faults::point: SIGKILL at the marker",
+//!         OnPublish::CutPublish => "faults::proxy: Rule::CutOnPublish",
+//!         OnPublish::HoldConfirm => "faults::proxy: Rule::HoldConfirm",
+//!         OnPublish::BrokerPause => "faults::pause::on_publish",
+//!         OnPublish::NodeKill => "faults::node::kill_on_publish",
+//!     }
+//! }
+//! # assert_eq!(hook(OnPublish::NodeKill), "faults::node::kill_on_publish");
+//! ```
+//!
+//! and the same with one hook missing, as a new placement's would be
+//! (E0004, non-exhaustive patterns):
+//!
+//! ```compile_fail,E0004
+//! use mqlab::vocab::OnPublish;
+//! fn hook(kind: OnPublish) -> &'static str {
+//!     match kind {
+//!         OnPublish::ProducerKill => "faults::point: SIGKILL at the marker",
+//!         OnPublish::CutPublish => "faults::proxy: Rule::CutOnPublish",
+//!         OnPublish::HoldConfirm => "faults::proxy: Rule::HoldConfirm",
+//!         OnPublish::BrokerPause => "faults::pause::on_publish",
+//!     }
+//! }
+//! ```
 
 pub mod blackbox;
 pub mod broker;

@@ -13,7 +13,7 @@ use super::proxy::{ProxyEvent, Rule};
 use super::{Run, Stage};
 use crate::lab::{Fault, Publish};
 use crate::transcript::Record;
-use crate::vocab::{FaultAction, Role, Status, Target};
+use crate::vocab::{FaultAction, NodeFault, Role, Status, Target};
 
 /// A publish step's node kill at `after-publish-before-confirm`.
 pub async fn kill_on_publish(s: &mut impl Stage, p: &Publish, f: &Fault) -> Result<()> {
@@ -63,7 +63,12 @@ pub async fn kill_on_publish(s: &mut impl Stage, p: &Publish, f: &Fault) -> Resu
 /// A cluster node's fault between steps. The harness moves its own
 /// connection to a node that is up and in the majority; the queues are
 /// not declared again (a classic queue whose node is down cannot be).
-pub async fn between(r: &mut impl Run, node: usize, action: FaultAction) -> Result<()> {
+pub async fn between(
+    r: &mut impl Run,
+    node: usize,
+    action: FaultAction,
+    fault: NodeFault,
+) -> Result<()> {
     let line = |lab: &str, status| {
         Record::new(lab)
             .with("target", Target::Node)
@@ -75,28 +80,27 @@ pub async fn between(r: &mut impl Run, node: usize, action: FaultAction) -> Resu
     r.say(Role::Fault, &line(r.lab(), Status::Injected));
     // Marked before the environment acts: a step that fails half way
     // still leaves the node to be restored after the lab.
-    match action {
-        FaultAction::Kill => {
+    match fault {
+        NodeFault::Kill => {
             r.node_down(node, true);
             r.env()?.kill_node(node).await?;
         }
-        FaultAction::Restart => {
+        NodeFault::Restart => {
             r.env()?.restart_node(node).await?;
             r.node_down(node, false);
         }
-        FaultAction::Partition => {
+        NodeFault::Partition => {
             r.node_cut(Some(node));
             r.env()?.partition(node).await?;
         }
-        FaultAction::Heal => {
+        NodeFault::Heal => {
             // Every cut ends, whichever node the step names.
             r.env()?.heal().await?;
             r.node_cut(None);
         }
-        other => bail!("a node fault cannot `{other}`"),
     }
     r.reconnect_harness(false).await?;
-    if matches!(action, FaultAction::Restart | FaultAction::Heal) {
+    if matches!(fault, NodeFault::Restart | NodeFault::Heal) {
         r.say(Role::Fault, &line(r.lab(), Status::Healed));
     }
     Ok(())

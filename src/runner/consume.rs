@@ -28,6 +28,7 @@ impl Ctx<'_> {
         bail!("the depths of `{queue}` and the queues that feed it never held still over 10 reads")
     }
 
+    #[deny(clippy::wildcard_enum_match_arm)] // a kind without its hook must not compile
     pub(super) async fn consume(&mut self, c: &Consume, fault: Option<&Fault>) -> Result<()> {
         let phase = format!("consume({})", c.queue);
         let d = Deadline::new(&phase, c.deadline_secs);
@@ -42,11 +43,13 @@ impl Ctx<'_> {
             return self.consume_program(c, command, settle, fault, d).await;
         }
         let mut cfg = self.consumer_config(c, settle, None);
-        match fault.map(|f| (f, f.target, f.action)) {
-            Some((f, Target::Consumer, FaultAction::Rendezvous | FaultAction::Stall)) => {
-                return self.consume_crowd(c, f, settle, d).await;
+        // Every consume-step placement of the registry, by its kind, with
+        // no wildcard: a placement without its hook here does not compile.
+        match on_consume(fault)? {
+            Some((f, k @ (OnConsume::Rendezvous | OnConsume::Stall))) => {
+                return self.consume_crowd(c, f, k, settle, d).await;
             }
-            Some((f, Target::Consumer, FaultAction::Kill)) => {
+            Some((f, OnConsume::ConsumerKill)) => {
                 let killed = self.consumer_config(c, settle, Some(point_of(f)));
                 let mut proc = self.spawn_role(RoleConfig::Consumer(killed))?;
                 self.reach_marker(&mut proc, Role::Consumer, f, d).await?;
@@ -65,15 +68,12 @@ impl Ctx<'_> {
                     cfg.settle_copies = true;
                 }
             }
-            Some((f, Target::Network, FaultAction::Cut)) => {
+            Some((f, OnConsume::CutAck)) => {
                 // The proxy drops the ack and cuts; the same process reconnects.
                 self.proxy().arm(Rule::CutOnAck {
                     message: f.message.clone(),
                 });
                 cfg.reconnect = true;
-            }
-            Some((_, target, action)) => {
-                bail!("phase {phase}: `{action}` of the {target} has no runner on a consume step")
             }
             None => {}
         }
@@ -206,7 +206,8 @@ impl Ctx<'_> {
         if settle == 0 {
             return Ok(());
         }
-        if let Some(f) = fault.filter(|f| f.action == FaultAction::Rendezvous) {
+        let kind = on_consume(fault)?;
+        if let Some((f, OnConsume::Rendezvous)) = kind {
             return self.consume_programs(c, command, f, settle, d).await;
         }
         let (tx, mut seen) = mpsc::unbounded_channel();
@@ -219,13 +220,22 @@ impl Ctx<'_> {
             .context("the database's address")?;
         let pg = PgProxy::start(upstream, bb.clone()).await?;
         self.proxy().watch(Some(bb.clone()));
-        match fault.map(|f| (f, f.target, f.action)) {
-            Some((f, Target::Consumer, FaultAction::Kill)) => bb
+        #[deny(clippy::wildcard_enum_match_arm)] // a kind without its hook must not compile
+        match kind {
+            Some((f, OnConsume::ConsumerKill)) => bb
                 .lock()
                 .expect("black box")
                 .arm(f.window, &f.message, f.commit),
-            Some((_, target, action)) => {
-                bail!("phase {phase}: `{action}` of the {target} has no runner on a program's consume step")
+            // Taken above.
+            Some((_, OnConsume::Rendezvous)) => {}
+            // The built-in consumer's only (`built_in_only`): the lab
+            // checker refuses them on a program.
+            Some((f, k @ (OnConsume::CutAck | OnConsume::Stall))) => {
+                bail!(
+                    "phase {phase}: {k:?} ({} of the {}) has no hook on a program's consume step",
+                    f.action,
+                    f.target
+                )
             }
             None => {}
         }

@@ -7,10 +7,12 @@ use crate::faults::rendezvous::{Crowd, Seen as CrowdSeen};
 
 impl Ctx<'_> {
     /// The step's instances under its rendezvous fault, then its assertions.
+    #[deny(clippy::wildcard_enum_match_arm)] // a kind without its hook must not compile
     pub(super) async fn consume_crowd(
         &mut self,
         c: &Consume,
         f: &Fault,
+        kind: OnConsume,
         settle: usize,
         d: Deadline<'_>,
     ) -> Result<()> {
@@ -24,9 +26,12 @@ impl Ctx<'_> {
             procs: Vec::new(),
             db,
         };
-        let result = match f.action {
-            FaultAction::Stall => crate::faults::stall::run(&mut crowd, f, settle).await,
-            _ => crate::faults::rendezvous::run(&mut crowd, f, settle).await,
+        let result = match kind {
+            OnConsume::Stall => crate::faults::stall::run(&mut crowd, f, settle).await,
+            OnConsume::Rendezvous => crate::faults::rendezvous::run(&mut crowd, f, settle).await,
+            OnConsume::ConsumerKill | OnConsume::CutAck => {
+                bail!("{kind:?} is no crowd's fault")
+            }
         };
         let procs = std::mem::take(&mut crowd.procs);
         for mut p in procs {

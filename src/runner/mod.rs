@@ -43,7 +43,10 @@ use crate::record::{RunRecord, SnapshotResult};
 use crate::snapshot;
 use crate::store;
 use crate::transcript::{Entry, Record, Transcript};
-use crate::vocab::{Counter, FaultAction, Role, Status, Target, Window};
+use crate::vocab::{
+    placement_of, BetweenSteps, Counter, FaultAction, Kind, OnConsume, OnPublish, Role, Site,
+    Status, Target, Window,
+};
 
 mod broker;
 mod consume;
@@ -787,6 +790,17 @@ impl Ctx<'_> {
         self.conns.as_mut().expect("prepared before any step")
     }
 
+    /// A fault step of its own, by its kind (`node`: 1-based, for a node's).
+    #[deny(clippy::wildcard_enum_match_arm)] // a kind without its hook must not compile
+    async fn between(&mut self, target: Target, action: FaultAction, node: usize) -> Result<()> {
+        match between_steps(target, action)? {
+            BetweenSteps::BrokerRestart => crate::faults::broker::between(self, action).await,
+            BetweenSteps::Node(fault) => {
+                crate::faults::node::between(self, node, action, fault).await
+            }
+        }
+    }
+
     /// The steps in order, each followed by its assertions, then the checks;
     /// the first harness error ends the lab.
     async fn run_steps(&mut self) -> Result<()> {
@@ -804,10 +818,8 @@ impl Ctx<'_> {
                     self.unnoticed_cut(&phase).await?;
                 }
                 Action::Inspect(fields) => self.inspect(fields).await?,
-                Action::Broker(action) => crate::faults::broker::between(self, *action).await?,
-                Action::Node { node, action } => {
-                    crate::faults::node::between(self, *node, *action).await?
-                }
+                Action::Broker(action) => self.between(Target::Broker, *action, 0).await?,
+                Action::Node { node, action } => self.between(Target::Node, *action, *node).await?,
                 Action::Declare(names) => {
                     self.conns()
                         .broker
@@ -869,6 +881,46 @@ fn exit_code(status: std::process::ExitStatus) -> i32 {
 }
 
 /// Where a role blocks for a fault.
+/// The kind of a fault's placement at `site`, for the step's exhaustive
+/// dispatch. The lab checker admits only the registry's placements, so
+/// `None` is a bug, said as an error rather than a panic.
+fn kind_at(target: Target, action: FaultAction, site: Site) -> Result<Kind> {
+    placement_of(target, action, site)
+        .map(|p| p.kind)
+        .ok_or_else(|| {
+            anyhow!(
+                "`{action}` of the {target} has no placement {}",
+                site.describe()
+            )
+        })
+}
+
+/// A publish step's fault with its kind.
+fn on_publish(fault: Option<&Fault>) -> Result<Option<(&Fault, OnPublish)>> {
+    let Some(f) = fault else { return Ok(None) };
+    match kind_at(f.target, f.action, Site::Publish)? {
+        Kind::Publish(k) => Ok(Some((f, k))),
+        other => bail!("a publish step's fault of kind {other:?}"),
+    }
+}
+
+/// A consume step's fault with its kind.
+fn on_consume(fault: Option<&Fault>) -> Result<Option<(&Fault, OnConsume)>> {
+    let Some(f) = fault else { return Ok(None) };
+    match kind_at(f.target, f.action, Site::Consume)? {
+        Kind::Consume(k) => Ok(Some((f, k))),
+        other => bail!("a consume step's fault of kind {other:?}"),
+    }
+}
+
+/// A step of its own's fault kind.
+fn between_steps(target: Target, action: FaultAction) -> Result<BetweenSteps> {
+    match kind_at(target, action, Site::Between)? {
+        Kind::Between(k) => Ok(k),
+        other => bail!("a between-steps fault of kind {other:?}"),
+    }
+}
+
 fn point_of(f: &Fault) -> FaultPoint {
     FaultPoint {
         window: f.window,

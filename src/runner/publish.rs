@@ -3,6 +3,7 @@
 use super::*;
 
 impl Ctx<'_> {
+    #[deny(clippy::wildcard_enum_match_arm)] // a kind without its hook must not compile
     pub(super) async fn publish(
         &mut self,
         p: &Publish,
@@ -10,28 +11,28 @@ impl Ctx<'_> {
         phase: &str,
     ) -> Result<()> {
         let d = Deadline::new(phase, p.deadline_secs);
-        // Every publish-step placement of the registry, by name: a pair
-        // the lab checker lets through and nothing here runs is an error.
-        match fault.map(|f| (f, f.target, f.action)) {
+        // Every publish-step placement of the registry, by its kind, with
+        // no wildcard: a placement without its hook here does not compile.
+        match on_publish(fault)? {
             // A family that sequences its own fault: its hook, then the
             // fault's assertions.
-            Some((f, Target::Node, FaultAction::Kill)) => {
+            Some((f, OnPublish::NodeKill)) => {
                 let mut stage = PublishStage::new(self, p, d);
                 crate::faults::node::kill_on_publish(&mut stage, p, f).await?;
                 return self.assert(&f.asserts).await;
             }
-            Some((f, Target::Broker, FaultAction::Pause)) => {
+            Some((f, OnPublish::BrokerPause)) => {
                 let mut stage = PublishStage::new(self, p, d);
                 crate::faults::pause::on_publish(&mut stage, p, f).await?;
                 return self.assert(&f.asserts).await;
             }
-            Some((f, Target::Producer, FaultAction::Kill)) => {
+            Some((f, OnPublish::ProducerKill)) => {
                 let killed = self.producer_config(p, Some(point_of(f)));
                 let mut proc = self.spawn_role(RoleConfig::Producer(killed))?;
                 self.kill_at_marker(&mut proc, Role::Producer, f, d).await?;
                 self.assert(&f.asserts).await?;
             }
-            Some((f, Target::Network, FaultAction::Cut)) => {
+            Some((f, OnPublish::CutPublish)) => {
                 // The proxy drops the publish and cuts: the producer fails
                 // waiting for its confirm, and a new one resumes from the journal.
                 self.proxy().arm(Rule::CutOnPublish {
@@ -55,12 +56,9 @@ impl Ctx<'_> {
                 self.proxy().release();
             }
             // The proxy holds the confirm; the producer times out and sends again.
-            Some((f, Target::Network, FaultAction::Hold)) => self.proxy().arm(Rule::HoldConfirm {
+            Some((f, OnPublish::HoldConfirm)) => self.proxy().arm(Rule::HoldConfirm {
                 message: f.message.clone(),
             }),
-            Some((_, target, action)) => {
-                bail!("phase {phase}: `{action}` of the {target} has no runner on a publish step")
-            }
             None => {}
         }
         // After a kill, the restarted producer reads the same journal.
