@@ -7,9 +7,13 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 /// An expected value. Serialized as the string it is, or as its bound
-/// (`{"min":1}`): a record written before bounds reads the same.
+/// (`{"min":1}`): a record written before bounds reads the same. Read
+/// strictly (`mqlab check` reads records back): a bound with an unknown
+/// key, with neither end, or with `min` above `max` is refused, not taken
+/// as one any integer meets.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
+#[serde(try_from = "Raw")]
 pub enum Expect {
     /// Printed exactly so (an integer as its digits, a word, a list).
     Is(String),
@@ -20,6 +24,41 @@ pub enum Expect {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         max: Option<i64>,
     },
+}
+
+/// What a record holds, before the bound's ends are checked.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Raw {
+    Is(String),
+    Within(Bound),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Bound {
+    min: Option<i64>,
+    max: Option<i64>,
+}
+
+impl TryFrom<Raw> for Expect {
+    type Error = String;
+    fn try_from(raw: Raw) -> Result<Expect, String> {
+        match raw {
+            Raw::Is(s) => Ok(Expect::Is(s)),
+            Raw::Within(Bound {
+                min: None,
+                max: None,
+            }) => Err("a bound names `min`, `max` or both".into()),
+            Raw::Within(Bound {
+                min: Some(a),
+                max: Some(b),
+            }) if a > b => Err(format!(
+                "a bound whose `min` ({a}) is above its `max` ({b})"
+            )),
+            Raw::Within(Bound { min, max }) => Ok(Expect::Within { min, max }),
+        }
+    }
 }
 
 impl Expect {
@@ -52,6 +91,7 @@ impl fmt::Display for Expect {
             } => write!(f, "{a}-to-{b}"),
             Expect::Within { min: Some(a), .. } => write!(f, "{a}-or-more"),
             Expect::Within { max: Some(b), .. } => write!(f, "{b}-or-fewer"),
+            // Refused when read (lab files and records alike).
             Expect::Within { .. } => f.write_str("any-integer"),
         }
     }
@@ -60,6 +100,29 @@ impl fmt::Display for Expect {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A record's bound is read as strictly as a lab file's.
+    #[test]
+    fn a_record_bound_is_read_strictly() {
+        let read = |s: &str| serde_json::from_str::<Expect>(s);
+        assert_eq!(read(r#""3""#).unwrap(), Expect::Is("3".into()));
+        assert_eq!(
+            read(r#"{"min":1}"#).unwrap(),
+            Expect::Within {
+                min: Some(1),
+                max: None
+            }
+        );
+        for bad in [r#"{}"#, r#"{"mn":1}"#, r#"{"min":5,"max":1}"#, "3"] {
+            assert!(read(bad).is_err(), "{bad}");
+        }
+        let bound = Expect::Within {
+            min: Some(1),
+            max: Some(3),
+        };
+        let text = serde_json::to_string(&bound).unwrap();
+        assert_eq!(read(&text).unwrap(), bound);
+    }
 
     #[test]
     fn a_bound_holds_for_the_integers_within_it() {

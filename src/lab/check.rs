@@ -189,6 +189,8 @@ pub enum ErrorKind {
     NotACount { name: String, words: String },
     #[error("`{0}` prints a text (a list, a name): a bound cannot hold, expect it as written")]
     BoundOfText(String),
+    #[error("`{0}`: a bound with no `max` and a `min` of 0 or less holds for every count: it cannot fail")]
+    BoundCannotFail(String),
     #[error("`commits_first` declares the order of one program (`command`, one instance): the built-in consumer's is its pattern's, and instances keep the hold")]
     CommitsFirstOfOne,
     #[error("competing consumers under a rendezvous or a stall take one message at a time: a variant's `prefetch` cannot change it")]
@@ -468,6 +470,7 @@ impl<'a> Checker<'a> {
             name: raw.name.into_inner(),
             variant: variant.map(str::to_string),
             claim: raw.claim,
+            broker: raw.broker,
             path: self.path.to_path_buf(),
             topology,
             steps,
@@ -2008,7 +2011,13 @@ fn yes_or_no(e: &Expected) -> bool {
 /// violation, which declares what the run printed).
 fn misfit(name: &str, shape: Shape, e: &Expected, unread: bool) -> Option<ErrorKind> {
     match shape {
-        Shape::YesNo => (!yes_or_no(e)).then(|| ErrorKind::YesOrNo(name.to_string())),
+        Shape::YesNo => {
+            let unread_word = unread && matches!(e, Expected::Str(s) if s == NOT_READ);
+            (!yes_or_no(e) && !unread_word).then(|| ErrorKind::YesOrNo(name.to_string()))
+        }
+        Shape::Count(_) if matches!(e, Expected::Bound { min, max: None } if min.is_none_or(|m| m <= 0)) => {
+            Some(ErrorKind::BoundCannotFail(name.to_string()))
+        }
         Shape::Count(words) => {
             let word = |s: &str| words.contains(&s) || unread && s == NOT_READ;
             let fits = match e {
@@ -2346,6 +2355,12 @@ violations = { rows = 3 }
         let cases: &[(&str, &str, Option<&str>, &str)] = &[
             (r#"name = "t""#, r#"name = "u""#, None, "t.toml:2:8: name: `name` is `u` but the file is `t.toml`"),
             (
+                r#"name = "t""#,
+                "name = \"t\"\nbroker = \"kafka\"",
+                None,
+                "broker: unknown broker `kafka` (known: rabbitmq)",
+            ),
+            (
                 "rows = 2\n",
                 "rows = \"two\"\n",
                 None,
@@ -2377,6 +2392,12 @@ violations = { rows = 3 }
             ),
             ("rows = 2\n", "rows = { min = 3, max = 1 }\n", None, "a bound whose `min` (3) is above its `max` (1)"),
             ("rows = 2\n", "rows = {}\n", None, "a bound names `min`, `max` or both"),
+            (
+                "rows = 2\n",
+                "rows = { min = 0 }\n",
+                None,
+                "expect.rows: `rows`: a bound with no `max` and a `min` of 0 or less holds for every count: it cannot fail",
+            ),
             (
                 r#"window = "after-commit-before-ack""#,
                 r#"window = "after-lunch""#,

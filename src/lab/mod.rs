@@ -25,6 +25,8 @@ pub struct Lab {
     /// Set for a counterexample run of the lab.
     pub variant: Option<String>,
     pub claim: String,
+    /// The broker it runs against (its topology is that broker's).
+    pub broker: crate::vocab::Broker,
     pub path: PathBuf,
     pub topology: Topology,
     pub steps: Vec<Step>,

@@ -21,6 +21,9 @@ use crate::vocab::{
 pub struct RawLab {
     pub name: Spanned<String>,
     pub claim: String,
+    /// The broker it runs against; RabbitMQ when the file does not say.
+    #[serde(default)]
+    pub broker: crate::vocab::Broker,
     #[serde(default, rename = "exchange")]
     pub exchanges: Vec<RawExchange>,
     #[serde(default, rename = "queue")]
@@ -455,7 +458,8 @@ pub struct RawGenerationDiff {
     pub violations: BTreeMap<String, Spanned<Expected>>,
 }
 
-/// An expected value: what the `[assert]` line must print.
+/// An expected value: what the `[assert]` line must print, or (a bound)
+/// the integers it may print.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Expected {
     Int(i64),
@@ -481,9 +485,9 @@ impl Expected {
     }
 }
 
-/// By hand rather than `untagged`: a value of another shape (a table, an
-/// array, a float) says what an expected value is, not "did not match any
-/// variant".
+/// By hand rather than `untagged`: a value of another shape (an array, a
+/// float) says what an expected value is, not "did not match any variant",
+/// and a table is read as a bound, its keys and ends checked here.
 impl<'de> Deserialize<'de> for Expected {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;

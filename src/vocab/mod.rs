@@ -82,6 +82,21 @@ macro_rules! names {
 }
 
 names! {
+    /// The broker a lab runs against (`broker` in a lab file; a module of
+    /// `crate::broker` each). One today: the next is Redis Streams.
+    pub enum Broker ("broker") {
+        RabbitMq = "rabbitmq": "RabbitMQ: 3.10.8, or 4.0.5 with `--rabbitmq 4.0`; AMQP 0-9-1 through lapin",
+    }
+}
+
+impl Default for Broker {
+    /// A lab file without `broker` runs on RabbitMQ, as every lab did before the key.
+    fn default() -> Self {
+        Broker::RabbitMq
+    }
+}
+
+names! {
     /// A broker setting a lab's bounds rely on (`settings` in a lab file).
     /// mqlab's own brokers set it (`env::ADVANCED_CONFIG`); before such a
     /// lab runs, the setting is read from the broker, and a run on a broker
