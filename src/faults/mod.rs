@@ -54,6 +54,8 @@ pub mod pgproxy;
 pub mod point;
 pub mod proxy;
 pub mod rendezvous;
+#[cfg(test)]
+mod script;
 pub mod stall;
 
 use anyhow::Result;

@@ -45,7 +45,8 @@ impl Ctx<'_> {
         let mut cfg = self.consumer_config(c, settle, None);
         // Every consume-step placement of the registry, by its kind, with
         // no wildcard: a placement without its hook here does not compile.
-        match on_consume(fault)? {
+        // Each arm says whose assertions wait for the consumer's end.
+        let after = match on_consume(fault)? {
             Some((f, k @ (OnConsume::Rendezvous | OnConsume::Stall))) => {
                 return self.consume_crowd(c, f, k, settle, d).await;
             }
@@ -67,6 +68,7 @@ impl Ctx<'_> {
                     cfg.settle = self.drain_count(&c.queue).await?;
                     cfg.settle_copies = true;
                 }
+                None
             }
             Some((f, OnConsume::CutAck)) => {
                 // The proxy drops the ack and cuts; the same process reconnects.
@@ -74,9 +76,10 @@ impl Ctx<'_> {
                     message: f.message.clone(),
                 });
                 cfg.reconnect = true;
+                Some(f)
             }
-            None => {}
-        }
+            None => None,
+        };
         // Not across a cut: the process that reconnects gets a redelivery of
         // what it settled (its ack lost), which is no entry of the queue.
         cfg.settle_copies = (c.settle == Settle::Drain || cfg.settle_copies) && !cfg.reconnect;
@@ -95,7 +98,7 @@ impl Ctx<'_> {
                 process::tail(&proc.log, 10)
             );
         }
-        if let Some(f) = fault.filter(|f| f.target == Target::Network) {
+        if let Some(f) = after {
             self.assert(&f.asserts).await?;
         }
         Ok(())
@@ -206,10 +209,25 @@ impl Ctx<'_> {
         if settle == 0 {
             return Ok(());
         }
-        let kind = on_consume(fault)?;
-        if let Some((f, OnConsume::Rendezvous)) = kind {
-            return self.consume_programs(c, command, f, settle, d).await;
-        }
+        // Every consume-step placement on a program, by its kind, before
+        // anything starts.
+        #[deny(clippy::wildcard_enum_match_arm)] // a kind without its hook must not compile
+        let kill = match on_consume(fault)? {
+            Some((f, OnConsume::Rendezvous)) => {
+                return self.consume_programs(c, command, f, settle, d).await;
+            }
+            Some((f, OnConsume::ConsumerKill)) => Some(f),
+            // The built-in consumer's only (`built_in_only`): the lab
+            // checker refuses them on a program.
+            Some((f, k @ (OnConsume::CutAck | OnConsume::Stall))) => {
+                bail!(
+                    "phase {phase}: {k:?} ({} of the {}) has no hook on a program's consume step",
+                    f.action,
+                    f.target
+                )
+            }
+            None => None,
+        };
         let (tx, mut seen) = mpsc::unbounded_channel();
         let bb = Arc::new(Mutex::new(BlackBox::new(tx)));
         if c.commits_first {
@@ -220,24 +238,10 @@ impl Ctx<'_> {
             .context("the database's address")?;
         let pg = PgProxy::start(upstream, bb.clone()).await?;
         self.proxy().watch(Some(bb.clone()));
-        #[deny(clippy::wildcard_enum_match_arm)] // a kind without its hook must not compile
-        match kind {
-            Some((f, OnConsume::ConsumerKill)) => bb
-                .lock()
+        if let Some(f) = kill {
+            bb.lock()
                 .expect("black box")
-                .arm(f.window, &f.message, f.commit),
-            // Taken above.
-            Some((_, OnConsume::Rendezvous)) => {}
-            // The built-in consumer's only (`built_in_only`): the lab
-            // checker refuses them on a program.
-            Some((f, k @ (OnConsume::CutAck | OnConsume::Stall))) => {
-                bail!(
-                    "phase {phase}: {k:?} ({} of the {}) has no hook on a program's consume step",
-                    f.action,
-                    f.target
-                )
-            }
-            None => {}
+                .arm(f.window, &f.message, f.commit);
         }
         let result = async {
             let mut proc = self.spawn_program(c, command, pg.port, None)?;

@@ -21,6 +21,7 @@ impl Ctx<'_> {
             ctx: self,
             c,
             f,
+            kind,
             settle,
             d,
             procs: Vec::new(),
@@ -50,6 +51,7 @@ struct Instances<'c, 'a> {
     ctx: &'c mut Ctx<'a>,
     c: &'c Consume,
     f: &'c Fault,
+    kind: OnConsume,
     settle: usize,
     d: Deadline<'c>,
     procs: Vec<RoleProc>,
@@ -122,9 +124,9 @@ impl Crowd for Instances<'_, '_> {
         cfg.consumer = format!("consumer-{}", self.procs.len() + 1);
         cfg.until_stopped = true;
         // A stall holds its first instance only.
-        let holds = match self.f.action {
-            FaultAction::Stall if !self.procs.is_empty() => &[][..],
-            _ => &self.f.copies[..],
+        let holds = match self.kind == OnConsume::Stall && !self.procs.is_empty() {
+            true => &[][..],
+            false => &self.f.copies[..],
         };
         cfg.faults = holds
             .iter()

@@ -880,7 +880,6 @@ fn exit_code(status: std::process::ExitStatus) -> i32 {
         .unwrap_or(-1)
 }
 
-/// Where a role blocks for a fault.
 /// The kind of a fault's placement at `site`, for the step's exhaustive
 /// dispatch. The lab checker admits only the registry's placements, so
 /// `None` is a bug, said as an error rather than a panic.
@@ -921,6 +920,7 @@ fn between_steps(target: Target, action: FaultAction) -> Result<BetweenSteps> {
     }
 }
 
+/// Where a role blocks for a fault.
 fn point_of(f: &Fault) -> FaultPoint {
     FaultPoint {
         window: f.window,

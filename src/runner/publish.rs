@@ -13,7 +13,8 @@ impl Ctx<'_> {
         let d = Deadline::new(phase, p.deadline_secs);
         // Every publish-step placement of the registry, by its kind, with
         // no wildcard: a placement without its hook here does not compile.
-        match on_publish(fault)? {
+        // Each arm says whose assertions wait for the producer's end.
+        let after = match on_publish(fault)? {
             // A family that sequences its own fault: its hook, then the
             // fault's assertions.
             Some((f, OnPublish::NodeKill)) => {
@@ -31,6 +32,7 @@ impl Ctx<'_> {
                 let mut proc = self.spawn_role(RoleConfig::Producer(killed))?;
                 self.kill_at_marker(&mut proc, Role::Producer, f, d).await?;
                 self.assert(&f.asserts).await?;
+                None
             }
             Some((f, OnPublish::CutPublish)) => {
                 // The proxy drops the publish and cuts: the producer fails
@@ -54,19 +56,23 @@ impl Ctx<'_> {
                 }
                 self.proxy_effect(phase, d.at).await?;
                 self.proxy().release();
+                Some(f)
             }
             // The proxy holds the confirm; the producer times out and sends again.
-            Some((f, OnPublish::HoldConfirm)) => self.proxy().arm(Rule::HoldConfirm {
-                message: f.message.clone(),
-            }),
-            None => {}
-        }
+            Some((f, OnPublish::HoldConfirm)) => {
+                self.proxy().arm(Rule::HoldConfirm {
+                    message: f.message.clone(),
+                });
+                Some(f)
+            }
+            None => None,
+        };
         // After a kill, the restarted producer reads the same journal.
         let cfg = self.producer_config(p, None);
         let mut proc = self.spawn_role(RoleConfig::Producer(cfg))?;
         self.follow(&mut proc, Role::Producer, d, None).await?;
         self.expect_success(&mut proc, d).await?;
-        if let Some(f) = fault.filter(|f| f.target == Target::Network) {
+        if let Some(f) = after {
             self.assert(&f.asserts).await?;
         }
         Ok(())

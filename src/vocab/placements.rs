@@ -399,6 +399,7 @@ mod tests {
             // One hook per placement: two placements of one kind would run
             // one's hook for the other.
             assert!(!kinds.contains(&p.kind), "{:?} twice", p.kind);
+            assert_eq!(p.site, p.kind.site(), "{key:?}");
             kinds.push(p.kind);
             assert_eq!(
                 p.site == Site::Between,
