@@ -360,6 +360,18 @@ pub async fn await_paused(nodes: &impl Nodes, n: usize) -> Result<()> {
         if let Err(seen) = super::poll_eval(deadline, "false", || nodes.eval(m, &gone)).await {
             bail!("node {m} still sees node {n} 60 s after it was cut off ({seen})");
         }
+        // A barrier: node m's rabbit_node_monitor handles node n's `DOWN`
+        // in order with the calls it answers, and its handle_dead_rabbit
+        // runs rabbit_amqqueue:on_node_down synchronously (read in 3.10.8's
+        // beam; partitions/0 is gen_server:call(rabbit_node_monitor, ...)).
+        // Without it a publish right after the step could still route to
+        // the cut-off node's classic queue and be nacked, where 3.10 has
+        // dropped the queue from its table and confirms (seen once in
+        // containers: quorum-partition@classic-queue, confirmed=2).
+        let answer = nodes.eval(m, "rabbit_node_monitor:partitions().").await?;
+        if !answer.starts_with('[') {
+            bail!("node {m}'s node monitor answered {answer} after node {n} was cut off");
+        }
     }
     loop {
         if !nodes.running(n).await {
