@@ -1,0 +1,573 @@
+//! The step sections: publish, consume and the steps of their own kind
+//! (`policy`, `purge_inbox`, `declare`, `await`).
+
+use super::*;
+
+impl Checker<'_> {
+    /// A step of its own kind, not a role's (`policy`, `purge_inbox`,
+    /// `declare`, `await`): None when `s` is none of them; Some(None) when it is one
+    /// and has an error.
+    pub(super) fn standalone(
+        &mut self,
+        key: &str,
+        s: &RawStep,
+        raw: &RawLab,
+        topology: &Topology,
+    ) -> Option<Option<Step>> {
+        if s.policy.is_none()
+            && s.purge_inbox.is_none()
+            && s.declare.is_none()
+            && s.await_depth.is_none()
+        {
+            return None;
+        }
+        if actions(s) > 1 {
+            self.err(key.to_string(), None, ErrorKind::StepActions);
+            return Some(None);
+        }
+        let action = if let Some(p) = &s.policy {
+            self.policy(key, p, topology)
+        } else if let Some(p) = &s.purge_inbox {
+            Action::PurgeInbox {
+                service: p.service.clone(),
+                retention_ms: p.retention_ms,
+            }
+        } else if let Some(names) = &s.declare {
+            self.declare(key, names, topology)
+        } else {
+            let a = s.await_depth.as_ref().expect("one of the four");
+            for (field, q) in
+                std::iter::once(("queue", &a.queue)).chain(a.from.iter().map(|f| ("from", f)))
+            {
+                if !topology.queues.iter().any(|t| &t.name == q.get_ref()) {
+                    self.err(
+                        format!("{key}.await.{field}"),
+                        span(q),
+                        ErrorKind::UnknownQueue(q.get_ref().clone()),
+                    );
+                }
+            }
+            if let Some(f) = &a.from {
+                if topology.queues.iter().any(|t| &t.name == f.get_ref())
+                    && !dead_letters_into(topology, f.get_ref(), a.queue.get_ref())
+                {
+                    self.err(
+                        format!("{key}.await.from"),
+                        span(f),
+                        ErrorKind::AwaitFromNotDeadLettering {
+                            from: f.get_ref().clone(),
+                            queue: a.queue.get_ref().clone(),
+                        },
+                    );
+                }
+            }
+            Action::Await {
+                queue: a.queue.get_ref().clone(),
+                depth: a.depth,
+                within_secs: a.within_secs.get(),
+                from: a.from.as_ref().map(|f| f.get_ref().clone()),
+            }
+        };
+        let asserts = self.asserts(&format!("{key}.assert"), &s.assert, raw);
+        Some(Some(Step {
+            action,
+            fault: None,
+            asserts,
+        }))
+    }
+
+    /// A `policy` step: its queue declared, and a classic one (a quorum or
+    /// stream queue applies a policy after it reports it).
+    pub(super) fn policy(
+        &mut self,
+        key: &str,
+        p: &crate::lab::schema::RawPolicy,
+        topology: &Topology,
+    ) -> Action {
+        match topology
+            .queues
+            .iter()
+            .find(|q| &q.name == p.queue.get_ref())
+        {
+            None => self.err(
+                format!("{key}.policy.queue"),
+                span(&p.queue),
+                ErrorKind::UnknownQueue(p.queue.get_ref().clone()),
+            ),
+            Some(q) => {
+                if let Some(ArgValue::Str(kind)) = q.arguments.get("x-queue-type") {
+                    if kind != "classic" {
+                        self.err(
+                            format!("{key}.policy.queue"),
+                            span(&p.queue),
+                            ErrorKind::PolicyOnClassicOnly(q.name.clone(), kind.clone()),
+                        );
+                    }
+                }
+            }
+        }
+        Action::Policy {
+            name: p.name.clone(),
+            queue: p.queue.get_ref().clone(),
+            definition: serde_json::to_string(&p.definition)
+                .expect("a map of strings, numbers and booleans"),
+        }
+    }
+
+    /// A `declare` step: each name a queue or exchange marked `later`.
+    pub(super) fn declare(
+        &mut self,
+        key: &str,
+        names: &[Spanned<String>],
+        topology: &Topology,
+    ) -> Action {
+        for (j, n) in names.iter().enumerate() {
+            let later = topology
+                .queues
+                .iter()
+                .any(|q| q.later && &q.name == n.get_ref())
+                || topology
+                    .exchanges
+                    .iter()
+                    .any(|x| x.later && &x.name == n.get_ref());
+            if !later {
+                self.err(
+                    format!("{key}.declare[{j}]"),
+                    span(n),
+                    ErrorKind::NotLater(n.get_ref().clone()),
+                );
+            }
+        }
+        Action::Declare(names.iter().map(|n| n.get_ref().clone()).collect())
+    }
+
+    /// Long because it checks one section of the file key by key, in the
+    /// file's order, so that errors come out in that order.
+    pub(super) fn steps(
+        &mut self,
+        raw: &RawLab,
+        topology: &Topology,
+        missing_ok: Option<&str>,
+    ) -> Vec<Step> {
+        let mut published: Vec<String> = Vec::new();
+        let mut next_id = 1;
+        let mut steps = Vec::new();
+        for (i, s) in raw.steps.iter().enumerate() {
+            let key = format!("step[{i}]");
+            if let Some(step) = self.standalone(&key, s, raw, topology) {
+                steps.extend(step);
+                continue;
+            }
+            let action = match (&s.publish, &s.consume, &s.inspect) {
+                (Some(p), None, None) => {
+                    // Ids are positional: a message whose fixture is broken
+                    // still has one, so a fault naming it is not a second error.
+                    let n: usize = p.messages.iter().map(|m| m.get_ref().count()).sum();
+                    published.extend((0..n).map(|j| format!("mid-{}", next_id + j)));
+                    let p = self.publish(&key, p, raw, &mut next_id);
+                    if let (Some(_), Some(f)) = (p.batch, &s.fault) {
+                        self.err(format!("{key}.fault"), span(f), ErrorKind::BatchWithFault);
+                    }
+                    for m in &p.messages {
+                        // As the consumer reads it (the message id if there is none).
+                        let event = serde_json::from_str::<serde_json::Value>(&m.body)
+                            .ok()
+                            .and_then(|v| v.get("eventId")?.as_str().map(str::to_string))
+                            .unwrap_or_else(|| m.meta.message_id.clone());
+                        self.events.push((m.meta.message_id.clone(), event));
+                    }
+                    Action::Publish(p)
+                }
+                (None, Some(c), None) => {
+                    Action::Consume(self.consume(&key, c, topology, missing_ok, &published))
+                }
+                (None, None, Some(fields)) => Action::Inspect(fields.clone()),
+                (None, None, None) if s.fault.is_some() => {
+                    let f = s.fault.as_ref().expect("checked");
+                    if let Some(a) = self.broker_step(&key, f) {
+                        let asserts = self.asserts(&format!("{key}.assert"), &s.assert, raw);
+                        steps.push(Step {
+                            action: a,
+                            fault: None,
+                            asserts,
+                        });
+                    }
+                    continue;
+                }
+                _ => {
+                    self.err(key, None, ErrorKind::StepActions);
+                    continue;
+                }
+            };
+            let fault = if matches!(action, Action::Inspect(_)) && s.fault.is_some() {
+                self.err(
+                    format!("{key}.fault"),
+                    s.fault.as_ref().map(span).unwrap_or_default(),
+                    ErrorKind::NoFaultOnInspect,
+                );
+                None
+            } else {
+                self.fault(&key, s, &action, &published, raw)
+            };
+            if let Action::Consume(c) = &action {
+                let rendezvous = fault.as_ref().is_some_and(|f| {
+                    matches!(f.action, FaultAction::Rendezvous | FaultAction::Stall)
+                });
+                if c.instances > 1 && !rendezvous {
+                    self.err(
+                        format!("{key}.consume.instances"),
+                        s.consume
+                            .as_ref()
+                            .and_then(|c| c.instances.as_ref())
+                            .and_then(span),
+                        ErrorKind::InstancesNeedRendezvous(c.instances),
+                    );
+                }
+            }
+            let asserts = self.asserts(&format!("{key}.assert"), &s.assert, raw);
+            steps.push(Step {
+                action,
+                fault,
+                asserts,
+            });
+        }
+        // A heal ends a partition of the same node made before it.
+        let mut cut = BTreeSet::new();
+        for (i, s) in raw.steps.iter().enumerate() {
+            let Some(f) = s.fault.as_ref().map(|f| f.get_ref()) else {
+                continue;
+            };
+            if *f.target.get_ref() != Target::Node {
+                continue;
+            }
+            let Some(n) = f.node.as_ref().map(|n| *n.get_ref()) else {
+                continue;
+            };
+            match f.action.get_ref() {
+                FaultAction::Partition => {
+                    cut.insert(n);
+                }
+                FaultAction::Heal if !cut.remove(&n) => self.err(
+                    format!("step[{i}].fault.node"),
+                    f.node.as_ref().and_then(span),
+                    ErrorKind::HealWithoutCut(n),
+                ),
+                _ => {}
+            }
+        }
+        steps
+    }
+
+    /// Long because it checks one section of the file key by key, in the
+    /// file's order, so that errors come out in that order.
+    pub(super) fn publish(
+        &mut self,
+        key: &str,
+        p: &RawPublish,
+        raw: &RawLab,
+        next_id: &mut usize,
+    ) -> Publish {
+        let mut messages = Vec::new();
+        for (j, m) in p.messages.iter().enumerate() {
+            let mkey = format!("{key}.publish.messages[{j}]");
+            let (fixture, rk, count, expiration_ms) = match m.get_ref() {
+                RawMessage::Fixture(f) => (f.clone(), p.routing_key.clone(), None, None),
+                RawMessage::Full(RawFullMessage {
+                    fixture,
+                    routing_key,
+                    count,
+                    expiration_ms,
+                }) => (
+                    fixture.clone(),
+                    routing_key.clone().or_else(|| p.routing_key.clone()),
+                    *count,
+                    expiration_ms.map(|n| n.get()),
+                ),
+            };
+            let first = *next_id;
+            *next_id += m.get_ref().count();
+            let Some(routing_key) = rk else {
+                self.err(mkey, span(m), ErrorKind::NoRoutingKey);
+                continue;
+            };
+            for n in first..*next_id {
+                let copy = count.map(|_| n - first + 1);
+                match load_fixture(self.fixtures, &fixture, n, copy) {
+                    Ok((meta, body)) => messages.push(Message {
+                        meta,
+                        routing_key: routing_key.clone(),
+                        fixture: fixture.clone(),
+                        body,
+                        expiration_ms,
+                    }),
+                    Err(kind) => {
+                        self.err(mkey, span(m), kind);
+                        break;
+                    }
+                }
+            }
+        }
+        let exchange = p
+            .exchange
+            .as_ref()
+            .map(|x| x.get_ref().clone())
+            .unwrap_or_default();
+        if let Some(x) = &p.exchange {
+            if !x.get_ref().is_empty() && !raw.exchanges.iter().any(|d| &d.name == x.get_ref()) {
+                self.err(
+                    format!("{key}.publish.exchange"),
+                    span(x),
+                    ErrorKind::UnknownExchange(x.get_ref().clone()),
+                );
+            }
+        }
+        let park = p.park.as_ref().map(|q| q.get_ref().clone());
+        if let Some(q) = &p.park {
+            if !raw.queues.iter().any(|d| d.name.get_ref() == q.get_ref()) {
+                self.err(
+                    format!("{key}.publish.park"),
+                    span(q),
+                    ErrorKind::UnknownQueue(q.get_ref().clone()),
+                );
+            }
+            // A return (`mandatory`) or a nack (a full queue that rejects
+            // publishes) is parked; the producer sees either in the confirm.
+            if !p.confirm {
+                self.err(
+                    format!("{key}.publish.park"),
+                    span(q),
+                    ErrorKind::ParkWithoutConfirm,
+                );
+            } else if !parks_anything(p, &raw.queues) {
+                self.err(
+                    format!("{key}.publish.park"),
+                    span(q),
+                    ErrorKind::ParkWithoutMandatory,
+                );
+            }
+        }
+        if p.reconcile
+            && (p.orders.as_ref().map(|o| *o.get_ref()) != Some(Handoff::Direct) || !p.resend)
+        {
+            self.err(
+                format!("{key}.publish.reconcile"),
+                None,
+                ErrorKind::ReconcileWithoutOrders,
+            );
+        }
+        if let Some(o) = p.orders.as_ref().filter(|o| o.get_ref().is_outbox()) {
+            if p.park.is_some() {
+                self.err(
+                    format!("{key}.publish.orders"),
+                    span(o),
+                    ErrorKind::OutboxPark(*o.get_ref()),
+                );
+            }
+        }
+        if p.relay && (p.reconcile || !p.orders.as_ref().is_some_and(|o| o.get_ref().is_outbox())) {
+            self.err(
+                format!("{key}.publish.relay"),
+                None,
+                ErrorKind::RelayWithoutOutbox,
+            );
+        }
+        Publish {
+            exchange,
+            messages,
+            deadline_secs: p.deadline_secs.get(),
+            confirm: p.confirm,
+            mandatory: p.mandatory,
+            persistent: p.persistent,
+            timestamp: p.timestamp,
+            park,
+            confirm_timeout_ms: p.confirm_timeout_ms.map(|n| n.get()),
+            resend: p.resend,
+            batch: self.batch(key, p),
+            flush: p.flush,
+            node: self.node(format!("{key}.publish.node"), &p.node),
+            orders: p.orders.as_ref().map(|o| *o.get_ref()),
+            reconcile: p.reconcile,
+            relay: p.relay,
+        }
+    }
+
+    /// Long because it checks one section of the file key by key, in the
+    /// file's order, so that errors come out in that order.
+    pub(super) fn consume(
+        &mut self,
+        key: &str,
+        c: &RawConsume,
+        topology: &Topology,
+        missing_ok: Option<&str>,
+        published: &[String],
+    ) -> Consume {
+        let declared = |q: &str| topology.queues.iter().any(|d| d.name == q);
+        if !declared(c.queue.get_ref()) {
+            self.err(
+                format!("{key}.consume.queue"),
+                span(&c.queue),
+                ErrorKind::UnknownQueue(c.queue.get_ref().clone()),
+            );
+        }
+        let mut tiers = Vec::new();
+        if let Some(r) = &c.retry {
+            let dlq = r.dlq.get_ref();
+            if !declared(dlq) && missing_ok != Some(dlq.as_str()) {
+                self.err(
+                    format!("{key}.consume.retry.dlq"),
+                    span(&r.dlq),
+                    ErrorKind::UnknownQueue(dlq.clone()),
+                );
+            }
+            for (j, t) in r.tiers.iter().enumerate() {
+                let tkey = format!("{key}.consume.retry.tiers[{j}]");
+                let Some(q) = topology.queues.iter().find(|q| &q.name == t.get_ref()) else {
+                    self.err(tkey, span(t), ErrorKind::UnknownQueue(t.get_ref().clone()));
+                    continue;
+                };
+                let back = q.arguments.get("x-dead-letter-routing-key")
+                    == Some(&ArgValue::Str(c.queue.get_ref().clone()));
+                match q.arguments.get("x-message-ttl") {
+                    Some(ArgValue::Int(ttl)) if back => tiers.push((q.name.clone(), *ttl as u64)),
+                    _ => self.err(
+                        tkey,
+                        span(t),
+                        ErrorKind::NotATier {
+                            queue: q.name.clone(),
+                            work: c.queue.get_ref().clone(),
+                        },
+                    ),
+                }
+            }
+        }
+        let pattern = c.pattern.as_ref().map_or(Pattern::Inbox, |p| *p.get_ref());
+        if let Some(d) = &c.commits_first {
+            let instances = c.instances.as_ref().map_or(1, |n| n.get_ref().get());
+            if c.command.is_none() || instances > 1 {
+                self.err(
+                    format!("{key}.consume.commits_first"),
+                    span(d),
+                    ErrorKind::CommitsFirstOfOne,
+                );
+            }
+        }
+        if let Some(cmd) = &c.command {
+            let builtin_only = c.pattern.is_some()
+                || c.retry.is_some()
+                || !c.transient_failures.is_empty()
+                || c.max_deliveries.is_some()
+                || c.downstream.is_some();
+            if builtin_only {
+                self.err(
+                    format!("{key}.consume.command"),
+                    span(cmd),
+                    ErrorKind::ProgramHasNoPattern,
+                );
+            }
+            if !self.has_effects {
+                self.err(
+                    format!("{key}.consume.command"),
+                    span(cmd),
+                    ErrorKind::NoEffectsQuery,
+                );
+            }
+        }
+        let classified =
+            c.command.is_none() && matches!(pattern.def().on_failure, OnFailure::Classified { .. });
+        if classified && c.retry.as_ref().is_none_or(|r| r.tiers.is_empty()) {
+            self.err(
+                format!("{key}.consume.retry"),
+                span(&c.queue),
+                ErrorKind::NoTiers(pattern),
+            );
+        }
+        let in_place = c.command.is_none() && pattern.def().on_failure == OnFailure::RetryInPlace;
+        if in_place && c.retry.is_none() {
+            self.err(
+                format!("{key}.consume.retry"),
+                span(&c.queue),
+                ErrorKind::NoRetry(pattern),
+            );
+        }
+        if let Some(n) = c
+            .instances
+            .as_ref()
+            .filter(|n| in_place && n.get_ref().get() > 1)
+        {
+            self.err(
+                format!("{key}.consume.instances"),
+                span(n),
+                ErrorKind::BlockNeedsOneConsumer(pattern),
+            );
+        }
+        let calls = pattern.def().calls_downstream();
+        match &c.downstream {
+            None if calls && c.command.is_none() => self.err(
+                format!("{key}.consume.downstream"),
+                span(&c.queue),
+                ErrorKind::NoDownstream(pattern),
+            ),
+            Some(d) if !calls && c.command.is_none() => self.err(
+                format!("{key}.consume.downstream"),
+                span(d),
+                ErrorKind::DownstreamNeverCalled(pattern, Pattern::calling_downstream()),
+            ),
+            _ => {}
+        }
+        let lose = c.downstream.iter().flat_map(|d| &d.get_ref().lose_response);
+        for m in lose {
+            if !published.contains(m) {
+                self.err(
+                    format!("{key}.consume.downstream.lose_response"),
+                    span(c.downstream.as_ref().expect("iterated")),
+                    ErrorKind::UnpublishedMessage {
+                        message: m.clone(),
+                        published: published.join(", "),
+                    },
+                );
+            }
+        }
+        for m in c.transient_failures.keys() {
+            if !published.contains(m) {
+                self.err(
+                    format!("{key}.consume.transient_failures.{m}"),
+                    span(&c.queue),
+                    ErrorKind::UnpublishedMessage {
+                        message: m.clone(),
+                        published: published.join(", "),
+                    },
+                );
+            }
+        }
+        Consume {
+            queue: c.queue.get_ref().clone(),
+            service: c.service.clone(),
+            pattern,
+            command: c.command.as_ref().map(|s| s.get_ref().clone()),
+            commits_first: c.commits_first.as_ref().is_some_and(|b| *b.get_ref()),
+            prefetch: c.prefetch.get(),
+            settle: match c.settle {
+                RawSettle::Count(n) => Settle::Count(n.get()),
+                RawSettle::Drain => Settle::Drain,
+            },
+            max_deliveries: c.max_deliveries.map(|n| n.get()),
+            retry: c.retry.as_ref().map(|r| Retry {
+                max_attempts: r.max_attempts.get(),
+                dlq: r.dlq.get_ref().clone(),
+                tiers,
+            }),
+            deadline_secs: c.deadline_secs.get(),
+            transient_failures: c
+                .transient_failures
+                .iter()
+                .map(|(m, n)| (m.clone(), n.get()))
+                .collect(),
+            node: self.node(format!("{key}.consume.node"), &c.node),
+            instances: c.instances.as_ref().map_or(1, |n| n.get_ref().get()),
+            downstream: c.downstream.as_ref().map(|d| Downstream {
+                timeout_ms: d.get_ref().timeout_ms.get(),
+                lose_response: d.get_ref().lose_response.clone(),
+            }),
+        }
+    }
+}
