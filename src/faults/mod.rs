@@ -12,9 +12,11 @@
 //!
 //! Each placement has its own [`Kind`](crate::vocab::Kind), and the runner
 //! dispatches each step's fault with an exhaustive `match` on its site's
-//! kind, no wildcard (clippy's `wildcard_enum_match_arm` denied there): a
-//! placement added to the registry without its hook does not compile. The
-//! runner's publish-step dispatch, reduced to its arms:
+//! bare kind, no wildcard (clippy's `wildcard_enum_match_arm` and
+//! `match_wildcard_for_single_variants` denied there, so CI refuses a `_`
+//! arm that would hide a new kind): a placement added to the registry
+//! without its hook does not compile. The runner's publish-step dispatch,
+//! reduced to its arms:
 //!
 //! ```
 //! use mqlab::vocab::OnPublish;

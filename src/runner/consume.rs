@@ -28,7 +28,10 @@ impl Ctx<'_> {
         bail!("the depths of `{queue}` and the queues that feed it never held still over 10 reads")
     }
 
-    #[deny(clippy::wildcard_enum_match_arm)] // a kind without its hook must not compile
+    #[deny(
+        clippy::wildcard_enum_match_arm,
+        clippy::match_wildcard_for_single_variants
+    )] // a kind without its hook must not compile
     pub(super) async fn consume(&mut self, c: &Consume, fault: Option<&Fault>) -> Result<()> {
         let phase = format!("consume({})", c.queue);
         let d = Deadline::new(&phase, c.deadline_secs);
@@ -47,38 +50,40 @@ impl Ctx<'_> {
         // no wildcard: a placement without its hook here does not compile.
         // Each arm says whose assertions wait for the consumer's end.
         let after = match on_consume(fault)? {
-            Some((f, k @ (OnConsume::Rendezvous | OnConsume::Stall))) => {
-                return self.consume_crowd(c, f, k, settle, d).await;
-            }
-            Some((f, OnConsume::ConsumerKill)) => {
-                let killed = self.consumer_config(c, settle, Some(point_of(f)));
-                let mut proc = self.spawn_role(RoleConfig::Consumer(killed))?;
-                self.reach_marker(&mut proc, Role::Consumer, f, d).await?;
-                if let Some(depth) = f.kill_at_depth {
-                    self.await_depth(&c.queue, depth, &phase, deadline).await?;
-                }
-                self.kill_marked(&mut proc, Role::Consumer, f, d).await?;
-                self.assert(&f.asserts).await?;
-                self.await_consumers_gone(&c.queue, &phase, deadline)
-                    .await?;
-                if let Some(n) = f.restart_settle {
-                    cfg.settle = n;
-                }
-                if f.restart_drain {
-                    cfg.settle = self.drain_count(&c.queue).await?;
-                    cfg.settle_copies = true;
-                }
-                None
-            }
-            Some((f, OnConsume::CutAck)) => {
-                // The proxy drops the ack and cuts; the same process reconnects.
-                self.proxy().arm(Rule::CutOnAck {
-                    message: f.message.clone(),
-                });
-                cfg.reconnect = true;
-                Some(f)
-            }
             None => None,
+            Some((f, kind)) => match kind {
+                k @ (OnConsume::Rendezvous | OnConsume::Stall) => {
+                    return self.consume_crowd(c, f, k, settle, d).await;
+                }
+                OnConsume::ConsumerKill => {
+                    let killed = self.consumer_config(c, settle, Some(point_of(f)));
+                    let mut proc = self.spawn_role(RoleConfig::Consumer(killed))?;
+                    self.reach_marker(&mut proc, Role::Consumer, f, d).await?;
+                    if let Some(depth) = f.kill_at_depth {
+                        self.await_depth(&c.queue, depth, &phase, deadline).await?;
+                    }
+                    self.kill_marked(&mut proc, Role::Consumer, f, d).await?;
+                    self.assert(&f.asserts).await?;
+                    self.await_consumers_gone(&c.queue, &phase, deadline)
+                        .await?;
+                    if let Some(n) = f.restart_settle {
+                        cfg.settle = n;
+                    }
+                    if f.restart_drain {
+                        cfg.settle = self.drain_count(&c.queue).await?;
+                        cfg.settle_copies = true;
+                    }
+                    None
+                }
+                OnConsume::CutAck => {
+                    // The proxy drops the ack and cuts; the same process reconnects.
+                    self.proxy().arm(Rule::CutOnAck {
+                        message: f.message.clone(),
+                    });
+                    cfg.reconnect = true;
+                    Some(f)
+                }
+            },
         };
         // Not across a cut: the process that reconnects gets a redelivery of
         // what it settled (its ack lost), which is no entry of the queue.
@@ -211,22 +216,27 @@ impl Ctx<'_> {
         }
         // Every consume-step placement on a program, by its kind, before
         // anything starts.
-        #[deny(clippy::wildcard_enum_match_arm)] // a kind without its hook must not compile
+        #[deny(
+            clippy::wildcard_enum_match_arm,
+            clippy::match_wildcard_for_single_variants
+        )] // a kind without its hook must not compile
         let kill = match on_consume(fault)? {
-            Some((f, OnConsume::Rendezvous)) => {
-                return self.consume_programs(c, command, f, settle, d).await;
-            }
-            Some((f, OnConsume::ConsumerKill)) => Some(f),
-            // The built-in consumer's only (`built_in_only`): the lab
-            // checker refuses them on a program.
-            Some((f, k @ (OnConsume::CutAck | OnConsume::Stall))) => {
-                bail!(
+            None => None,
+            Some((f, kind)) => match kind {
+                OnConsume::Rendezvous => {
+                    return self.consume_programs(c, command, f, settle, d).await;
+                }
+                OnConsume::ConsumerKill => Some(f),
+                // The built-in consumer's only (`built_in_only`): the lab
+                // checker refuses them on a program.
+                k @ (OnConsume::CutAck | OnConsume::Stall) => {
+                    bail!(
                     "phase {phase}: {k:?} ({} of the {}) has no hook on a program's consume step",
                     f.action,
                     f.target
                 )
-            }
-            None => None,
+                }
+            },
         };
         let (tx, mut seen) = mpsc::unbounded_channel();
         let bb = Arc::new(Mutex::new(BlackBox::new(tx)));

@@ -7,7 +7,10 @@ use crate::faults::rendezvous::{Crowd, Seen as CrowdSeen};
 
 impl Ctx<'_> {
     /// The step's instances under its rendezvous fault, then its assertions.
-    #[deny(clippy::wildcard_enum_match_arm)] // a kind without its hook must not compile
+    #[deny(
+        clippy::wildcard_enum_match_arm,
+        clippy::match_wildcard_for_single_variants
+    )] // a kind without its hook must not compile
     pub(super) async fn consume_crowd(
         &mut self,
         c: &Consume,

@@ -791,7 +791,10 @@ impl Ctx<'_> {
     }
 
     /// A fault step of its own, by its kind (`node`: 1-based, for a node's).
-    #[deny(clippy::wildcard_enum_match_arm)] // a kind without its hook must not compile
+    #[deny(
+        clippy::wildcard_enum_match_arm,
+        clippy::match_wildcard_for_single_variants
+    )] // a kind without its hook must not compile
     async fn between(&mut self, target: Target, action: FaultAction, node: usize) -> Result<()> {
         match between_steps(target, action)? {
             BetweenSteps::BrokerRestart => crate::faults::broker::between(self, action).await,
@@ -899,7 +902,9 @@ fn on_publish(fault: Option<&Fault>) -> Result<Option<(&Fault, OnPublish)>> {
     let Some(f) = fault else { return Ok(None) };
     match kind_at(f.target, f.action, Site::Publish)? {
         Kind::Publish(k) => Ok(Some((f, k))),
-        other => bail!("a publish step's fault of kind {other:?}"),
+        other @ (Kind::Consume(_) | Kind::Between(_)) => {
+            bail!("a publish step's fault of kind {other:?}")
+        }
     }
 }
 
@@ -908,7 +913,9 @@ fn on_consume(fault: Option<&Fault>) -> Result<Option<(&Fault, OnConsume)>> {
     let Some(f) = fault else { return Ok(None) };
     match kind_at(f.target, f.action, Site::Consume)? {
         Kind::Consume(k) => Ok(Some((f, k))),
-        other => bail!("a consume step's fault of kind {other:?}"),
+        other @ (Kind::Publish(_) | Kind::Between(_)) => {
+            bail!("a consume step's fault of kind {other:?}")
+        }
     }
 }
 
@@ -916,7 +923,9 @@ fn on_consume(fault: Option<&Fault>) -> Result<Option<(&Fault, OnConsume)>> {
 fn between_steps(target: Target, action: FaultAction) -> Result<BetweenSteps> {
     match kind_at(target, action, Site::Between)? {
         Kind::Between(k) => Ok(k),
-        other => bail!("a between-steps fault of kind {other:?}"),
+        other @ (Kind::Publish(_) | Kind::Consume(_)) => {
+            bail!("a between-steps fault of kind {other:?}")
+        }
     }
 }
 

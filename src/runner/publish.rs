@@ -3,7 +3,10 @@
 use super::*;
 
 impl Ctx<'_> {
-    #[deny(clippy::wildcard_enum_match_arm)] // a kind without its hook must not compile
+    #[deny(
+        clippy::wildcard_enum_match_arm,
+        clippy::match_wildcard_for_single_variants
+    )] // a kind without its hook must not compile
     pub(super) async fn publish(
         &mut self,
         p: &Publish,
@@ -15,57 +18,59 @@ impl Ctx<'_> {
         // no wildcard: a placement without its hook here does not compile.
         // Each arm says whose assertions wait for the producer's end.
         let after = match on_publish(fault)? {
-            // A family that sequences its own fault: its hook, then the
-            // fault's assertions.
-            Some((f, OnPublish::NodeKill)) => {
-                let mut stage = PublishStage::new(self, p, d);
-                crate::faults::node::kill_on_publish(&mut stage, p, f).await?;
-                return self.assert(&f.asserts).await;
-            }
-            Some((f, OnPublish::BrokerPause)) => {
-                let mut stage = PublishStage::new(self, p, d);
-                crate::faults::pause::on_publish(&mut stage, p, f).await?;
-                return self.assert(&f.asserts).await;
-            }
-            Some((f, OnPublish::ProducerKill)) => {
-                let killed = self.producer_config(p, Some(point_of(f)));
-                let mut proc = self.spawn_role(RoleConfig::Producer(killed))?;
-                self.kill_at_marker(&mut proc, Role::Producer, f, d).await?;
-                self.assert(&f.asserts).await?;
-                None
-            }
-            Some((f, OnPublish::CutPublish)) => {
-                // The proxy drops the publish and cuts: the producer fails
-                // waiting for its confirm, and a new one resumes from the journal.
-                self.proxy().arm(Rule::CutOnPublish {
-                    message: f.message.clone(),
-                });
-                let cfg = self.producer_config(p, None);
-                let mut proc = self.spawn_role(RoleConfig::Producer(cfg))?;
-                self.follow(&mut proc, Role::Producer, d, None).await?;
-                let code = self.wait_exit(&mut proc, d).await?;
-                if code == 0 {
-                    // The publish never left (a reconciliation with nothing
-                    // to send): the window was not reached, no verdict.
-                    let why = format!(
-                        "phase {phase}: the producer finished; its publish of {} was never cut",
-                        f.message
-                    );
-                    self.unreachable = Some(why.clone());
-                    bail!(why);
-                }
-                self.proxy_effect(phase, d.at).await?;
-                self.proxy().release();
-                Some(f)
-            }
-            // The proxy holds the confirm; the producer times out and sends again.
-            Some((f, OnPublish::HoldConfirm)) => {
-                self.proxy().arm(Rule::HoldConfirm {
-                    message: f.message.clone(),
-                });
-                Some(f)
-            }
             None => None,
+            Some((f, kind)) => match kind {
+                // A family that sequences its own fault: its hook, then the
+                // fault's assertions.
+                OnPublish::NodeKill => {
+                    let mut stage = PublishStage::new(self, p, d);
+                    crate::faults::node::kill_on_publish(&mut stage, p, f).await?;
+                    return self.assert(&f.asserts).await;
+                }
+                OnPublish::BrokerPause => {
+                    let mut stage = PublishStage::new(self, p, d);
+                    crate::faults::pause::on_publish(&mut stage, p, f).await?;
+                    return self.assert(&f.asserts).await;
+                }
+                OnPublish::ProducerKill => {
+                    let killed = self.producer_config(p, Some(point_of(f)));
+                    let mut proc = self.spawn_role(RoleConfig::Producer(killed))?;
+                    self.kill_at_marker(&mut proc, Role::Producer, f, d).await?;
+                    self.assert(&f.asserts).await?;
+                    None
+                }
+                OnPublish::CutPublish => {
+                    // The proxy drops the publish and cuts: the producer fails
+                    // waiting for its confirm, and a new one resumes from the journal.
+                    self.proxy().arm(Rule::CutOnPublish {
+                        message: f.message.clone(),
+                    });
+                    let cfg = self.producer_config(p, None);
+                    let mut proc = self.spawn_role(RoleConfig::Producer(cfg))?;
+                    self.follow(&mut proc, Role::Producer, d, None).await?;
+                    let code = self.wait_exit(&mut proc, d).await?;
+                    if code == 0 {
+                        // The publish never left (a reconciliation with nothing
+                        // to send): the window was not reached, no verdict.
+                        let why = format!(
+                            "phase {phase}: the producer finished; its publish of {} was never cut",
+                            f.message
+                        );
+                        self.unreachable = Some(why.clone());
+                        bail!(why);
+                    }
+                    self.proxy_effect(phase, d.at).await?;
+                    self.proxy().release();
+                    Some(f)
+                }
+                // The proxy holds the confirm; the producer times out and sends again.
+                OnPublish::HoldConfirm => {
+                    self.proxy().arm(Rule::HoldConfirm {
+                        message: f.message.clone(),
+                    });
+                    Some(f)
+                }
+            },
         };
         // After a kill, the restarted producer reads the same journal.
         let cfg = self.producer_config(p, None);
