@@ -360,17 +360,25 @@ pub async fn await_paused(nodes: &impl Nodes, n: usize) -> Result<()> {
         if let Err(seen) = super::poll_eval(deadline, "false", || nodes.eval(m, &gone)).await {
             bail!("node {m} still sees node {n} 60 s after it was cut off ({seen})");
         }
-        // A barrier: node m's rabbit_node_monitor handles node n's `DOWN`
-        // in order with the calls it answers, and its handle_dead_rabbit
-        // runs rabbit_amqqueue:on_node_down synchronously (read in 3.10.8's
-        // beam; partitions/0 is gen_server:call(rabbit_node_monitor, ...)).
-        // Without it a publish right after the step could still route to
-        // the cut-off node's classic queue and be nacked, where 3.10 has
-        // dropped the queue from its table and confirms (seen once in
+        // Until node m's rabbit_node_monitor has handled node n's `DOWN`:
+        // its handler writes the cluster status without node n, then runs
+        // handle_dead_rabbit, which runs rabbit_amqqueue:on_node_down
+        // (3.10.8's beam, read). So: node n gone from the status it wrote,
+        // then a call to the monitor (partitions/0 is a gen_server:call),
+        // answered only once that handler is done. Without it a publish
+        // right after the step could still route to node n's classic
+        // queue and be nacked where 3.10 confirms (seen once in
         // containers: quorum-partition@classic-queue, confirmed=2).
-        let answer = nodes.eval(m, "rabbit_node_monitor:partitions().").await?;
-        if !answer.starts_with('[') {
-            bail!("node {m}'s node monitor answered {answer} after node {n} was cut off");
+        let name = nodes.name(n);
+        let written = format!(
+            "not lists:member('{name}', element(3, rabbit_node_monitor:read_cluster_status()))."
+        );
+        if let Err(seen) = super::poll_eval(deadline, "true", || nodes.eval(m, &written)).await {
+            bail!("node {m}'s node monitor still counts node {n} running 60 s after it was cut off ({seen})");
+        }
+        let handled = "is_list(rabbit_node_monitor:partitions()).";
+        if let Err(seen) = super::poll_eval(deadline, "true", || nodes.eval(m, handled)).await {
+            bail!("node {m}'s node monitor did not answer after node {n} was cut off ({seen})");
         }
     }
     loop {
