@@ -63,6 +63,10 @@ pub async fn kill_on_publish(s: &mut impl Stage, p: &Publish, f: &Fault) -> Resu
 /// A cluster node's fault between steps. The harness moves its own
 /// connection to a node that is up and in the majority; the queues are
 /// not declared again (a classic queue whose node is down cannot be).
+#[deny(
+    clippy::wildcard_enum_match_arm,
+    clippy::match_wildcard_for_single_variants
+)] // a kind without its hook must not compile
 pub async fn between(
     r: &mut impl Run,
     node: usize,

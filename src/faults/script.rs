@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 
+#[cfg(test)]
+use super::proxy::Rule;
 use super::proxy::{Proxy, ProxyEvent};
 use super::{Run, Stage};
 use crate::env::{Endpoints, EnvFuture, EnvInfo, Environment};
@@ -407,7 +409,12 @@ mod tests {
         );
         // The hold was armed for the message (and the script's proxy,
         // with nothing connected, never used it).
-        assert!(armed.is_some());
+        assert_eq!(
+            armed,
+            Some(Rule::HoldConfirm {
+                message: f.message.clone()
+            })
+        );
     }
 
     /// A pause that fails is resumed all the same, and the step fails.
@@ -453,13 +460,19 @@ mod tests {
         let (p, f) = faulted_publish("publisher-confirm-failover");
         let node = f.node.expect("a node");
         let before = p.message_before(&f.message).expect("a message before");
-        let lines = block_on(async {
+        let (lines, armed) = block_on(async {
             let mut s = Script::new(vec![held(&f.message)], None).await;
             super::super::node::kill_on_publish(&mut s, &p, &f)
                 .await
                 .unwrap();
-            s.lines()
+            (s.lines(), s.proxy.armed())
         });
+        assert_eq!(
+            armed,
+            Some(Rule::HoldConfirm {
+                message: f.message.clone()
+            })
+        );
         assert_eq!(
             lines,
             [

@@ -277,7 +277,7 @@ impl Checker<'_> {
     /// A rendezvous's own rules: instances to hold, one message at a time
     /// each, and a copy of the event for every instance. The copies, in
     /// publish order from the named message on.
-    pub(super) fn rendezvous(
+    fn rendezvous(
         &mut self,
         fkey: &str,
         spanned: &Spanned<RawFault>,
@@ -331,7 +331,7 @@ impl Checker<'_> {
     }
 
     /// A fault step of its own: a cluster node's, between two steps.
-    pub(super) fn node_step(&mut self, key: &str, spanned: &Spanned<RawFault>) -> Option<Action> {
+    fn node_step(&mut self, key: &str, spanned: &Spanned<RawFault>) -> Option<Action> {
         let f = spanned.get_ref();
         let fkey = format!("{key}.fault");
         let act = *f.action.get_ref();

@@ -7,7 +7,7 @@ impl Checker<'_> {
     /// A step of its own kind, not a role's (`policy`, `purge_inbox`,
     /// `declare`, `await`): None when `s` is none of them; Some(None) when it is one
     /// and has an error.
-    pub(super) fn standalone(
+    fn standalone(
         &mut self,
         key: &str,
         s: &RawStep,
@@ -78,7 +78,7 @@ impl Checker<'_> {
 
     /// A `policy` step: its queue declared, and a classic one (a quorum or
     /// stream queue applies a policy after it reports it).
-    pub(super) fn policy(
+    fn policy(
         &mut self,
         key: &str,
         p: &crate::lab::schema::RawPolicy,
@@ -115,12 +115,7 @@ impl Checker<'_> {
     }
 
     /// A `declare` step: each name a queue or exchange marked `later`.
-    pub(super) fn declare(
-        &mut self,
-        key: &str,
-        names: &[Spanned<String>],
-        topology: &Topology,
-    ) -> Action {
+    fn declare(&mut self, key: &str, names: &[Spanned<String>], topology: &Topology) -> Action {
         for (j, n) in names.iter().enumerate() {
             let later = topology
                 .queues
@@ -260,13 +255,7 @@ impl Checker<'_> {
 
     /// Long because it checks one section of the file key by key, in the
     /// file's order, so that errors come out in that order.
-    pub(super) fn publish(
-        &mut self,
-        key: &str,
-        p: &RawPublish,
-        raw: &RawLab,
-        next_id: &mut usize,
-    ) -> Publish {
+    fn publish(&mut self, key: &str, p: &RawPublish, raw: &RawLab, next_id: &mut usize) -> Publish {
         let mut messages = Vec::new();
         for (j, m) in p.messages.iter().enumerate() {
             let mkey = format!("{key}.publish.messages[{j}]");
@@ -393,7 +382,7 @@ impl Checker<'_> {
 
     /// Long because it checks one section of the file key by key, in the
     /// file's order, so that errors come out in that order.
-    pub(super) fn consume(
+    fn consume(
         &mut self,
         key: &str,
         c: &RawConsume,

@@ -67,7 +67,7 @@ pub(super) fn parks_anything(p: &RawPublish, queues: &[RawQueue]) -> bool {
         })
 }
 
-pub(super) fn vary_consume(c: &mut RawConsume, v: &RawVariant) {
+fn vary_consume(c: &mut RawConsume, v: &RawVariant) {
     if let Some(p) = &v.pattern {
         c.pattern = Some(p.clone());
     }
@@ -90,7 +90,7 @@ pub(super) fn vary_consume(c: &mut RawConsume, v: &RawVariant) {
     }
 }
 
-pub(super) fn vary_publish(p: &mut RawPublish, v: &RawVariant) {
+fn vary_publish(p: &mut RawPublish, v: &RawVariant) {
     if let Some(x) = v.persistent {
         p.persistent = x;
     }
@@ -119,7 +119,7 @@ pub(super) fn vary_publish(p: &mut RawPublish, v: &RawVariant) {
 }
 
 /// Durability, arguments, bindings, and the classic variant of a quorum queue.
-pub(super) fn vary_queues(queues: &mut [RawQueue], v: &RawVariant) {
+fn vary_queues(queues: &mut [RawQueue], v: &RawVariant) {
     if let Some(d) = v.durable {
         for q in queues.iter_mut() {
             q.durable = d;
