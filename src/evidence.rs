@@ -17,8 +17,6 @@ use crate::vocab::{Role, Status, Target};
 
 /// Bumped when a field changes meaning or disappears (`docs/evidence/schema.json`).
 pub const SCHEMA_VERSION: u32 = 1;
-pub const CLIENT_LIBRARY: &str = "lapin";
-pub const CLIENT_VERSION: &str = env!("MQLAB_LAPIN_VERSION");
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -180,9 +178,12 @@ pub fn record(r: &RunRecord, info: &EnvInfo) -> Record {
             version: info.db_version.clone(),
             source: info.db_source.clone(),
         },
-        client: Client {
-            library: CLIENT_LIBRARY.into(),
-            version: CLIENT_VERSION.into(),
+        client: {
+            let (library, version) = crate::broker::rabbitmq::client_library();
+            Client {
+                library: library.into(),
+                version: version.into(),
+            }
         },
         environment: info.kind.into(),
         captured_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),

@@ -1,7 +1,7 @@
 //! The brokers mqlab runs its labs on, each a module behind what the
 //! engine asks of a broker. Nothing outside a broker's module imports its
-//! client crate (`tests/modules.rs` enforces it for RabbitMQ's lapin and
-//! amq-protocol).
+//! client crate (`tests/modules.rs` enforces it for RabbitMQ's client
+//! crates).
 //!
 //! What a broker gives the engine, here as types of its own:
 //! - a wire [`Codec`]: the proxy between the roles and the broker reads

@@ -85,7 +85,7 @@ names! {
     /// The broker a lab runs against (`broker` in a lab file; a module of
     /// `crate::broker` each). One today: the next is Redis Streams.
     pub enum Broker ("broker") {
-        RabbitMq = "rabbitmq": "RabbitMQ: 3.10.8, or 4.0.5 with `--rabbitmq 4.0`; AMQP 0-9-1 through lapin",
+        RabbitMq = "rabbitmq": "RabbitMQ: 3.10.8, or 4.0.5 with `--rabbitmq 4.0`; AMQP 0-9-1",
     }
 }
 

@@ -32,6 +32,12 @@ pub async fn inbound(url: &str) -> Result<Box<dyn Inbound>> {
     Ok(Box::new(transport::inbound(url).await?))
 }
 
+/// The client library the roles and the harness speak through, and its
+/// version as built (`build.rs`): the evidence names it.
+pub fn client_library() -> (&'static str, &'static str) {
+    ("lapin", env!("MQLAB_LAPIN_VERSION"))
+}
+
 /// The broker's `product` and `version` from its Connection.Start frame:
 /// the version of the server actually running, not of a package.
 pub async fn version(host: &str, port: u16) -> Result<String> {

@@ -1,3 +1,7 @@
+//! The lab checker's tests. A table for the most part: its core is
+//! `every_error_message_from_a_snippet`, one row per error message (about
+//! 650 lines), kept whole so that every message reads beside its snippet.
+
 use std::path::PathBuf;
 
 use crate::lab::Action;
