@@ -22,7 +22,7 @@ use crate::env::{process, Environment};
 use crate::protocol::{ConsumerConfig, FaultPoint, OutMessage, ProducerConfig, RoleConfig};
 use crate::store;
 use crate::transcript::{Entry, MessageMeta};
-use crate::vocab::{Check, Pattern, QueueDecl, Role, Status, Topology, Window};
+use crate::vocab::{Check, FaultAction, Pattern, QueueDecl, Role, Status, Topology, Window};
 
 /// What a soak is asked to do.
 #[derive(Clone, Debug)]
@@ -156,6 +156,49 @@ pub fn stream(plan: &Plan) -> Vec<OutMessage> {
         }
     }
     out
+}
+
+/// The soak's two queues, durable, on the default exchange.
+fn topology() -> Topology {
+    Topology {
+        exchanges: Vec::new(),
+        queues: [QUEUE, BASELINE_QUEUE]
+            .iter()
+            .map(|q| QueueDecl {
+                name: q.to_string(),
+                durable: true,
+                arguments: Default::default(),
+                bindings: Vec::new(),
+                later: false,
+            })
+            .collect(),
+    }
+}
+
+/// The soak restarts the broker through the broker family's sequence, as a
+/// lab's `broker = "restart"` step does; its `[fault]` lines go to the
+/// terminal's progress line.
+impl crate::faults::Harness for Soak<'_> {
+    fn lab(&self) -> &str {
+        "soak"
+    }
+
+    fn say(&mut self, _role: Role, line: &str) {
+        (self.progress)(line);
+    }
+
+    fn env(&mut self) -> Result<&mut (dyn Environment + 'static)> {
+        Ok(&mut *self.env)
+    }
+
+    /// The soak holds no connection between its checks: after a restart it
+    /// declares its queues again, as the runner does.
+    async fn reconnect_harness(&mut self, _restarted: bool) -> Result<()> {
+        let broker = crate::broker::admin(&self.env.endpoints().amqp_url(&self.vhost)).await?;
+        broker.declare(&topology()).await?;
+        broker.close("done").await;
+        Ok(())
+    }
 }
 
 /// A role process and its lines.
@@ -344,24 +387,11 @@ impl Soak<'_> {
         let mut db = store::connect(&self.env.endpoints().pg_url(&self.database)).await?;
         store::migrate(&mut db).await?;
         let broker = crate::broker::admin(&self.env.endpoints().amqp_url(&self.vhost)).await?;
-        let topology = Topology {
-            exchanges: Vec::new(),
-            queues: [QUEUE, BASELINE_QUEUE]
-                .iter()
-                .map(|q| QueueDecl {
-                    name: q.to_string(),
-                    durable: true,
-                    arguments: Default::default(),
-                    bindings: Vec::new(),
-                    later: false,
-                })
-                .collect(),
-        };
-        broker.delete_queues(&topology).await?;
-        broker.declare(&topology).await?;
+        broker.delete_queues(&topology()).await?;
+        broker.declare(&topology()).await?;
         broker.close("done").await;
         if restarts {
-            self.env.sync_metadata(1).await?;
+            crate::faults::broker::declared(&*self.env, 1).await?;
         }
         std::fs::create_dir_all(&self.logs)?;
         Ok(db)
@@ -439,8 +469,7 @@ impl Soak<'_> {
             if settled.len() >= next_restart && restarts < plan.broker_restarts {
                 restarts += 1;
                 next_restart += restart_every;
-                (self.progress)("restarting the broker");
-                self.env.restart_broker().await?;
+                crate::faults::broker::between(self, FaultAction::Restart).await?;
             }
         }
         for p in &mut procs {

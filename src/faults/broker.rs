@@ -4,12 +4,23 @@
 
 use anyhow::Result;
 
-use super::Run;
+use super::Harness;
+use crate::env::Environment;
 use crate::transcript::Record;
 use crate::vocab::{FaultAction, Role, Status, Target};
 
-/// The broker's fault between two steps.
-pub async fn between(r: &mut impl Run, action: FaultAction) -> Result<()> {
+/// Before any restart, once the topology is declared: its declaration on
+/// disk (on `node`, the harness's), since a restart that came before the
+/// broker logged it could lose the queues. The runner calls it after each
+/// declaration of a lab with a broker fault, `soak` before its restarts.
+pub async fn declared(env: &dyn Environment, node: usize) -> Result<()> {
+    env.sync_metadata(node).await
+}
+
+/// The broker's fault between two steps (or, in `soak`, mid-stream): killed
+/// and started on the same data, the harness connected again and the
+/// topology declared again.
+pub async fn between(r: &mut impl Harness, action: FaultAction) -> Result<()> {
     let line = |lab: &str, status| {
         Record::new(lab)
             .with("target", Target::Broker)

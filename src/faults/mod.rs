@@ -66,20 +66,30 @@ use crate::env::Environment;
 use crate::vocab::{Role, Status};
 use proxy::{Proxy, ProxyEvent};
 
-/// What any fault family's hooks may ask of the run in progress, between
-/// steps or on one: the runner implements it, so a family sequences its
-/// fault without knowing the runner.
+/// What the broker family's restart asks of whoever runs it: the runner
+/// between two steps, and `soak` mid-stream. One sequence for both, so a
+/// soak restarts the broker as a lab does.
 #[allow(async_fn_in_trait)] // used generically, never as `dyn`
-pub trait Run {
+pub trait Harness {
     /// The lab's name, for the family's `[fault]` lines.
     fn lab(&self) -> &str;
     /// A line in the transcript (and on the terminal), as `role`.
     fn say(&mut self, role: Role, line: &str);
-    /// The harness's AMQP proxy between the roles and the broker.
-    fn proxy(&self) -> &Proxy;
     /// The environment; an error when the run shares it (it has no broker
     /// fault, by [`crate::lab::Lab::has_broker_fault`], so this is a bug).
     fn env(&mut self) -> Result<&mut (dyn Environment + 'static)>;
+    /// The harness's own connection moves to a node that is up, closing the
+    /// old one; after a broker restart (`restarted`) the old one is dead
+    /// and the lab's topology is declared again, as an application does.
+    async fn reconnect_harness(&mut self, restarted: bool) -> Result<()>;
+}
+
+/// What any fault family's hooks may ask of the run in progress, between
+/// steps or on one: the runner implements it, so a family sequences its
+/// fault without knowing the runner.
+pub trait Run: Harness {
+    /// The harness's AMQP proxy between the roles and the broker.
+    fn proxy(&self) -> &Proxy;
     /// The run's vhost.
     fn vhost(&self) -> &str;
     /// The names of the lab's quorum queues.
@@ -92,10 +102,6 @@ pub trait Run {
     /// The broker is paused (`true`) or resumed: one left paused is resumed
     /// after the lab, however it ends.
     fn broker_paused(&mut self, paused: bool);
-    /// The harness's own connection moves to a node that is up, closing the
-    /// old one; after a broker restart (`restarted`) the old one is dead
-    /// and the lab's topology is declared again, as an application does.
-    async fn reconnect_harness(&mut self, restarted: bool) -> Result<()>;
 }
 
 /// What a fault family's hooks may ask of the publish step in progress:

@@ -17,7 +17,7 @@ use anyhow::{bail, Result};
 #[cfg(test)]
 use super::proxy::Rule;
 use super::proxy::{Proxy, ProxyEvent};
-use super::{Run, Stage};
+use super::{Harness, Run, Stage};
 use crate::env::{Endpoints, EnvFuture, EnvInfo, Environment};
 use crate::vocab::{Role, Status};
 
@@ -71,7 +71,7 @@ fn said(line: &str) -> String {
     format!("say {} {}", field("action="), field("status="))
 }
 
-impl Run for Script {
+impl Harness for Script {
     fn lab(&self) -> &str {
         "t"
     }
@@ -79,11 +79,18 @@ impl Run for Script {
         assert_eq!(role, Role::Fault, "a family speaks as the fault");
         self.note(said(line));
     }
-    fn proxy(&self) -> &Proxy {
-        &self.proxy
-    }
     fn env(&mut self) -> Result<&mut (dyn Environment + 'static)> {
         Ok(&mut self.env)
+    }
+    async fn reconnect_harness(&mut self, restarted: bool) -> Result<()> {
+        self.note(format!("reconnect restarted={restarted}"));
+        Ok(())
+    }
+}
+
+impl Run for Script {
+    fn proxy(&self) -> &Proxy {
+        &self.proxy
     }
     fn vhost(&self) -> &str {
         "v"
@@ -99,10 +106,6 @@ impl Run for Script {
     }
     fn broker_paused(&mut self, paused: bool) {
         self.note(format!("broker_paused {paused}"));
-    }
-    async fn reconnect_harness(&mut self, restarted: bool) -> Result<()> {
-        self.note(format!("reconnect restarted={restarted}"));
-        Ok(())
     }
 }
 

@@ -5,7 +5,7 @@
 
 use super::*;
 
-impl crate::faults::Run for Ctx<'_> {
+impl crate::faults::Harness for Ctx<'_> {
     fn lab(&self) -> &str {
         &self.lab.name
     }
@@ -14,14 +14,26 @@ impl crate::faults::Run for Ctx<'_> {
         self.emit(role, line);
     }
 
-    fn proxy(&self) -> &Proxy {
-        Ctx::proxy(self)
-    }
-
     fn env(&mut self) -> Result<&mut (dyn Environment + 'static)> {
         self.env
             .own()
             .context("a broker or node fault needs the environment to itself: this run shares it")
+    }
+
+    async fn reconnect_harness(&mut self, restarted: bool) -> Result<()> {
+        if !restarted {
+            return self.move_harness().await;
+        }
+        let broker = self.connect_broker().await?;
+        broker.declare(&self.lab.topology).await?;
+        self.conns().broker = broker;
+        Ok(())
+    }
+}
+
+impl crate::faults::Run for Ctx<'_> {
+    fn proxy(&self) -> &Proxy {
+        Ctx::proxy(self)
     }
 
     fn vhost(&self) -> &str {
@@ -56,16 +68,6 @@ impl crate::faults::Run for Ctx<'_> {
 
     fn broker_paused(&mut self, paused: bool) {
         self.broker_paused = paused;
-    }
-
-    async fn reconnect_harness(&mut self, restarted: bool) -> Result<()> {
-        if !restarted {
-            return self.move_harness().await;
-        }
-        let broker = self.connect_broker().await?;
-        broker.declare(&self.lab.topology).await?;
-        self.conns().broker = broker;
-        Ok(())
     }
 }
 

@@ -706,7 +706,7 @@ impl Ctx<'_> {
     /// metadata in their own copies).
     async fn sync_metadata(&self) -> Result<()> {
         match (self.lab.has_broker_fault(), self.env.owned()) {
-            (true, Some(env)) => env.sync_metadata(self.harness_node()).await,
+            (true, Some(env)) => crate::faults::broker::declared(env, self.harness_node()).await,
             _ => Ok(()),
         }
     }

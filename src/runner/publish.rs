@@ -161,21 +161,27 @@ impl<'c, 'a> PublishStage<'c, 'a> {
     }
 }
 
-impl crate::faults::Run for PublishStage<'_, '_> {
+impl crate::faults::Harness for PublishStage<'_, '_> {
     fn lab(&self) -> &str {
-        crate::faults::Run::lab(&*self.ctx)
+        crate::faults::Harness::lab(&*self.ctx)
     }
 
     fn say(&mut self, role: Role, line: &str) {
         self.ctx.emit(role, line);
     }
 
-    fn proxy(&self) -> &Proxy {
-        self.ctx.proxy()
+    fn env(&mut self) -> Result<&mut (dyn Environment + 'static)> {
+        crate::faults::Harness::env(&mut *self.ctx)
     }
 
-    fn env(&mut self) -> Result<&mut (dyn Environment + 'static)> {
-        crate::faults::Run::env(&mut *self.ctx)
+    async fn reconnect_harness(&mut self, restarted: bool) -> Result<()> {
+        crate::faults::Harness::reconnect_harness(&mut *self.ctx, restarted).await
+    }
+}
+
+impl crate::faults::Run for PublishStage<'_, '_> {
+    fn proxy(&self) -> &Proxy {
+        self.ctx.proxy()
     }
 
     fn vhost(&self) -> &str {
@@ -196,10 +202,6 @@ impl crate::faults::Run for PublishStage<'_, '_> {
 
     fn broker_paused(&mut self, paused: bool) {
         self.ctx.broker_paused = paused;
-    }
-
-    async fn reconnect_harness(&mut self, restarted: bool) -> Result<()> {
-        crate::faults::Run::reconnect_harness(&mut *self.ctx, restarted).await
     }
 }
 
