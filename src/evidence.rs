@@ -12,7 +12,7 @@ use crate::checker::History;
 use crate::env::EnvInfo;
 use crate::expect::Expect;
 use crate::record::{RunRecord, SnapshotResult};
-use crate::transcript::{Entry, PRODUCT};
+use crate::transcript::Entry;
 use crate::vocab::{Role, Status, Target};
 
 /// Bumped when a field changes meaning or disappears (`docs/evidence/schema.json`).
@@ -163,7 +163,7 @@ pub fn record(r: &RunRecord, info: &EnvInfo) -> Record {
     let passed = r.passed();
     Record {
         schema_version: SCHEMA_VERSION,
-        product: PRODUCT.into(),
+        product: r.broker.to_string(),
         lab: r.lab.clone(),
         variant: r.variant.clone(),
         run: r.run.clone(),
@@ -179,7 +179,7 @@ pub fn record(r: &RunRecord, info: &EnvInfo) -> Record {
             source: info.db_source.clone(),
         },
         client: {
-            let (library, version) = crate::broker::rabbitmq::client_library();
+            let (library, version) = crate::broker::client_library(r.broker);
             Client {
                 library: library.into(),
                 version: version.into(),

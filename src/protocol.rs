@@ -100,6 +100,9 @@ pub struct OutMessage {
 #[serde(deny_unknown_fields)]
 pub struct ProducerConfig {
     pub lab: String,
+    /// The lab's broker: its lines' `product`.
+    #[serde(default)]
+    pub broker: crate::vocab::Broker,
     pub amqp_url: String,
     pub exchange: String,
     /// What the lines call `destination` (the exchange, or the queue behind the default exchange).
@@ -187,6 +190,9 @@ pub struct FaultPoint {
 #[serde(deny_unknown_fields)]
 pub struct ConsumerConfig {
     pub lab: String,
+    /// The lab's broker: its lines' `product`.
+    #[serde(default)]
+    pub broker: crate::vocab::Broker,
     pub amqp_url: String,
     pub database_url: String,
     pub queue: String,
@@ -245,6 +251,7 @@ mod tests {
     fn a_config_round_trips_and_other_versions_are_refused() {
         let e = Envelope::new(RoleConfig::Producer(ProducerConfig {
             lab: "l".into(),
+            broker: Default::default(),
             amqp_url: "amqp://x".into(),
             exchange: String::new(),
             destination: "q".into(),

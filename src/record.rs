@@ -27,6 +27,8 @@ pub enum SnapshotResult {
 pub struct RunRecord {
     pub run: String,
     pub lab: String,
+    /// The broker the lab ran on (the evidence's `product`).
+    pub broker: crate::vocab::Broker,
     pub variant: Option<String>,
     pub claim: String,
     /// For a variant: the declared violations (name → value).
@@ -99,6 +101,7 @@ mod tests {
         RunRecord {
             run: "r".into(),
             lab: "r".into(),
+            broker: Default::default(),
             variant: None,
             claim: String::new(),
             violations: BTreeMap::new(),

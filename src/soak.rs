@@ -183,6 +183,11 @@ impl crate::faults::Harness for Soak<'_> {
         "soak"
     }
 
+    /// The soak runs on the environment's RabbitMQ.
+    fn broker(&self) -> crate::vocab::Broker {
+        crate::vocab::Broker::RabbitMq
+    }
+
     fn say(&mut self, _role: Role, line: &str) {
         (self.progress)(line);
     }
@@ -238,6 +243,7 @@ impl Soak<'_> {
         let e = self.env.endpoints();
         ConsumerConfig {
             lab: "soak".into(),
+            broker: crate::faults::Harness::broker(self),
             amqp_url: e.amqp_url(&self.vhost),
             database_url: e.pg_url(&self.database),
             queue: queue.into(),
@@ -269,6 +275,7 @@ impl Soak<'_> {
         let e = self.env.endpoints();
         let cfg = ProducerConfig {
             lab: "soak".into(),
+            broker: crate::faults::Harness::broker(self),
             amqp_url: e.amqp_url(&self.vhost),
             exchange: String::new(),
             destination: queue.into(),

@@ -4,10 +4,9 @@
 use std::fmt::Display;
 use std::time::SystemTime;
 
-use crate::vocab::{Role, Status};
+use crate::vocab::{Broker, Role, Status};
 
 pub const SERVICE: &str = "order-service";
-pub const PRODUCT: &str = "rabbitmq";
 
 /// Keys whose values differ between runs of the same lab; nothing else is
 /// rewritten, so a real difference always reaches the snapshot diff.
@@ -36,11 +35,12 @@ pub struct Record {
 }
 
 impl Record {
-    pub fn new(lab: &str) -> Self {
-        Self::at_level(lab, "INFO")
+    /// A line of `lab`'s, which runs on `broker` (the line's `product`).
+    pub fn new(broker: Broker, lab: &str) -> Self {
+        Self::at_level(broker, lab, "INFO")
     }
 
-    pub fn at_level(lab: &str, level: &str) -> Self {
+    pub fn at_level(broker: Broker, lab: &str, level: &str) -> Self {
         let ts = humantime::format_rfc3339_millis(SystemTime::now());
         let mut r = Record {
             text: String::with_capacity(256),
@@ -48,7 +48,7 @@ impl Record {
         r.push("timestamp", ts);
         r.push("level", level);
         r.push("service", SERVICE);
-        r.push("product", PRODUCT);
+        r.push("product", broker);
         r.push("lab", lab);
         r
     }
@@ -265,7 +265,7 @@ mod tests {
     fn record_quotes_values_with_spaces_and_parses_back() {
         let line = format!(
             "[consumer] {}",
-            Record::new("x")
+            Record::new(Broker::RabbitMq, "x")
                 .with("error", "missing field `amount`")
                 .status(Status::Retry)
         );
@@ -296,7 +296,7 @@ mod tests {
         /// line stays one line; normalizing is idempotent.
         #[test]
         fn any_value_round_trips_through_a_line(value in "\\PC*|[ \"=\\\\\n\r\t\u{1b}a-z]*") {
-            let body = Record::new("lab").with("error", &value).status(Status::Done);
+            let body = Record::new(Broker::RabbitMq, "lab").with("error", &value).status(Status::Done);
             let line = format!("[consumer] {body}");
             proptest::prop_assert!(!line.contains('\n') && !line.contains('\r'));
             let e = Entry::parse(&line).unwrap();

@@ -19,6 +19,8 @@ pub mod transport;
 
 use anyhow::{bail, Result};
 
+use crate::vocab::Broker;
+
 pub use admin::{Admin, HomeNodeDown, Peeked};
 pub use transport::{Answer, Delivery, Inbound, Outgoing, Pending, Publisher, Subscription};
 
@@ -127,6 +129,21 @@ pub trait Codec: Send {
     fn content(&mut self, frame: &[u8]) -> Option<bool>;
     /// What the frame means, its connection's state updated.
     fn read(&mut self, dir: Direction, frame: &[u8]) -> Frame;
+}
+
+/// The client library mqlab's roles and harness use on `broker`: its name
+/// and version, for the evidence.
+pub fn client_library(broker: Broker) -> (&'static str, &'static str) {
+    match broker {
+        Broker::RabbitMq => rabbitmq::client_library(),
+    }
+}
+
+/// A fresh codec for one proxied connection to `broker`.
+pub fn codec(broker: Broker) -> fn() -> Box<dyn Codec> {
+    match broker {
+        Broker::RabbitMq => rabbitmq::codec,
+    }
 }
 
 /// The harness's link to the broker namespace at `url`.

@@ -21,15 +21,15 @@ pub async fn declared(env: &dyn Environment, node: usize) -> Result<()> {
 /// and started on the same data, the harness connected again and the
 /// topology declared again.
 pub async fn between(r: &mut impl Harness, action: FaultAction) -> Result<()> {
-    let line = |lab: &str, status| {
-        Record::new(lab)
+    let line = |broker, lab: &str, status| {
+        Record::new(broker, lab)
             .with("target", Target::Broker)
             .with("action", action)
             .status(status)
     };
-    r.say(Role::Fault, &line(r.lab(), Status::Injected));
+    r.say(Role::Fault, &line(r.broker(), r.lab(), Status::Injected));
     r.env()?.restart_broker().await?;
     r.reconnect_harness(true).await?;
-    r.say(Role::Fault, &line(r.lab(), Status::Healed));
+    r.say(Role::Fault, &line(r.broker(), r.lab(), Status::Healed));
     Ok(())
 }

@@ -63,7 +63,7 @@ pub mod stall;
 use anyhow::Result;
 
 use crate::env::Environment;
-use crate::vocab::{Role, Status};
+use crate::vocab::{Broker, Role, Status};
 use proxy::{Proxy, ProxyEvent};
 
 /// What the broker family's restart asks of whoever runs it: the runner
@@ -73,6 +73,8 @@ use proxy::{Proxy, ProxyEvent};
 pub trait Harness {
     /// The lab's name, for the family's `[fault]` lines.
     fn lab(&self) -> &str;
+    /// The lab's broker: those lines' `product`.
+    fn broker(&self) -> Broker;
     /// A line in the transcript (and on the terminal), as `role`.
     fn say(&mut self, role: Role, line: &str);
     /// The environment; an error when the run shares it (it has no broker

@@ -35,7 +35,7 @@ pub async fn kill_on_publish(s: &mut impl Stage, p: &Publish, f: &Fault) -> Resu
             f.message
         ),
     }
-    let line = Record::new(s.lab())
+    let line = Record::new(s.broker(), s.lab())
         .with("target", Target::Node)
         .with("node", node)
         .with("action", f.action)
@@ -73,15 +73,15 @@ pub async fn between(
     action: FaultAction,
     fault: NodeFault,
 ) -> Result<()> {
-    let line = |lab: &str, status| {
-        Record::new(lab)
+    let line = |broker, lab: &str, status| {
+        Record::new(broker, lab)
             .with("target", Target::Node)
             .with("node", node)
             .with("action", action)
             .status(status)
     };
     r.env()?;
-    r.say(Role::Fault, &line(r.lab(), Status::Injected));
+    r.say(Role::Fault, &line(r.broker(), r.lab(), Status::Injected));
     // Marked before the environment acts: a step that fails half way
     // still leaves the node to be restored after the lab.
     match fault {
@@ -105,7 +105,7 @@ pub async fn between(
     }
     r.reconnect_harness(false).await?;
     if matches!(fault, NodeFault::Restart | NodeFault::Heal) {
-        r.say(Role::Fault, &line(r.lab(), Status::Healed));
+        r.say(Role::Fault, &line(r.broker(), r.lab(), Status::Healed));
     }
     Ok(())
 }

@@ -40,15 +40,15 @@ pub async fn on_publish(s: &mut impl Stage, p: &Publish, f: &Fault) -> Result<()
             f.message
         ),
     }
-    let line = |lab: &str, status| {
-        Record::new(lab)
+    let line = |broker, lab: &str, status| {
+        Record::new(broker, lab)
             .with("target", Target::Broker)
             .with("action", FaultAction::Pause)
             .with("window", f.window)
             .with("messageId", &f.message)
             .status(status)
     };
-    s.say(Role::Fault, &line(s.lab(), Status::Injected));
+    s.say(Role::Fault, &line(s.broker(), s.lab(), Status::Injected));
     // Marked before the signal: the runner resumes a broker left paused
     // after the lab, however it ended (an error, a dropped run).
     s.broker_paused(true);
@@ -64,6 +64,6 @@ pub async fn on_publish(s: &mut impl Stage, p: &Publish, f: &Fault) -> Result<()
     }
     timed_out?;
     resumed?;
-    s.say(Role::Fault, &line(s.lab(), Status::Healed));
+    s.say(Role::Fault, &line(s.broker(), s.lab(), Status::Healed));
     s.finish_producer().await
 }

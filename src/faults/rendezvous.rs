@@ -20,12 +20,14 @@ use anyhow::{bail, Result};
 
 use crate::lab::Fault;
 use crate::transcript::Record;
-use crate::vocab::{FaultAction, Status, Target};
+use crate::vocab::{Broker, FaultAction, Status, Target};
 
 /// What the rendezvous asks of a consume step with several instances.
 #[allow(async_fn_in_trait)] // used generically, never as `dyn`
 pub trait Crowd {
     fn lab(&self) -> &str;
+    /// The lab's broker: the `[fault]` lines' `product`.
+    fn broker(&self) -> Broker;
     /// A `[fault]` line in the transcript.
     fn say(&mut self, line: &str);
     /// Starts the next instance (`consumer-<n>`), holding at the fault's
@@ -183,7 +185,7 @@ pub async fn run<C: Crowd>(c: &mut C, f: &Fault, settle: usize) -> Result<()> {
             v.join(",")
         }
     };
-    let line = Record::new(c.lab())
+    let line = Record::new(c.broker(), c.lab())
         .with("target", Target::Consumer)
         .with("action", FaultAction::Rendezvous)
         .with("window", f.window)
@@ -263,6 +265,9 @@ pub(super) mod script {
     impl Crowd for Script {
         fn lab(&self) -> &str {
             "t"
+        }
+        fn broker(&self) -> Broker {
+            Broker::default()
         }
         fn say(&mut self, line: &str) {
             self.said.push(line.to_string());

@@ -37,7 +37,7 @@ impl Script {
     /// environment fails the operation named `fail` (`"pause_broker"`...).
     pub async fn new(events: Vec<ProxyEvent>, fail: Option<&'static str>) -> Script {
         let upstream = "127.0.0.1:9".parse().expect("an address");
-        let (proxy, _) = Proxy::start(vec![upstream], crate::broker::rabbitmq::codec)
+        let (proxy, _) = Proxy::start(vec![upstream], crate::broker::codec(Default::default()))
             .await
             .expect("the proxy listens");
         let log = Log::default();
@@ -74,6 +74,9 @@ fn said(line: &str) -> String {
 impl Harness for Script {
     fn lab(&self) -> &str {
         "t"
+    }
+    fn broker(&self) -> crate::vocab::Broker {
+        Default::default()
     }
     fn say(&mut self, role: Role, line: &str) {
         assert_eq!(role, Role::Fault, "a family speaks as the fault");

@@ -48,10 +48,10 @@ pub async fn run<C: Crowd>(c: &mut C, f: &Fault, settle: usize) -> Result<()> {
             Seen::AtWindow(_) | Seen::Received(_) | Seen::Other | Seen::LockWait => {}
         }
     }
-    let lab = c.lab().to_string();
+    let (broker, lab) = (c.broker(), c.lab().to_string());
     // Stamped when said, each.
     let line = || {
-        Record::new(&lab)
+        Record::new(broker, &lab)
             .with("target", Target::Consumer)
             .with("action", FaultAction::Stall)
             .with("window", f.window)

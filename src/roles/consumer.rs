@@ -95,7 +95,7 @@ pub async fn run(cfg: ConsumerConfig) -> Result<i32> {
                     let _ = store::rollback(db).await;
                 }
                 emit(
-                    Record::new(&cfg.lab)
+                    Record::new(cfg.broker, &cfg.lab)
                         .with("consumer", &cfg.consumer)
                         .with("queue", &cfg.queue)
                         .status(Status::ConnectionLost),
@@ -108,7 +108,7 @@ pub async fn run(cfg: ConsumerConfig) -> Result<i32> {
         }
     }
     emit(
-        Record::new(&cfg.lab)
+        Record::new(cfg.broker, &cfg.lab)
             .with("queue", &cfg.queue)
             .with("received", progress.received)
             .status(Status::Done),
@@ -913,7 +913,7 @@ fn marker(cfg: &ConsumerConfig, meta: &MessageMeta) -> Record {
 }
 
 fn line(cfg: &ConsumerConfig, meta: &MessageMeta) -> Record {
-    Record::new(&cfg.lab)
+    Record::new(cfg.broker, &cfg.lab)
         .meta(meta)
         .with("destination", &cfg.queue)
 }

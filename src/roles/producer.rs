@@ -282,7 +282,7 @@ async fn flush(
 /// The producer's closing line, with how many publishes were confirmed.
 async fn finish(cfg: &ProducerConfig, link: Link, confirmed: usize) -> Result<i32> {
     emit(
-        Record::new(&cfg.lab)
+        Record::new(cfg.broker, &cfg.lab)
             .with("destination", &cfg.destination)
             .with("confirmed", confirmed)
             .status(Status::Done),
@@ -385,7 +385,7 @@ fn keeps_nacked_rows(cfg: &ProducerConfig) -> bool {
 }
 
 fn line(cfg: &ProducerConfig, meta: &MessageMeta) -> Record {
-    Record::new(&cfg.lab)
+    Record::new(cfg.broker, &cfg.lab)
         .meta(meta)
         .with("destination", &cfg.destination)
 }
@@ -488,7 +488,7 @@ async fn park_it(
         );
     }
     emit(
-        Record::new(&cfg.lab)
+        Record::new(cfg.broker, &cfg.lab)
             .meta(meta)
             .with("destination", park)
             .with("routingKey", park)

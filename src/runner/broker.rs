@@ -10,6 +10,10 @@ impl crate::faults::Harness for Ctx<'_> {
         &self.lab.name
     }
 
+    fn broker(&self) -> crate::vocab::Broker {
+        self.lab.broker
+    }
+
     fn say(&mut self, role: Role, line: &str) {
         self.emit(role, line);
     }

@@ -433,7 +433,7 @@ impl Ctx<'_> {
     }
 
     pub(super) fn observe_line(&self, message: &str, queue: &str) -> Record {
-        Record::new(&self.lab.name)
+        Record::new(self.lab.broker, &self.lab.name)
             .with("messageId", message)
             .with("destination", queue)
     }

@@ -118,6 +118,10 @@ impl Crowd for Instances<'_, '_> {
         &self.ctx.lab.name
     }
 
+    fn broker(&self) -> crate::vocab::Broker {
+        self.ctx.lab.broker
+    }
+
     fn say(&mut self, line: &str) {
         self.ctx.emit(Role::Fault, line);
     }
@@ -287,6 +291,10 @@ impl Programs<'_, '_> {
 impl Crowd for Programs<'_, '_> {
     fn lab(&self) -> &str {
         &self.ctx.lab.name
+    }
+
+    fn broker(&self) -> crate::vocab::Broker {
+        self.ctx.lab.broker
     }
 
     fn say(&mut self, line: &str) {

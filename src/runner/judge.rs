@@ -137,7 +137,7 @@ impl Ctx<'_> {
 
     pub(super) async fn inspect(&mut self, fields: &[crate::vocab::InspectField]) -> Result<()> {
         let ground = self.ground().await?;
-        let mut r = Record::new(&self.lab.name);
+        let mut r = Record::new(self.lab.broker, &self.lab.name);
         for f in fields {
             r = r.with(f.name(), ground.field(*f));
         }
@@ -149,7 +149,7 @@ impl Ctx<'_> {
     /// scheduled job would run it.
     pub(super) async fn purge_inbox(&mut self, service: &str, retention_ms: u64) -> Result<()> {
         let purged = store::purge_inbox(&mut self.conns().db, service, retention_ms).await?;
-        let line = Record::new(&self.lab.name)
+        let line = Record::new(self.lab.broker, &self.lab.name)
             .with("consumer", service)
             .with("retentionMs", retention_ms)
             .with("purged", purged)
@@ -178,7 +178,7 @@ impl Ctx<'_> {
             .context("a policy step needs the environment to itself (it sets the policy with rabbitmqctl eval): this run shares it")?
             .set_policy(&request)
             .await?;
-        let line = Record::new(&self.lab.name)
+        let line = Record::new(self.lab.broker, &self.lab.name)
             .with("policy", name)
             .with("queue", queue)
             .status(Status::PolicySet);

@@ -401,6 +401,7 @@ async fn execute(p: &Params<'_>, env: EnvAccess<'_>, lab: &Lab, sink: &mut dyn S
     RunRecord {
         run,
         lab: lab.name.clone(),
+        broker: lab.broker,
         variant: lab.variant.clone(),
         claim: declared
             .and_then(|(_, d)| d.claim.clone())
@@ -640,7 +641,8 @@ impl Ctx<'_> {
                     .context("a node's address")?,
             );
         }
-        let (proxy, events) = Proxy::start(upstreams, crate::broker::rabbitmq::codec).await?;
+        let (proxy, events) =
+            Proxy::start(upstreams, crate::broker::codec(self.lab.broker)).await?;
         self.role_endpoints.amqp_port = proxy.port;
         self.proxy = Some((proxy, events));
         self.observed.events = Events(

@@ -102,7 +102,7 @@ impl Ctx<'_> {
                 message,
             ),
         };
-        let line = Record::new(&self.lab.name)
+        let line = Record::new(self.lab.broker, &self.lab.name)
             .with("target", Target::Network)
             .with("action", action)
             .with("window", window)
@@ -164,6 +164,10 @@ impl<'c, 'a> PublishStage<'c, 'a> {
 impl crate::faults::Harness for PublishStage<'_, '_> {
     fn lab(&self) -> &str {
         crate::faults::Harness::lab(&*self.ctx)
+    }
+
+    fn broker(&self) -> crate::vocab::Broker {
+        self.ctx.lab.broker
     }
 
     fn say(&mut self, role: Role, line: &str) {

@@ -247,6 +247,7 @@ impl Ctx<'_> {
         let faults = fault.into_iter().collect();
         ProducerConfig {
             lab: self.lab.name.clone(),
+            broker: self.lab.broker,
             amqp_url: self.role_url(p.node),
             exchange: p.exchange.clone(),
             destination: p.destination().to_string(),
@@ -290,6 +291,7 @@ impl Ctx<'_> {
         let faults = fault.into_iter().collect();
         ConsumerConfig {
             lab: self.lab.name.clone(),
+            broker: self.lab.broker,
             amqp_url: self.role_url(c.node),
             database_url: self.endpoints.pg_url(&self.database),
             queue: c.queue.clone(),
