@@ -13,8 +13,8 @@ use tokio::process::{Child, ChildStdin, Command};
 
 use super::guard::RUN_VAR;
 use super::nodes::{self, Nodes};
-use super::process;
 use super::{definitions_json, free_ports, Endpoints, EnvInfo, EnvOptions};
+use super::{postgres, process};
 use crate::broker::rabbitmq;
 
 struct Binaries {
@@ -56,18 +56,7 @@ impl Binaries {
                 (server, epmd, Some(root))
             }
         };
-        let pg_bin = match std::env::var_os("MQLAB_PG_BIN") {
-            Some(p) => PathBuf::from(p),
-            None => newest_pg_bindir().context(
-                "PostgreSQL is not installed: no /usr/lib/postgresql/<major>/bin/postgres (hint: `apt-get install postgresql`, or set MQLAB_PG_BIN)",
-            )?,
-        };
-        if !pg_bin.join("postgres").exists() || !pg_bin.join("initdb").exists() {
-            bail!(
-                "PostgreSQL binaries missing in `{}` (hint: `apt-get install postgresql`)",
-                pg_bin.display()
-            );
-        }
+        let pg_bin = postgres::bindir()?;
         Ok(Binaries {
             rabbitmq_server,
             epmd,
@@ -130,20 +119,6 @@ fn rooted(root: Option<&Path>, bind: &Path, program: &Path) -> Command {
             cmd
         }
     }
-}
-
-fn newest_pg_bindir() -> Option<PathBuf> {
-    let mut majors: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-        .ok()?
-        .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let major = e.file_name().to_string_lossy().parse::<u32>().ok()?;
-            let bin = e.path().join("bin");
-            bin.join("postgres").exists().then_some((major, bin))
-        })
-        .collect();
-    majors.sort();
-    majors.pop().map(|(_, p)| p)
 }
 
 pub struct LocalEnv {
@@ -298,7 +273,7 @@ impl LocalEnv {
     pub async fn start(opts: &EnvOptions) -> Result<LocalEnv> {
         let started = Instant::now();
         let bins = Binaries::find(opts.rabbitmq.unwrap_or_default())?;
-        let owner = postgres_owner()?;
+        let owner = postgres::owner()?;
         let dir = opts.dir.join("env");
         std::fs::create_dir_all(&dir)?;
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
@@ -538,6 +513,8 @@ impl LocalEnv {
         Ok(())
     }
 
+    /// The environment's PostgreSQL, fast (not durable): initdb, then the
+    /// server on `port`.
     async fn spawn_postgres(
         &mut self,
         bins: &Binaries,
@@ -545,55 +522,16 @@ impl LocalEnv {
         port: u16,
         owner: Option<(u32, u32)>,
     ) -> Result<()> {
-        let base = root.join("pg");
-        std::fs::create_dir_all(&base)?;
-        if let Some((uid, gid)) = owner {
-            nix::unistd::chown(&base, Some(uid.into()), Some(gid.into()))?;
-        }
-        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o700))?;
-        let log = root.join("pg.log");
-        std::fs::write(&log, "")?;
-        if let Some((uid, gid)) = owner {
-            nix::unistd::chown(&log, Some(uid.into()), Some(gid.into()))?;
-        }
-        let as_owner = |cmd: &mut Command| {
-            if let Some((uid, gid)) = owner {
-                cmd.uid(uid).gid(gid);
-            }
+        let cluster = postgres::Cluster {
+            bin: bins.pg_bin.clone(),
+            base: root.join("pg"),
+            log: root.join("pg.log"),
+            port,
+            owner,
+            durability: postgres::Durability::Fast,
         };
-        let mut initdb = Command::new(bins.pg_bin.join("initdb"));
-        initdb.arg("-D").arg(base.join("data")).args([
-            "-U",
-            "postgres",
-            "--auth=trust",
-            "--no-sync",
-            "--no-instructions",
-            "-E",
-            "UTF8",
-            "--locale=C",
-        ]);
-        as_owner(&mut initdb);
-        let status = process::spawn(&mut initdb, &log, false)?.wait().await?;
-        if !status.success() {
-            bail!("initdb failed ({status}):\n{}", process::tail(&log, 10));
-        }
-        let mut pg = Command::new(bins.pg_bin.join("postgres"));
-        pg.arg("-D")
-            .arg(base.join("data"))
-            .arg("-k")
-            .arg(&base)
-            .args([
-                "-p",
-                &port.to_string(),
-                "-c",
-                "listen_addresses=127.0.0.1",
-                "-c",
-                "fsync=off",
-                "-c",
-                "full_page_writes=off",
-            ]);
-        as_owner(&mut pg);
-        self.postgres = Some(process::spawn_with(&mut pg, &log, false, self.keep)?);
+        cluster.init().await?;
+        self.postgres = Some(cluster.spawn(self.keep)?);
         Ok(())
     }
 
@@ -624,13 +562,7 @@ impl LocalEnv {
 
     async fn postgres_ready(&self, root: &Path, deadline: Instant) -> Result<String> {
         let url = self.endpoints.pg_url(&self.endpoints.pg_admin);
-        match nodes::answers_postgres(&url, deadline).await? {
-            Some(version) => Ok(version),
-            None => bail!(
-                "PostgreSQL did not become ready; last lines of its log:\n{}",
-                process::tail(&root.join("pg.log"), 15)
-            ),
-        }
+        postgres::ready(&url, &root.join("pg.log"), deadline).await
     }
 
     /// Orderly teardown: RabbitMQ halts when its stdin closes; PostgreSQL gets
@@ -998,19 +930,6 @@ fn has_mark(pid: u32, mark: &std::ffi::OsStr) -> bool {
         .unwrap_or_default()
         .split(|b| *b == 0)
         .any(|v| v == needle.as_slice())
-}
-
-/// PostgreSQL refuses to run as root: as root, run it as the `postgres` user
-/// (or `MQLAB_PG_USER`).
-fn postgres_owner() -> Result<Option<(u32, u32)>> {
-    if !nix::unistd::geteuid().is_root() {
-        return Ok(None);
-    }
-    let name = std::env::var("MQLAB_PG_USER").unwrap_or_else(|_| "postgres".into());
-    let user = nix::unistd::User::from_name(&name)?.with_context(|| {
-        format!("running as root, but there is no `{name}` system user to run PostgreSQL as (hint: `apt-get install postgresql` creates `postgres`; or set MQLAB_PG_USER)")
-    })?;
-    Ok(Some((user.uid.as_raw(), user.gid.as_raw())))
 }
 
 /// A port the user asked for must be free now, or the run stops before anything starts.

@@ -7,6 +7,7 @@ pub mod external;
 pub mod guard;
 pub mod local;
 pub mod nodes;
+pub mod postgres;
 pub mod process;
 
 use std::time::Duration;
