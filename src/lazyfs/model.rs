@@ -187,6 +187,29 @@ impl Model {
         )
     }
 
+    /// How many names it has now.
+    pub fn links(&self, id: Id) -> usize {
+        self.nodes.get(&id).map_or(0, |n| n.links.len())
+    }
+
+    /// The directory of its first name (a directory has only one).
+    pub fn parent(&self, id: Id) -> Option<Id> {
+        self.nodes.get(&id)?.links.first().map(|(p, _)| *p)
+    }
+
+    /// Whether `id` is `dir` or lies under it (a directory cannot be moved
+    /// into itself).
+    pub fn is_within(&self, id: Id, dir: Id) -> bool {
+        let mut at = Some(id);
+        while let Some(now) = at {
+            if now == dir {
+                return true;
+            }
+            at = self.parent(now);
+        }
+        false
+    }
+
     /// Where it is on the backing directory, relative to it: its first
     /// current name, or its place in the stash (a removed file still open).
     pub fn path(&self, id: Id) -> Option<PathBuf> {
