@@ -336,6 +336,54 @@ fn owners_and_modes_pass_through_and_are_enforced() {
     );
 }
 
+/// A mount left by a killed harness (a child process that mounted, then
+/// SIGKILLed: its mount stays, dead) is detached by the run directory's
+/// cleanup, which then removes the directory.
+#[test]
+fn the_cleanup_guard_detaches_a_mount_left_by_a_killed_harness() {
+    use std::io::BufRead;
+    require_fuse();
+    let run = tempfile::tempdir().unwrap().keep();
+    fs::create_dir(run.join("backing")).unwrap();
+    fs::create_dir(run.join("mnt")).unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["mount_and_wait_to_be_killed", "--exact", "--nocapture"])
+        .env(KILLED_RUN, &run)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let said = out.lines().map_while(Result::ok).find(|l| l == "mounted");
+    assert!(said.is_some(), "the child never mounted");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let mnt = run.join("mnt");
+    assert!(
+        mounted_at(&mnt),
+        "the killed child's mount is not left behind"
+    );
+    let dead = fs::metadata(&mnt).unwrap_err().raw_os_error();
+    assert_eq!(dead, Some(nix::libc::ENOTCONN), "not a dead mount");
+    mqlab::env::guard::reap(&run, std::time::Duration::from_secs(5));
+    assert!(!mounted_at(&mnt), "the mount outlived the cleanup");
+    assert!(!run.exists(), "the run directory outlived the cleanup");
+}
+
+const KILLED_RUN: &str = "LAZYFS_TEST_KILLED_RUN";
+
+/// The child of the test above (a no-op when run on its own): mounts the
+/// run directory's `backing/` at `mnt/`, says so, and waits to be killed.
+#[test]
+fn mount_and_wait_to_be_killed() {
+    let Some(run) = std::env::var_os(KILLED_RUN).map(PathBuf::from) else {
+        return;
+    };
+    let _mount = LazyFs::mount(&run.join("backing"), &run.join("mnt"), DirModel::Strict).unwrap();
+    println!("mounted");
+    let _ = std::io::stdin().read_line(&mut String::new());
+}
+
 /// `/proc/mounts` as the guard reads it: FUSE mounts under the directory,
 /// escaped paths decoded, deepest first; others left alone.
 #[test]
