@@ -55,6 +55,8 @@ enum Op {
     Link(&'static str, &'static str),
     /// A symlink at the second path to the first.
     Symlink(&'static str, &'static str),
+    /// Opens a file, unlinks it, writes through the open file and syncs it.
+    UnlinkedSync(&'static str, &'static str),
     Fsync(&'static str),
     Fdatasync(&'static str),
     FsyncDir(&'static str),
@@ -94,6 +96,12 @@ fn run(op: Op, mount: &Mount, mnt: &Path, held: &mut Option<Held>) -> std::io::R
         }
         Link(a, b) => fs::hard_link(at(a), at(b)),
         Symlink(target, p) => std::os::unix::fs::symlink(target, at(p)),
+        UnlinkedSync(p, text) => {
+            let mut file = open(&at(p), 0)?;
+            fs::remove_file(at(p))?;
+            file.write_all(text.as_bytes())?;
+            file.sync_all()
+        }
         Fsync(p) => File::open(at(p))?.sync_all(),
         Fdatasync(p) => File::open(at(p))?.sync_data(),
         FsyncDir(p) => File::open(at(p))?.sync_all(),
@@ -227,6 +235,12 @@ const ROWS: &[Row] = &[
     Row { name: "unlink without a directory fsync", dirs: S, before: &["a=x"],
         ops: &[Unlink("a")],
         lost: &["a: name back (its removal never made durable)"], after: &["a=x"] },
+    Row { name: "a durable file unlinked while open, written and synced: its removal lost", dirs: S,
+        before: &["a=x"], ops: &[UnlinkedSync("a", "y")],
+        lost: &["a: name back (its removal never made durable)"], after: &["a=y"] },
+    Row { name: "a new file unlinked while open, written and synced", dirs: S, before: &[],
+        ops: &[Write("c", 0, "x"), UnlinkedSync("c", "y")],
+        lost: &[], after: &[] },
     Row { name: "a new directory never synced in its parent", dirs: S, before: &[],
         ops: &[Mkdir("d"), Write("d/f", 0, "x"), Fsync("d/f"), FsyncDir("d")],
         lost: &["d: name removed (never made durable)"], after: &[] },
@@ -428,4 +442,16 @@ fn attributes_pass_through() {
     assert_eq!(fs::read_link(mnt.join("s")).unwrap(), Path::new("a"));
     let stats = nix::sys::statvfs::statvfs(&mnt).unwrap();
     assert!(stats.blocks() > 0, "statfs: {stats:?}");
+}
+
+/// A mount point inside the backing directory (or the other way round)
+/// would reach the backing files through the mount itself: refused.
+#[test]
+fn nested_directories_are_refused() {
+    require_fuse();
+    let (_dir, backing, _mnt) = scratch();
+    fs::create_dir(backing.join("mnt")).unwrap();
+    let err = LazyFs::mount(&backing, &backing.join("mnt"), DirModel::Strict).err();
+    let err = err.expect("a nested mount was accepted").to_string();
+    assert!(err.contains("are nested"), "{err}");
 }

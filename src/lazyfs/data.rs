@@ -208,8 +208,10 @@ impl Shared {
     /// (outside the lock: everything else goes on meanwhile), then its
     /// undo records are dropped.
     pub(super) fn fsync(&self, id: Id, datasync: bool, dir: bool) -> Result<(), Errno> {
-        let path = self.lock()?.path(id)?;
-        if !self.holds.pass(&path) {
+        // A file with no name left (unlinked, still open) syncs too; only
+        // a named one can match a hold.
+        let path = self.lock()?.model.path(id);
+        if path.is_some_and(|p| !self.holds.pass(&p)) {
             return Err(Errno::EIO);
         }
         let mut st = self.lock()?;

@@ -58,6 +58,15 @@ impl LazyFs {
             source,
         };
         let mountpoint = mountpoint.canonicalize().map_err(at_mount)?;
+        // Either inside the other, and the backing files would be reached
+        // through the mount itself.
+        if mountpoint.starts_with(&shared.backing) || shared.backing.starts_with(&mountpoint) {
+            let nested = "the mount point and the backing directory are nested";
+            return Err(at_mount(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                nested,
+            )));
+        }
         let session = Session::new(fs, &mountpoint, &config())
             .and_then(Session::spawn)
             .map_err(at_mount)?;
@@ -130,7 +139,9 @@ impl Mount {
     /// Drops everything never made durable (file contents, sizes, names)
     /// from the backing directory, then unmounts. Mount afresh to go on:
     /// the kernel's page cache above this mount may still hold what was
-    /// dropped.
+    /// dropped. Kill the servers using it first: a file still open on it
+    /// keeps its threads, and after [`PATIENCE`] this fails with
+    /// [`Error::Busy`] (the data is dropped all the same).
     pub fn power_loss(mut self) -> Result<PowerLoss, Error> {
         self.shared.freeze();
         let done = {
