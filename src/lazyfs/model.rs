@@ -374,8 +374,12 @@ impl Model {
         self.note(dir, false);
     }
 
-    /// `Ext4Like`: the inode joins the running transaction.
+    /// `Ext4Like`: the inode joins the running transaction (`Strict` has
+    /// none: nothing to keep).
     fn note(&mut self, id: Id, resized: bool) {
+        if self.dirs == DirModel::Strict {
+            return;
+        }
         self.running.insert(id);
         if resized {
             self.running_size.insert(id);
