@@ -17,6 +17,7 @@ pub mod expect;
 pub mod explore;
 pub mod faults;
 pub mod lab;
+pub mod lazyfs;
 pub mod naming;
 pub mod partition;
 pub mod protocol;

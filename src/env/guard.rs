@@ -144,7 +144,11 @@ pub fn remove_chain(chain: &str) {
 /// counts as marked) while another thread finishes a `write` or `open` in
 /// the directory, which makes one `remove_dir_all` fail with a new entry.
 /// Once the directory itself is gone nothing can create files in it again.
+/// A lazy file system's mount under it goes first (detached: a harness
+/// killed while mounted left it dead, and every removal under a dead
+/// mount fails).
 pub fn reap(dir: &Path, patience: Duration) {
+    crate::lazyfs::detach_fuse_mounts_under(dir);
     let mark = dir.to_string_lossy().into_owned();
     let deadline = Instant::now() + patience;
     loop {
