@@ -1,6 +1,6 @@
-//! The `local` environment: our own RabbitMQ node and PostgreSQL cluster as
-//! child processes, on free 127.0.0.1 ports, in a temporary directory. The
-//! machine's own services on 5672/5432 are never touched.
+//! The local environment's RabbitMQ node: its binaries (the host's, or a
+//! generation's root), how it is launched and launched again, its broker
+//! faults (kill, restart, pause) and node 1 as [`Nodes`] sees it.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -11,34 +11,34 @@ use anyhow::{bail, Context, Result};
 use nix::sys::signal::Signal;
 use tokio::process::{Child, ChildStdin, Command};
 
-use super::guard::RUN_VAR;
-use super::nodes::{self, Nodes};
-use super::{definitions_json, free_ports, Endpoints, EnvInfo, EnvOptions};
-use super::{postgres, process};
+use super::{Kept, LocalEnv, KEPT_FILE};
 use crate::broker::rabbitmq;
+use crate::env::guard::RUN_VAR;
+use crate::env::nodes::{self, Nodes};
+use crate::env::{definitions_json, postgres, process, EnvOptions};
 
-struct Binaries {
-    rabbitmq_server: PathBuf,
-    epmd: PathBuf,
+pub(in crate::env) struct Binaries {
+    pub(in crate::env) rabbitmq_server: PathBuf,
+    pub(in crate::env) epmd: PathBuf,
     /// The generation's root the RabbitMQ binaries run in (4.0), or none
     /// (the host's own packages).
-    root: Option<PathBuf>,
-    pg_bin: PathBuf,
+    pub(in crate::env) root: Option<PathBuf>,
+    pub(in crate::env) pg_bin: PathBuf,
 }
 
 impl Binaries {
-    fn find(generation: super::Generation) -> Result<Binaries> {
+    pub(in crate::env) fn find(generation: crate::env::Generation) -> Result<Binaries> {
         let (rabbitmq_server, epmd, root) = match generation {
-            super::Generation::V3_10 => {
+            crate::env::Generation::V3_10 => {
                 let (server, epmd) = host_rabbitmq()?;
                 (server, epmd, None)
             }
-            super::Generation::V4_0 => {
+            crate::env::Generation::V4_0 => {
                 // Its mount namespace and chroot need root.
                 if !nix::unistd::geteuid().is_root() {
                     bail!("RabbitMQ 4.0 runs in its Debian trixie root through a mount namespace and chroot, which need root (or run with --rabbitmq 3.10)");
                 }
-                let root = super::rabbitmq_4_root();
+                let root = crate::env::rabbitmq_4_root();
                 if !root.join(".mqlab-ready").is_file() {
                     bail!(
                         "RabbitMQ 4.0 needs its Debian trixie root, and `{}` holds none (hint: `scripts/rabbitmq-4-root.sh` builds it in about a minute, or set MQLAB_RABBITMQ_4_ROOT)",
@@ -67,7 +67,7 @@ impl Binaries {
 }
 
 /// The host's RabbitMQ (3.10 on Debian bookworm) and epmd.
-fn host_rabbitmq() -> Result<(PathBuf, PathBuf)> {
+pub(in crate::env) fn host_rabbitmq() -> Result<(PathBuf, PathBuf)> {
     let rabbit_dir = std::env::var_os("MQLAB_RABBITMQ_BIN")
         .map(PathBuf::from)
         .unwrap_or_else(|| "/usr/lib/rabbitmq/bin".into());
@@ -97,7 +97,7 @@ fn host_rabbitmq() -> Result<(PathBuf, PathBuf)> {
 /// dumps land there, not in the shared root), or stays at `/` where that
 /// directory is not visible inside. A run directory outside `/tmp` leaves
 /// its empty mount point in the root.
-const ROOTED: &str = r#"set -e
+pub(in crate::env) const ROOTED: &str = r#"set -e
 r=$1; d=$2; shift 2
 mount -t proc proc "$r/proc"
 mount --bind /dev "$r/dev"
@@ -107,7 +107,7 @@ mount --bind "$d" "$r$d"
 exec chroot "$r" /bin/sh -c 'cd "$0" 2>/dev/null || cd /; exec "$@"' "$PWD" "$@""#;
 
 /// `program` on the host, or inside `root` with `bind` visible there.
-fn rooted(root: Option<&Path>, bind: &Path, program: &Path) -> Command {
+pub(in crate::env) fn rooted(root: Option<&Path>, bind: &Path, program: &Path) -> Command {
     match root {
         None => Command::new(program),
         Some(r) => {
@@ -121,53 +121,24 @@ fn rooted(root: Option<&Path>, bind: &Path, program: &Path) -> Command {
     }
 }
 
-pub struct LocalEnv {
-    /// Inside the run directory; the run directory's owner removes it.
-    dir: PathBuf,
-    epmd: Option<Child>,
-    rabbit: Option<Child>,
-    /// Held open: RabbitMQ started with RABBITMQ_ALLOW_INPUT halts when it closes.
-    rabbit_stdin: Option<ChildStdin>,
-    rabbit_launch: Option<RabbitLaunch>,
-    /// The first vhost, and the ready timeout: what a restart waits with.
-    ready_probe: (String, Duration),
-    postgres: Option<Child>,
-    /// `--keep`: the servers outlive mqlab.
-    keep: bool,
-    /// A node another mqlab started (`--env-dir`): not our child, killed by
-    /// its pid; `stop` lets go of everything instead of stopping it.
-    rabbit_pid: Option<u32>,
-    attached: bool,
-    /// The `sleep` holding a kept node's stdin open: replaced at a restart.
-    holder_pid: Option<u32>,
-    /// Held while attached: one mqlab at a time per kept environment.
-    _lock: Option<std::fs::File>,
-    /// The vhosts created at boot (kept.json lists them for `--env-dir`).
-    vhosts: Vec<String>,
-    /// The management API's port, when enabled.
-    pub management_port: Option<u16>,
-    pub endpoints: Endpoints,
-    pub info: EnvInfo,
-}
-
 /// How the node was started, kept to start it again after a kill (also by
 /// another mqlab, from kept.json; a cluster's other nodes are derived from
 /// node 1's).
 #[derive(Clone, serde::Serialize, serde::Deserialize)]
-pub(super) struct RabbitLaunch {
-    pub(super) program: PathBuf,
+pub(in crate::env) struct RabbitLaunch {
+    pub(in crate::env) program: PathBuf,
     /// The generation's root it runs in (4.0), with the run directory bound.
     #[serde(default)]
-    pub(super) root: Option<(PathBuf, PathBuf)>,
-    pub(super) envs: Vec<(String, std::ffi::OsString)>,
-    pub(super) out: PathBuf,
-    pub(super) log: PathBuf,
+    pub(in crate::env) root: Option<(PathBuf, PathBuf)>,
+    pub(in crate::env) envs: Vec<(String, std::ffi::OsString)>,
+    pub(in crate::env) out: PathBuf,
+    pub(in crate::env) log: PathBuf,
 }
 
 impl RabbitLaunch {
     /// Starts a node that is not kept (a cluster's node 2 or 3): its stdin a
     /// pipe held by the returned handle.
-    pub(super) fn spawn(&self) -> Result<(Child, Option<ChildStdin>)> {
+    pub(in crate::env) fn spawn(&self) -> Result<(Child, Option<ChildStdin>)> {
         let mut cmd = self.command();
         let mut child = process::spawn_with(&mut cmd, &self.out, false, false)?;
         let stdin = child.stdin.take();
@@ -189,7 +160,7 @@ impl RabbitLaunch {
     }
 
     /// `rabbitmqctl eval EXPR` on this node: its printed result, trimmed.
-    pub(super) async fn eval(&self, expr: &str) -> Result<String> {
+    pub(in crate::env) async fn eval(&self, expr: &str) -> Result<String> {
         let ctl = self.program.with_file_name("rabbitmqctl");
         let mut cmd = self.rooted(&ctl);
         cmd.env_clear()
@@ -219,7 +190,7 @@ impl RabbitLaunch {
         }
     }
 
-    pub(super) fn set(&mut self, key: &str, value: impl Into<std::ffi::OsString>) {
+    pub(in crate::env) fn set(&mut self, key: &str, value: impl Into<std::ffi::OsString>) {
         let value = value.into();
         match self.envs.iter_mut().find(|(k, _)| k == key) {
             Some((_, v)) => *v = value,
@@ -228,119 +199,8 @@ impl RabbitLaunch {
     }
 }
 
-/// Where a kept environment is described; `env down` and `--env-dir`
-/// refuse directories without it.
-pub const KEPT_FILE: &str = "kept.json";
-
-/// What a kept environment (`mqlab env up`, `mqlab lab --keep`) writes to
-/// `DIR/kept.json`: enough for `--env-dir DIR` to connect, and to kill and
-/// restart its broker.
-#[derive(serde::Serialize, serde::Deserialize)]
-pub struct Kept {
-    pub dir: PathBuf,
-    pub broker: String,
-    pub database: String,
-    pub broker_source: String,
-    pub database_source: String,
-    pub endpoints: Endpoints,
-    pub vhosts: Vec<String>,
-    #[serde(default)]
-    pub management_port: Option<u16>,
-    rabbit_pid: u32,
-    #[serde(default)]
-    holder_pid: Option<u32>,
-    rabbit: RabbitLaunch,
-    /// `DIR/kept.lock`, held by the mqlab attached to it.
-    #[serde(skip)]
-    pub lock: Option<std::fs::File>,
-    /// For people: each lab run's URLs.
-    #[serde(default)]
-    pub runs: Vec<serde_json::Value>,
-}
-
-impl Kept {
-    pub fn write(&self) -> Result<()> {
-        let file = self.dir.join(KEPT_FILE);
-        // Written whole then renamed: a reader never sees half a file.
-        let tmp = file.with_extension("json.tmp");
-        std::fs::write(&tmp, serde_json::to_string_pretty(self)?)?;
-        std::fs::rename(&tmp, &file)?;
-        Ok(())
-    }
-}
-
 impl LocalEnv {
-    pub async fn start(opts: &EnvOptions) -> Result<LocalEnv> {
-        let started = Instant::now();
-        let bins = Binaries::find(opts.rabbitmq.unwrap_or_default())?;
-        let owner = postgres::owner()?;
-        let dir = opts.dir.join("env");
-        std::fs::create_dir_all(&dir)?;
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
-        let ports = free_ports(5)?;
-        let amqp_port = requested(opts.amqp_port, "--amqp-port")?.unwrap_or(ports[0]);
-        let pg_port = requested(opts.pg_port, "--pg-port")?.unwrap_or(ports[3]);
-        let (dist_port, epmd_port) = (ports[1], ports[2]);
-        let mut env = LocalEnv {
-            dir,
-            keep: opts.keep,
-            rabbit_pid: None,
-            attached: false,
-            holder_pid: None,
-            _lock: None,
-            vhosts: opts.vhosts.clone(),
-            management_port: opts.management.then_some(ports[4]),
-            epmd: None,
-            rabbit: None,
-            rabbit_stdin: None,
-            rabbit_launch: None,
-            ready_probe: (
-                opts.vhosts.first().cloned().unwrap_or_else(|| "/".into()),
-                opts.ready_timeout,
-            ),
-            postgres: None,
-            endpoints: Endpoints::loopback(amqp_port, pg_port),
-            info: EnvInfo {
-                kind: "local",
-                broker_version: String::new(),
-                broker_source: match &bins.root {
-                    Some(root) => {
-                        format!("{} in {}", bins.rabbitmq_server.display(), root.display())
-                    }
-                    None => bins.rabbitmq_server.display().to_string(),
-                },
-                db_version: String::new(),
-                db_source: bins.pg_bin.join("postgres").display().to_string(),
-                ready: Duration::ZERO,
-            },
-        };
-        let root = env.dir.clone();
-        let deadline = Instant::now() + opts.ready_timeout;
-        let say = &opts.progress;
-        env.spawn_rabbit(&bins, &root, opts, dist_port, epmd_port)?;
-        say.say("RabbitMQ booting, PostgreSQL initdb");
-        env.spawn_postgres(&bins, &root, pg_port, owner).await?;
-        say.say("RabbitMQ booting, PostgreSQL starting");
-        let (broker, db) = tokio::join!(
-            async {
-                let r = env.rabbit_ready(deadline).await;
-                say.say("RabbitMQ ready");
-                r
-            },
-            async {
-                let r = env.postgres_ready(&root, deadline).await;
-                say.say("PostgreSQL ready, RabbitMQ booting");
-                r
-            }
-        );
-        env.info.broker_version = broker?;
-        env.info.db_version = db?;
-        env.check_node_pid()?;
-        env.info.ready = started.elapsed();
-        Ok(env)
-    }
-
-    fn spawn_rabbit(
+    pub(in crate::env) fn spawn_rabbit(
         &mut self,
         bins: &Binaries,
         root: &Path,
@@ -407,7 +267,7 @@ impl LocalEnv {
     }
 
     /// The node's cookie, definitions, configuration and plugins, under `base`.
-    fn write_rabbit_files(&self, base: &Path, opts: &EnvOptions) -> Result<()> {
+    pub(in crate::env) fn write_rabbit_files(&self, base: &Path, opts: &EnvOptions) -> Result<()> {
         let home = base.join("home");
         let cookie = home.join(".erlang.cookie");
         std::fs::write(&cookie, format!("MQLAB{}", std::process::id()))?;
@@ -436,11 +296,14 @@ impl LocalEnv {
             None => "[].\n",
         };
         std::fs::write(base.join("etc/enabled_plugins"), plugins)?;
-        std::fs::write(base.join("etc/advanced.config"), super::ADVANCED_CONFIG)?;
+        std::fs::write(
+            base.join("etc/advanced.config"),
+            crate::env::ADVANCED_CONFIG,
+        )?;
         Ok(())
     }
 
-    fn spawn_epmd(
+    pub(in crate::env) fn spawn_epmd(
         &mut self,
         bins: &Binaries,
         base: &Path,
@@ -472,7 +335,7 @@ impl LocalEnv {
 
     /// Starts the node from the stored launch (also after a kill: same ports,
     /// same data directory).
-    fn launch_rabbit(&mut self) -> Result<()> {
+    pub(in crate::env) fn launch_rabbit(&mut self) -> Result<()> {
         let launch = self
             .rabbit_launch
             .as_ref()
@@ -513,36 +376,14 @@ impl LocalEnv {
         Ok(())
     }
 
-    /// The environment's PostgreSQL, fast (not durable): initdb, then the
-    /// server on `port`.
-    async fn spawn_postgres(
-        &mut self,
-        bins: &Binaries,
-        root: &Path,
-        port: u16,
-        owner: Option<(u32, u32)>,
-    ) -> Result<()> {
-        let cluster = postgres::Cluster {
-            bin: bins.pg_bin.clone(),
-            base: root.join("pg"),
-            log: root.join("pg.log"),
-            port,
-            owner,
-            durability: postgres::Durability::Fast,
-        };
-        cluster.init().await?;
-        self.postgres = Some(cluster.spawn(self.keep)?);
-        Ok(())
-    }
-
     /// Node 1 answers AMQP by `deadline`; its version.
-    async fn rabbit_ready(&self, deadline: Instant) -> Result<String> {
+    pub(in crate::env) async fn rabbit_ready(&self, deadline: Instant) -> Result<String> {
         self.rabbit_answers(deadline).await?;
         rabbitmq::version(&self.endpoints.amqp_host, self.endpoints.amqp_port).await
     }
 
     /// Node 1 answers AMQP by `deadline`, or the error shows its log's end.
-    async fn rabbit_answers(&self, deadline: Instant) -> Result<()> {
+    pub(in crate::env) async fn rabbit_answers(&self, deadline: Instant) -> Result<()> {
         let url = self.endpoints.amqp_url(&self.ready_probe.0);
         if nodes::answers_amqp(&url, deadline).await {
             return Ok(());
@@ -558,29 +399,6 @@ impl LocalEnv {
             process::tail(log, 15),
             process::tail(&log.with_file_name("server.out"), 5)
         )
-    }
-
-    async fn postgres_ready(&self, root: &Path, deadline: Instant) -> Result<String> {
-        let url = self.endpoints.pg_url(&self.endpoints.pg_admin);
-        postgres::ready(&url, &root.join("pg.log"), deadline).await
-    }
-
-    /// Orderly teardown: RabbitMQ halts when its stdin closes; PostgreSQL gets
-    /// a fast shutdown; then the directory goes.
-    pub async fn stop(mut self) {
-        if self.attached {
-            return self.detach();
-        }
-        drop(self.rabbit_stdin.take());
-        if let Some(mut c) = self.rabbit.take() {
-            process::stop(&mut c, Signal::SIGKILL, Duration::from_secs(5)).await;
-        }
-        if let Some(mut c) = self.postgres.take() {
-            process::stop(&mut c, Signal::SIGINT, Duration::from_secs(5)).await;
-        }
-        if let Some(mut c) = self.epmd.take() {
-            process::stop(&mut c, Signal::SIGKILL, Duration::from_secs(5)).await;
-        }
     }
 }
 
@@ -599,7 +417,7 @@ impl LocalEnv {
     }
 
     /// The mark the node and its holder carry: the kept directory.
-    fn mark(&self) -> &std::ffi::OsStr {
+    pub(in crate::env) fn mark(&self) -> &std::ffi::OsStr {
         self.rabbit_launch
             .as_ref()
             .and_then(|l| l.envs.iter().find(|(k, _)| k == RUN_VAR))
@@ -608,7 +426,7 @@ impl LocalEnv {
     }
 
     /// Records the restarted node's and holder's pids in kept.json.
-    fn save_pids(&self) -> Result<()> {
+    pub(in crate::env) fn save_pids(&self) -> Result<()> {
         let fresh = self.kept()?;
         let file = fresh.dir.join(KEPT_FILE);
         let mut kept: Kept = serde_json::from_str(&std::fs::read_to_string(&file)?)?;
@@ -621,7 +439,7 @@ impl LocalEnv {
     /// not a wrapper (a stopped wrapper would let the broker answer on).
     /// The exec chain keeps it so (`RABBITMQ_ALLOW_INPUT` makes the start
     /// script exec the VM; the 4.0 root's wrappers exec too): checked here.
-    fn check_node_pid(&self) -> Result<()> {
+    pub(in crate::env) fn check_node_pid(&self) -> Result<()> {
         let Some(pid) = self.rabbit.as_ref().and_then(|c| c.id()) else {
             return Ok(());
         };
@@ -646,7 +464,7 @@ impl LocalEnv {
     }
 
     /// Signals the node; its pid.
-    fn signal_broker(&self, sig: Signal) -> Result<u32> {
+    pub(in crate::env) fn signal_broker(&self, sig: Signal) -> Result<u32> {
         let pid = self
             .rabbit
             .as_ref()
@@ -655,143 +473,6 @@ impl LocalEnv {
             .context("the broker is not running")?;
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig)?;
         Ok(pid)
-    }
-
-    /// `--keep`: let go of the servers without stopping them.
-    pub fn attached(&self) -> bool {
-        self.attached
-    }
-
-    /// An environment of nothing: what a cluster leaves in place of the
-    /// one it stops.
-    pub(super) fn placeholder() -> LocalEnv {
-        LocalEnv {
-            dir: PathBuf::new(),
-            epmd: None,
-            rabbit: None,
-            rabbit_stdin: None,
-            rabbit_launch: None,
-            ready_probe: (String::new(), Duration::ZERO),
-            postgres: None,
-            keep: false,
-            rabbit_pid: None,
-            attached: false,
-            holder_pid: None,
-            _lock: None,
-            vhosts: Vec::new(),
-            management_port: None,
-            endpoints: Endpoints::loopback(0, 0),
-            info: EnvInfo {
-                kind: "local",
-                broker_version: String::new(),
-                broker_source: String::new(),
-                db_version: String::new(),
-                db_source: String::new(),
-                ready: Duration::ZERO,
-            },
-        }
-    }
-
-    /// The run directory the environment lives in.
-    pub(super) fn run_dir(&self) -> &Path {
-        self.dir.parent().unwrap_or(&self.dir)
-    }
-
-    /// Whether the node runs (not killed by a lab).
-    pub(super) fn is_running(&self) -> bool {
-        self.rabbit.is_some() || self.rabbit_pid.is_some()
-    }
-
-    /// Node 1's launch, for a cluster's other nodes to copy.
-    pub(super) fn launch(&self) -> Option<&RabbitLaunch> {
-        self.rabbit_launch.as_ref()
-    }
-
-    /// Waits until a node answers AMQP on `port` (a cluster's node 2 or 3).
-    pub(super) async fn node_ready(&self, port: u16, deadline: Instant) -> Result<()> {
-        let mut e = self.endpoints.clone();
-        e.amqp_port = port;
-        if nodes::answers_amqp(&e.amqp_url(&self.ready_probe.0), deadline).await {
-            return Ok(());
-        }
-        bail!("RabbitMQ node on port {port} did not become ready in time")
-    }
-
-    /// What `--env-dir` needs to reach this environment again.
-    pub fn kept(&self) -> Result<Kept> {
-        let pid = self
-            .rabbit
-            .as_ref()
-            .and_then(|c| c.id())
-            .or(self.rabbit_pid)
-            .context("the broker is not running")?;
-        Ok(Kept {
-            dir: self.dir.parent().unwrap_or(&self.dir).to_path_buf(),
-            broker: self.info.broker_version.clone(),
-            database: self.info.db_version.clone(),
-            broker_source: self.info.broker_source.clone(),
-            database_source: self.info.db_source.clone(),
-            endpoints: self.endpoints.clone(),
-            vhosts: self.vhosts.clone(),
-            management_port: self.management_port,
-            rabbit_pid: pid,
-            holder_pid: self.holder_pid,
-            lock: None,
-            rabbit: self
-                .rabbit_launch
-                .clone()
-                .context("RabbitMQ was never configured")?,
-            runs: Vec::new(),
-        })
-    }
-
-    /// Connects to a kept environment: both servers must answer.
-    pub async fn attach(kept: Kept, ready_timeout: Duration) -> Result<LocalEnv> {
-        let started = Instant::now();
-        let mut env = LocalEnv {
-            dir: kept.dir.join("env"),
-            epmd: None,
-            rabbit: None,
-            rabbit_stdin: None,
-            rabbit_launch: Some(kept.rabbit),
-            ready_probe: (
-                kept.vhosts.first().cloned().unwrap_or_else(|| "/".into()),
-                ready_timeout,
-            ),
-            postgres: None,
-            keep: true,
-            rabbit_pid: Some(kept.rabbit_pid),
-            attached: true,
-            holder_pid: kept.holder_pid,
-            _lock: kept.lock,
-            vhosts: kept.vhosts,
-            management_port: kept.management_port,
-            endpoints: kept.endpoints,
-            info: EnvInfo {
-                kind: "local",
-                broker_version: String::new(),
-                broker_source: kept.broker_source,
-                db_version: String::new(),
-                db_source: kept.database_source,
-                ready: Duration::ZERO,
-            },
-        };
-        let root = kept.dir.join("env");
-        // A short wait: the servers are up already, or gone.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        env.info.broker_version = env.rabbit_ready(deadline).await?;
-        env.info.db_version = env.postgres_ready(&root, deadline).await?;
-        env.info.ready = started.elapsed();
-        Ok(env)
-    }
-
-    pub fn detach(mut self) {
-        for c in [self.rabbit.take(), self.postgres.take(), self.epmd.take()]
-            .into_iter()
-            .flatten()
-        {
-            std::mem::forget(c);
-        }
     }
 }
 
@@ -863,37 +544,14 @@ impl Nodes for LocalEnv {
     }
 }
 
-impl Drop for LocalEnv {
-    /// The panic and early-return path: nothing can be awaited, so kill hard.
-    fn drop(&mut self) {
-        if self.attached {
-            // Not ours to stop, even on a panic: `env down` does.
-            for c in [self.rabbit.take(), self.postgres.take(), self.epmd.take()]
-                .into_iter()
-                .flatten()
-            {
-                std::mem::forget(c);
-            }
-            return;
-        }
-        drop(self.rabbit_stdin.take());
-        for c in [&mut self.rabbit, &mut self.postgres, &mut self.epmd]
-            .into_iter()
-            .flatten()
-        {
-            process::kill_now(c);
-        }
-    }
-}
-
 /// The definitions the node imports at each boot, under its `base`.
-fn definitions_file(base: &Path) -> PathBuf {
+pub(in crate::env) fn definitions_file(base: &Path) -> PathBuf {
     base.join("etc/definitions.json")
 }
 
 /// Kills a kept node this process did not start (its whole process group)
 /// and waits until it is gone (or a zombie: every port closed).
-async fn kill_foreign(pid: u32, mark: &std::ffi::OsStr) -> Result<()> {
+pub(in crate::env) async fn kill_foreign(pid: u32, mark: &std::ffi::OsStr) -> Result<()> {
     let stat = format!("/proc/{pid}/stat");
     // The pid may have been reused since kept.json was written: only a
     // process carrying the environment's mark is its node.
@@ -922,7 +580,7 @@ async fn kill_foreign(pid: u32, mark: &std::ffi::OsStr) -> Result<()> {
 }
 
 /// Whether `pid` carries `MQLAB_RUN=<mark>` in its environment.
-fn has_mark(pid: u32, mark: &std::ffi::OsStr) -> bool {
+pub(in crate::env) fn has_mark(pid: u32, mark: &std::ffi::OsStr) -> bool {
     use std::os::unix::ffi::OsStrExt;
     let mut needle = format!("{RUN_VAR}=").into_bytes();
     needle.extend_from_slice(mark.as_bytes());
@@ -930,108 +588,4 @@ fn has_mark(pid: u32, mark: &std::ffi::OsStr) -> bool {
         .unwrap_or_default()
         .split(|b| *b == 0)
         .any(|v| v == needle.as_slice())
-}
-
-/// A port the user asked for must be free now, or the run stops before anything starts.
-fn requested(port: Option<u16>, flag: &str) -> Result<Option<u16>> {
-    if let Some(p) = port {
-        std::net::TcpListener::bind(("127.0.0.1", p)).with_context(|| {
-            format!("port {p} on 127.0.0.1 is already in use (requested by {flag})")
-        })?;
-    }
-    Ok(port)
-}
-
-impl super::Environment for LocalEnv {
-    fn endpoints(&self) -> &Endpoints {
-        &self.endpoints
-    }
-
-    fn info(&self) -> &EnvInfo {
-        &self.info
-    }
-
-    fn reused(&self) -> bool {
-        self.attached()
-    }
-
-    fn stop(self: Box<Self>) -> futures_util::future::LocalBoxFuture<'static, ()> {
-        Box::pin(LocalEnv::stop(*self))
-    }
-
-    fn into_local(self: Box<Self>) -> Option<Box<LocalEnv>> {
-        Some(self)
-    }
-
-    fn kill_broker(&mut self) -> super::EnvFuture<'_, ()> {
-        Box::pin(LocalEnv::kill_broker(self))
-    }
-
-    fn restart_broker(&mut self) -> super::EnvFuture<'_, ()> {
-        Box::pin(nodes::restart(self, 1))
-    }
-
-    fn pause_broker(&self) -> super::EnvFuture<'_, ()> {
-        Box::pin(LocalEnv::pause_broker(self))
-    }
-
-    fn resume_broker(&self) -> super::EnvFuture<'_, ()> {
-        Box::pin(std::future::ready(LocalEnv::resume_broker(self)))
-    }
-
-    fn broker_setting(&self, s: crate::vocab::BrokerSetting) -> super::EnvFuture<'_, String> {
-        Box::pin(async move {
-            let answer = super::nodes::Nodes::eval(self, 1, &s.expression()).await?;
-            Ok(s.value_of(&answer))
-        })
-    }
-
-    fn sync_metadata(&self, n: usize) -> super::EnvFuture<'_, ()> {
-        Box::pin(super::nodes::sync_metadata(self, n))
-    }
-
-    /// A kept or attached environment keeps them: the user looks at them.
-    /// The definitions file then lists the others only: a restart imports
-    /// it again, and would bring the deleted ones back.
-    fn delete_vhosts<'a>(&'a self, vhosts: &'a [String]) -> super::EnvFuture<'a, ()> {
-        if self.keep || self.attached {
-            return Box::pin(async { Ok(()) });
-        }
-        // A restart waits until the first vhost takes a connection: kept.
-        let gone: Vec<String> = vhosts
-            .iter()
-            .filter(|v| **v != self.ready_probe.0)
-            .cloned()
-            .collect();
-        Box::pin(async move {
-            super::nodes::delete_vhosts(self, &gone).await?;
-            let left: Vec<String> = self
-                .vhosts
-                .iter()
-                .filter(|v| !gone.contains(v))
-                .cloned()
-                .collect();
-            std::fs::write(
-                definitions_file(&self.dir.join("rabbit")),
-                definitions_json(&left).to_string(),
-            )?;
-            Ok(())
-        })
-    }
-
-    fn set_policy<'a>(&'a self, p: &'a super::PolicyRequest<'a>) -> super::EnvFuture<'a, ()> {
-        Box::pin(super::nodes::set_policy(self, p))
-    }
-
-    fn queue_held<'a>(
-        &'a self,
-        vhost: &'a str,
-        queue: &'a str,
-    ) -> super::EnvFuture<'a, super::nodes::Held> {
-        Box::pin(super::nodes::held(self, vhost, queue))
-    }
-
-    fn queue_holds<'a>(&'a self, vhost: &'a str, queue: &'a str) -> super::EnvFuture<'a, u64> {
-        Box::pin(super::nodes::holds(self, vhost, queue))
-    }
 }
