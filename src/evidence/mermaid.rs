@@ -1,0 +1,499 @@
+//! The evidence page's sequence diagram, drawn from the transcript.
+
+use std::collections::BTreeMap;
+
+use crate::transcript::Entry;
+use crate::vocab::{Role, Status, Target};
+
+/// The registry's diagram note for the placement a `[fault]` line names
+/// (its target, action and window), with its message filled in.
+fn registry_note(target: Target, e: &Entry, mid: &str) -> Option<String> {
+    let action = e.get("action")?.parse().ok()?;
+    let window = e.get("window")?.parse().ok()?;
+    let p = crate::vocab::placement_at(target, action, window)?;
+    Some(p.note.replace("{mid}", mid)).filter(|n| !n.is_empty())
+}
+
+/// A Mermaid sequence diagram of what the transcript says happened: who
+/// published, which process got which delivery, what reached PostgreSQL,
+/// where a process was killed. One pass over the lines; each role's lines
+/// are drawn by a method of [`Diagram`] of their own.
+pub fn mermaid(lines: &[String]) -> String {
+    let entries: Vec<Entry> = lines.iter().filter_map(|l| Entry::parse(l)).collect();
+    let mut d = Diagram::new(&entries);
+    for e in &entries {
+        let mid = e.get("messageId").unwrap_or("");
+        let (Ok(role), Some(Ok(status))) = (
+            e.role.parse::<Role>(),
+            e.get("status").map(str::parse::<Status>),
+        ) else {
+            continue;
+        };
+        match role {
+            Role::Producer => d.producer(e, status, mid),
+            Role::Fault => d.fault(e, status, mid),
+            Role::Consumer => d.consumer(e, status, mid),
+            Role::Observe => d.observe(e, status, mid),
+            Role::Job => d.job(e, status),
+            Role::Inspect | Role::Assert | Role::Check => {}
+        }
+    }
+    d.render()
+}
+
+/// What the diagram has drawn so far: its statements, and the participants
+/// they name (declared first when rendered).
+struct Diagram<'a> {
+    entries: &'a [Entry],
+    /// Competing instances (a rendezvous): each message is drawn on the
+    /// instance that received it, each closing line on the next instance.
+    crowd: bool,
+    queues: Vec<String>,
+    consumers: usize,
+    next_is_new_process: bool,
+    instance_of: BTreeMap<String, usize>,
+    done: usize,
+    body: Vec<String>,
+    has_db: bool,
+    has_dlq: bool,
+    has_downstream: bool,
+    has_broker: bool,
+    has_network: bool,
+    /// Cluster nodes a fault named, in order of first mention.
+    nodes: Vec<String>,
+}
+
+impl<'a> Diagram<'a> {
+    fn new(entries: &'a [Entry]) -> Self {
+        Diagram {
+            entries,
+            crowd: entries
+                .iter()
+                .any(|e| e.get("status") == Some(Status::AtRendezvous.name())),
+            queues: Vec::new(),
+            consumers: 1,
+            next_is_new_process: false,
+            instance_of: BTreeMap::new(),
+            done: 0,
+            body: Vec::new(),
+            has_db: false,
+            has_dlq: false,
+            has_downstream: false,
+            has_broker: false,
+            has_network: false,
+            nodes: Vec::new(),
+        }
+    }
+
+    /// The queue's participant (`Q<n>`), declared at its first mention.
+    fn queue(&mut self, name: &str) -> String {
+        if !self.queues.iter().any(|q| q == name) {
+            self.queues.push(name.to_string());
+        }
+        format!(
+            "Q{}",
+            self.queues.iter().position(|q| q == name).unwrap() + 1
+        )
+    }
+
+    fn producer(&mut self, e: &Entry, status: Status, mid: &str) {
+        match status {
+            Status::Confirmed
+            | Status::Nacked
+            | Status::Unconfirmed
+            | Status::ConfirmTimeout
+            | Status::Returned
+            | Status::Parked => {
+                let q = self.queue(e.get("destination").unwrap_or("?"));
+                self.body.push(format!(
+                    "    P->>{q}: {mid} [{}] {status}",
+                    e.get("routingKey").unwrap_or("")
+                ));
+            }
+            Status::Buffered => self.body.push(format!(
+                "    Note over P: {mid} buffered in the client's batch (the send call returned)"
+            )),
+            // An order service: its database is the order's and the outbox's.
+            Status::OrderCommitted => {
+                self.has_db = true;
+                self.body.push(format!("    P->>DB: commit the order of {mid}"));
+            }
+            Status::OrderExists => {
+                self.has_db = true;
+                self.body.push(format!("    Note over P: the order of {mid} is committed already: taken as done"));
+            }
+            // `row`: the outbox row, when another message carries its event.
+            Status::OutboxSent => {
+                self.has_db = true;
+                self.body.push(match e.get("row") {
+                    Some(row) => format!("    P->>DB: mark {row}'s outbox row sent (published as {mid})"),
+                    None => format!("    P->>DB: mark {mid}'s outbox row sent"),
+                });
+            }
+            Status::OutboxKept => self.body.push(format!(
+                "    Note over P: nacked: the outbox row of {mid}'s event stays unsent, the relay's pass ends"
+            )),
+            Status::CrashInjected if order_service(self.entries, e).is_some() => {
+                let relays = self
+                    .entries
+                    .iter()
+                    .any(|x| x.get("status") == Some(Status::OutboxSent.name()));
+                self.body.push(match order_service(self.entries, e) {
+                    Some(Status::OrderCommitted) => format!(
+                        "    Note over P: SIGKILL after the order of {mid} committed, before any publish: a new process takes committed orders as done"
+                    ),
+                    _ if relays => format!(
+                        "    Note over P: SIGKILL at the fault window ({mid}): a new process takes committed orders as done and relays the outbox rows not marked sent"
+                    ),
+                    _ => format!(
+                        "    Note over P: SIGKILL at the fault window ({mid}): a new process takes committed orders as done"
+                    ),
+                })
+            }
+            Status::CrashInjected => self.body.push(format!(
+                "    Note over P: SIGKILL at the fault window ({mid}), a new producer process resends what it never saw confirmed"
+            )),
+            Status::ConnectionLost => self.body.push(format!(
+                "    Note over P: connection lost, {mid} unconfirmed: it connects again (to a live node) and sends {mid} again"
+            )),
+            _ => {}
+        }
+    }
+
+    fn fault(&mut self, e: &Entry, status: Status, mid: &str) {
+        let consumers = self.consumers;
+        let action = e.get("action").unwrap_or("?");
+        match (e.get("target"), status) {
+                (Some("broker"), Status::Injected) => {
+                    self.has_broker = true;
+                    let what = match registry_note(Target::Broker, e, mid) {
+                        Some(note) => note,
+                        None => format!("broker {action}: SIGKILL, then started on the same data"),
+                    };
+                    self.body.push(format!("    Note over B: {what}"));
+                }
+                (Some("broker"), Status::Healed) => {
+                    self.has_broker = true;
+                    let what = match action {
+                        "pause" => "resumed: it answers again",
+                        _ => "ready again",
+                    };
+                    self.body.push(format!("    Note over B: {what}"));
+                }
+                (Some("node"), status) => {
+                    let n = e.get("node").unwrap_or("?").to_string();
+                    if !self.nodes.contains(&n) {
+                        self.nodes.push(n.clone());
+                    }
+                    let what = match (action, status) {
+                        ("kill", _) if !mid.is_empty() => {
+                            format!("SIGKILL, the confirm of {mid} in flight (held back). It stays down")
+                        }
+                        ("kill", _) => "SIGKILL. It stays down".to_string(),
+                        ("restart", Status::Injected) => "started again on its data".into(),
+                        ("restart", _) => "back, rejoined the cluster".into(),
+                        ("partition", _) => "cut off from the other nodes".into(),
+                        ("heal", Status::Injected) => "the partition ends".into(),
+                        ("heal", _) => "reachable again".into(),
+                        (other, _) => other.to_string(),
+                    };
+                    self.body.push(format!("    Note over N{n}: node {n}: {what}"));
+                }
+                (Some("consumer"), Status::Injected) if action == "rendezvous" => {
+                    let on_lock = e.get("onLock").filter(|l| *l != "none");
+                    let what = match on_lock {
+                        Some(l) => format!(
+                            "rendezvous: the copies of {mid}'s event taken at once, every transaction open. {l} waits on a row lock, held there"
+                        ),
+                        None => format!(
+                            "rendezvous: the copies of {mid}'s event taken at once, every transaction open"
+                        ),
+                    };
+                    self.body.push(format!("    Note over C1,C{consumers}: {what}"));
+                }
+                (Some("consumer"), Status::Injected) if action == "stall" => self.body.push(format!(
+                    "    Note over C1,C{consumers}: stall: consumer-1 holds {mid} while the other instance settles the rest"
+                )),
+                (Some("consumer"), Status::Healed) if action == "stall" => self.body.push(format!(
+                    "    Note over C1,C{consumers}: consumer-1 released: it completes {mid} last"
+                )),
+                (Some("consumer"), Status::Healed) if action == "rendezvous" => self.body.push(
+                    format!("    Note over C1,C{consumers}: every instance released, one at a time, consumer-1 first"),
+                ),
+                (Some("network"), Status::Injected) => {
+                    self.has_network = true;
+                    let what = match registry_note(Target::Network, e, mid) {
+                        Some(note) => note,
+                        None => format!("network {action} of {mid}"),
+                    };
+                    self.body.push(format!("    Note over N: {what}"));
+                }
+                _ => {}
+            }
+    }
+
+    /// The consumer process (or, competing, the instance) a consumer's
+    /// line is drawn on.
+    fn consumer_instance(&mut self, e: &Entry, status: Status, mid: &str) -> usize {
+        // A new process's first line: a delivery, a call it makes at
+        // start for an intent left pending, or its closing line when
+        // it had nothing to do.
+        let first = matches!(
+            status,
+            Status::Received | Status::IntentRecovered | Status::CallFailed | Status::Done
+        );
+        if self.next_is_new_process && first && !self.crowd {
+            self.consumers += 1;
+            self.next_is_new_process = false;
+        }
+        match (status, e.get("consumer")) {
+            _ if !self.crowd => self.consumers,
+            (Status::Done, _) => {
+                self.done += 1;
+                self.done
+            }
+            (_, Some(name)) => {
+                let n = name
+                    .rsplit('-')
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(1);
+                self.instance_of.insert(mid.to_string(), n);
+                self.consumers = self.consumers.max(n);
+                n
+            }
+            _ => self.instance_of.get(mid).copied().unwrap_or(1),
+        }
+    }
+
+    /// Long because it is one match with an arm per status a consumer line
+    /// can have, each drawing its statements.
+    fn consumer(&mut self, e: &Entry, status: Status, mid: &str) {
+        let instance = self.consumer_instance(e, status, mid);
+        let c = format!("C{instance}");
+        let dest = e.get("destination").or(e.get("queue")).unwrap_or("?");
+        let q = self.queue(dest);
+        let attempt = e.get("attempt").unwrap_or("1");
+        match status {
+            Status::Received => {
+                let re = if e.get("redelivered") == Some("true") {
+                    ", redelivered"
+                } else {
+                    ""
+                };
+                self.body
+                    .push(format!("    {q}->>{c}: {mid} (attempt {attempt}{re})"));
+            }
+            Status::BusinessCommitted => {
+                self.has_db = true;
+                self.body
+                    .push(format!("    {c}->>DB: commit the business row for {mid}"));
+            }
+            Status::BusinessRejected => {
+                self.has_db = true;
+                self.body.push(format!(
+                    "    {c}->>DB: commit {mid}'s business rejection (no business row)"
+                ));
+                self.body.push(format!("    {c}-->>{q}: ack {mid}"));
+            }
+            Status::DuplicateSkipped => {
+                self.has_db = true;
+                self.body.push(format!(
+                    "    {c}->>DB: inbox hit for {mid}: duplicate, rolled back"
+                ));
+                self.body.push(format!("    {c}-->>{q}: ack {mid}"));
+            }
+            Status::Retry => self
+                .body
+                .push(format!("    {c}-->>{q}: reject {mid} (to the retry queue)")),
+            Status::Requeued => self
+                .body
+                .push(format!("    {c}-->>{q}: nack {mid}, requeue=true")),
+            Status::Rejected => self.body.push(format!("    {c}-->>{q}: reject {mid}")),
+            Status::PoisonToDlq => {
+                self.has_dlq = true;
+                self.body
+                    .push(format!("    {c}->>DLQ: publish {mid} (attempt {attempt})"));
+                self.body.push(format!("    {c}-->>{q}: ack {mid}"));
+            }
+            Status::CrashInjected => {
+                self.body.push(format!(
+                    "    Note over {c}: SIGKILL at the fault window ({mid})"
+                ));
+                self.next_is_new_process = true;
+            }
+            Status::AtRendezvous => self.body.push(format!(
+                "    Note over {c}: held at the window ({mid}): stopped (SIGSTOP)"
+            )),
+            Status::DownstreamCalled => {
+                self.has_downstream = true;
+                self.body
+                    .push(format!("    {c}->>DS: call for {mid} (after the ack)"));
+            }
+            Status::CallFailed => {
+                self.has_downstream = true;
+                self.body
+                    .push(format!("    {c}->>DS: call for {mid}, failed"));
+            }
+            Status::IntentRecovered => {
+                (self.has_downstream, self.has_db) = (true, true);
+                self.body.push(format!(
+                    "    {c}->>DS: call for {mid}'s pending intent (at start)"
+                ));
+                self.body
+                    .push(format!("    {c}->>DB: mark {mid}'s intent done"));
+            }
+            Status::Done => {
+                self.body.push(format!(
+                    "    Note over {c}: exits after {} deliveries",
+                    e.get("received").unwrap_or("?")
+                ));
+                self.next_is_new_process = true;
+            }
+            Status::ConnectionLost => self.body.push(format!(
+                "    Note over {c}: connection lost, the same process connects again"
+            )),
+            _ => {}
+        }
+    }
+
+    fn observe(&mut self, e: &Entry, status: Status, mid: &str) {
+        // A black-box program, seen through the proxies.
+        if self.next_is_new_process && status == Status::Delivered && !self.crowd {
+            self.consumers += 1;
+            self.next_is_new_process = false;
+        }
+        // Competing instances: each line names its own.
+        let instance = match e.get("consumer").filter(|_| self.crowd) {
+            Some(name) => {
+                let n = name
+                    .rsplit('-')
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(1);
+                self.consumers = self.consumers.max(n);
+                n
+            }
+            None => self.consumers,
+        };
+        let c = format!("C{instance}");
+        let q = self.queue(e.get("destination").unwrap_or("?"));
+        match status {
+            Status::Delivered => {
+                let re = if e.get("redelivered") == Some("true") {
+                    ", redelivered"
+                } else {
+                    ""
+                };
+                self.body.push(format!("    {q}->>{c}: {mid}{re}"));
+            }
+            Status::Committed => {
+                self.has_db = true;
+                self.body.push(format!("    {c}->>DB: COMMIT ({mid})"));
+            }
+            Status::RolledBack => {
+                self.has_db = true;
+                self.body
+                    .push(format!("    {c}->>DB: COMMIT, rolled back ({mid})"));
+            }
+            Status::Acked => self.body.push(format!("    {c}-->>{q}: ack {mid}")),
+            Status::Held => {
+                self.has_network = true;
+                self.body.push(format!(
+                    "    Note over N: {} of {mid} held",
+                    e.get("what").unwrap_or("a frame")
+                ));
+            }
+            Status::Killed => {
+                self.body
+                    .push(format!("    Note over {c}: SIGKILL at the window ({mid})"));
+                self.next_is_new_process = true;
+            }
+            Status::AtRendezvous => self.body.push(format!(
+                "    Note over {c}: held at its COMMIT ({mid}), its transaction open"
+            )),
+            _ => {}
+        }
+    }
+
+    fn job(&mut self, e: &Entry, status: Status) {
+        if status == Status::PolicySet {
+            let q = self.queue(e.get("queue").unwrap_or("?"));
+            self.body.push(format!(
+                "    Note over {q}: policy {} set",
+                e.get("policy").unwrap_or("?")
+            ));
+            return;
+        }
+        self.has_db = true;
+        self.body.push(format!(
+            "    Note over DB: inbox purge: rows older than {} ms deleted ({})",
+            e.get("retentionMs").unwrap_or("?"),
+            e.get("purged").unwrap_or("?")
+        ));
+    }
+
+    fn render(self) -> String {
+        let mut out = String::from("sequenceDiagram\n    participant P as producer\n");
+        for (i, q) in self.queues.iter().enumerate() {
+            out.push_str(&format!("    participant Q{} as {q}\n", i + 1));
+        }
+        for c in 1..=self.consumers {
+            out.push_str(&format!("    participant C{c} as consumer process {c}\n"));
+        }
+        if self.has_dlq {
+            out.push_str("    participant DLQ as DLQ\n");
+        }
+        if self.has_network {
+            out.push_str("    participant N as network (the harness's proxy)\n");
+        }
+        if self.has_broker {
+            out.push_str("    participant B as RabbitMQ node\n");
+        }
+        for n in &self.nodes {
+            out.push_str(&format!("    participant N{n} as RabbitMQ node {n}\n"));
+        }
+        if self.has_db {
+            out.push_str("    participant DB as PostgreSQL\n");
+        }
+        if self.has_downstream {
+            out.push_str("    participant DS as downstream service\n");
+        }
+        for l in self.body {
+            out.push_str(&statement(&l));
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// For a producer that is an order service (it committed orders before
+/// `e`): the status of its last line about `e`'s message before `e`.
+fn order_service(entries: &[Entry], e: &Entry) -> Option<Status> {
+    let before: Vec<&Entry> = entries
+        .iter()
+        .take_while(|x| !std::ptr::eq(*x, e))
+        .filter(|x| x.role == Role::Producer.name())
+        .collect();
+    let serves = before
+        .iter()
+        .any(|x| x.get("status") == Some(Status::OrderCommitted.name()));
+    if !serves {
+        return None;
+    }
+    before
+        .iter()
+        .rev()
+        .find(|x| x.get("messageId") == e.get("messageId"))
+        .and_then(|x| x.get("status")?.parse().ok())
+}
+
+/// Mermaid ends a statement at `;`, so one inside a message or note (a
+/// message id, a reason) would cut the line short and fail the diagram:
+/// it is written as Mermaid's entity code instead, which renders as `;`.
+fn statement(line: &str) -> std::borrow::Cow<'_, str> {
+    match line.contains(';') {
+        true => line.replace(';', "#59;").into(),
+        false => line.into(),
+    }
+}
