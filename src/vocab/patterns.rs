@@ -1,0 +1,532 @@
+//! Consumer patterns as data: each pattern's success path as ordered steps,
+//! its failure handling, and the windows derived from them. A table
+//! (`PATTERNS`) with the code that reads it; long because the table is.
+
+use super::*;
+
+/// What a consumer does with a message whose business write fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnFailure {
+    /// The retry-dlq page's way: every failure is rejected into the retry
+    /// loop (attempts from x-death); at the last attempt the message is
+    /// published to the DLQ, then acked (`dlq`: in that order or, for a
+    /// counterexample, acked first). `confirm`: wait for the publisher
+    /// confirm; `mandatory`: have the broker return what it cannot route.
+    RetryThenDlq {
+        confirm: bool,
+        mandatory: bool,
+        dlq: DlqOrder,
+        /// Where the attempt number is read (the page: x-death).
+        attempts: AttemptsFrom,
+    },
+    /// nack with requeue=true: the message goes back to the head of the queue.
+    RequeueForever,
+    /// Article 002's other way for a key in retry: block it. A transient
+    /// failure is rolled back and tried again on the same delivery, held
+    /// unacked (with one consumer and prefetch 1 nothing behind it runs);
+    /// out of attempts, and for the other classes, as `Classified`.
+    RetryInPlace,
+    /// Article 000's classes: transient failures republished to retry tiers
+    /// (with a `retry-attempt` header and a confirm, then acked), a business
+    /// rejection recorded and acked, poison and invariant violations moved
+    /// to the DLQ at once.
+    Classified {
+        attempts: AttemptsFrom,
+        dlq: DlqOrder,
+        /// `false`: every failure is taken as transient (retried, then dead-lettered).
+        by_class: bool,
+        /// Which tier attempt k is republished to.
+        backoff: Backoff,
+    },
+}
+
+/// The retry tier a classified consumer republishes attempt k to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backoff {
+    /// Tier k (the last tier after that): the waits grow.
+    ByAttempt,
+    /// Always the first: the shortest wait each time.
+    FirstTier,
+    /// Always the last: the longest wait each time.
+    LastTier,
+}
+
+/// Where a consumer reads a message's attempt number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttemptsFrom {
+    /// The `retry-attempt` header it sets when it republishes.
+    Header,
+    /// x-death: only counts broker dead-lettering (reject, expiry).
+    XDeath,
+    /// x-death's first entry (the latest queue and reason) alone: its count
+    /// is the count of that one (queue, reason), not of the whole chain.
+    XDeathFirst,
+}
+
+/// The order of the DLQ move's two effects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DlqOrder {
+    /// Publish, wait for the confirm, then ack the original: a crash between
+    /// them leaves a duplicate in the DLQ, never a loss.
+    ConfirmThenAck,
+    /// Ack first, publish after: a crash between them loses the message.
+    AckThenPublish,
+}
+
+/// A consumer pattern as data: its success path in order, whether the broker
+/// acks on delivery, and its failure handling.
+#[derive(Debug)]
+pub struct PatternDef {
+    pub pattern: Pattern,
+    pub safe: bool,
+    pub steps: &'static [Step],
+    /// autoAck: the broker considers a message acked once it sent it.
+    pub auto_ack: bool,
+    pub on_failure: OnFailure,
+}
+
+use Step::*;
+
+const SAFE_PATH: &[Step] = &[Receive, InboxInsert, Write, Commit, Ack];
+
+/// Article 000's failure classes: retry tiers by a header, the DLQ confirmed.
+const CLASSIFIED_FAILURE: OnFailure = OnFailure::Classified {
+    attempts: AttemptsFrom::Header,
+    dlq: DlqOrder::ConfirmThenAck,
+    by_class: true,
+    backoff: Backoff::ByAttempt,
+};
+
+/// The retry-dlq page's failure handling (the seed labs' consumer).
+const SEED_FAILURE: OnFailure = OnFailure::RetryThenDlq {
+    confirm: true,
+    mandatory: true,
+    dlq: DlqOrder::ConfirmThenAck,
+    attempts: AttemptsFrom::XDeath,
+};
+
+pub const PATTERNS: &[PatternDef] = &[
+    PatternDef {
+        pattern: Pattern::Inbox,
+        safe: true,
+        steps: SAFE_PATH,
+        auto_ack: false,
+        on_failure: SEED_FAILURE,
+    },
+    PatternDef {
+        pattern: Pattern::NoInbox,
+        safe: false,
+        steps: &[Receive, Write, Commit, Ack],
+        auto_ack: false,
+        on_failure: SEED_FAILURE,
+    },
+    PatternDef {
+        pattern: Pattern::AckBeforeCommit,
+        safe: false,
+        steps: &[Receive, InboxInsert, Write, Ack, Commit],
+        auto_ack: false,
+        on_failure: SEED_FAILURE,
+    },
+    PatternDef {
+        pattern: Pattern::AutoAck,
+        safe: false,
+        steps: &[Receive, InboxInsert, Write, Commit],
+        auto_ack: true,
+        on_failure: SEED_FAILURE,
+    },
+    PatternDef {
+        pattern: Pattern::DedupOutsideTx,
+        safe: false,
+        steps: &[Receive, InboxOwnTx, Write, Commit, Ack],
+        auto_ack: false,
+        on_failure: SEED_FAILURE,
+    },
+    PatternDef {
+        pattern: Pattern::RequeueForever,
+        safe: false,
+        steps: SAFE_PATH,
+        auto_ack: false,
+        on_failure: OnFailure::RequeueForever,
+    },
+    PatternDef {
+        pattern: Pattern::DlqNoConfirm,
+        safe: false,
+        steps: SAFE_PATH,
+        auto_ack: false,
+        on_failure: OnFailure::RetryThenDlq {
+            confirm: false,
+            mandatory: false,
+            dlq: DlqOrder::ConfirmThenAck,
+            attempts: AttemptsFrom::XDeath,
+        },
+    },
+    PatternDef {
+        pattern: Pattern::DlqConfirmWithoutMandatory,
+        safe: false,
+        steps: SAFE_PATH,
+        auto_ack: false,
+        on_failure: OnFailure::RetryThenDlq {
+            confirm: true,
+            mandatory: false,
+            dlq: DlqOrder::ConfirmThenAck,
+            attempts: AttemptsFrom::XDeath,
+        },
+    },
+    PatternDef {
+        pattern: Pattern::Classified,
+        safe: true,
+        steps: SAFE_PATH,
+        auto_ack: false,
+        on_failure: CLASSIFIED_FAILURE,
+    },
+    PatternDef {
+        pattern: Pattern::SideEffectKey,
+        safe: true,
+        steps: &[Receive, InboxInsert, CallDownstream, Write, Commit, Ack],
+        auto_ack: false,
+        on_failure: CLASSIFIED_FAILURE,
+    },
+    PatternDef {
+        pattern: Pattern::NoIdempotencyKey,
+        safe: false,
+        steps: &[
+            Receive,
+            InboxInsert,
+            CallDownstreamUnkeyed,
+            Write,
+            Commit,
+            Ack,
+        ],
+        auto_ack: false,
+        on_failure: CLASSIFIED_FAILURE,
+    },
+    PatternDef {
+        pattern: Pattern::EffectIntent,
+        safe: true,
+        steps: &[
+            Receive,
+            InboxInsert,
+            IntentInsert,
+            Write,
+            Commit,
+            Ack,
+            CallAfterAck,
+            IntentDone,
+        ],
+        auto_ack: false,
+        on_failure: SEED_FAILURE,
+    },
+    PatternDef {
+        pattern: Pattern::CallWithoutIntent,
+        safe: false,
+        steps: &[Receive, InboxInsert, Write, Commit, Ack, CallAfterAck],
+        auto_ack: false,
+        on_failure: SEED_FAILURE,
+    },
+    PatternDef {
+        pattern: Pattern::IntentUnkeyed,
+        safe: false,
+        steps: &[
+            Receive,
+            InboxInsert,
+            IntentInsert,
+            Write,
+            Commit,
+            Ack,
+            CallAfterAckUnkeyed,
+            IntentDone,
+        ],
+        auto_ack: false,
+        on_failure: SEED_FAILURE,
+    },
+    PatternDef {
+        pattern: Pattern::IntentMarkFirst,
+        safe: false,
+        steps: &[
+            Receive,
+            InboxInsert,
+            IntentInsert,
+            Write,
+            Commit,
+            Ack,
+            IntentDone,
+            CallAfterAck,
+        ],
+        auto_ack: false,
+        on_failure: SEED_FAILURE,
+    },
+    PatternDef {
+        pattern: Pattern::ClassifiedXDeath,
+        safe: false,
+        steps: SAFE_PATH,
+        auto_ack: false,
+        on_failure: OnFailure::Classified {
+            attempts: AttemptsFrom::XDeath,
+            dlq: DlqOrder::ConfirmThenAck,
+            by_class: true,
+            backoff: Backoff::ByAttempt,
+        },
+    },
+    PatternDef {
+        pattern: Pattern::AckThenPublish,
+        safe: false,
+        steps: SAFE_PATH,
+        auto_ack: false,
+        on_failure: OnFailure::Classified {
+            attempts: AttemptsFrom::Header,
+            dlq: DlqOrder::AckThenPublish,
+            by_class: true,
+            backoff: Backoff::ByAttempt,
+        },
+    },
+    PatternDef {
+        pattern: Pattern::CheckThenInsert,
+        safe: false,
+        steps: &[
+            Receive,
+            InboxSelect,
+            Write,
+            InboxInsertIgnoring,
+            Commit,
+            Ack,
+        ],
+        auto_ack: false,
+        on_failure: SEED_FAILURE,
+    },
+    PatternDef {
+        pattern: Pattern::RetryEverything,
+        safe: false,
+        steps: SAFE_PATH,
+        auto_ack: false,
+        on_failure: OnFailure::Classified {
+            attempts: AttemptsFrom::Header,
+            dlq: DlqOrder::ConfirmThenAck,
+            by_class: false,
+            backoff: Backoff::ByAttempt,
+        },
+    },
+    PatternDef {
+        pattern: Pattern::NoBackoff,
+        safe: false,
+        steps: SAFE_PATH,
+        auto_ack: false,
+        on_failure: OnFailure::Classified {
+            attempts: AttemptsFrom::Header,
+            dlq: DlqOrder::ConfirmThenAck,
+            by_class: true,
+            backoff: Backoff::FirstTier,
+        },
+    },
+    PatternDef {
+        pattern: Pattern::LongestDelay,
+        safe: false,
+        steps: SAFE_PATH,
+        auto_ack: false,
+        on_failure: OnFailure::Classified {
+            attempts: AttemptsFrom::Header,
+            dlq: DlqOrder::ConfirmThenAck,
+            by_class: true,
+            backoff: Backoff::LastTier,
+        },
+    },
+    PatternDef {
+        pattern: Pattern::AttemptsFromHeader,
+        safe: false,
+        steps: SAFE_PATH,
+        auto_ack: false,
+        on_failure: OnFailure::RetryThenDlq {
+            confirm: true,
+            mandatory: true,
+            dlq: DlqOrder::ConfirmThenAck,
+            attempts: AttemptsFrom::Header,
+        },
+    },
+    PatternDef {
+        pattern: Pattern::DlqAckFirst,
+        safe: false,
+        steps: SAFE_PATH,
+        auto_ack: false,
+        on_failure: OnFailure::RetryThenDlq {
+            confirm: true,
+            mandatory: true,
+            dlq: DlqOrder::AckThenPublish,
+            attempts: AttemptsFrom::XDeath,
+        },
+    },
+    PatternDef {
+        pattern: Pattern::NoDigest,
+        safe: false,
+        steps: &[Receive, InboxInsertBlind, Write, Commit, Ack],
+        auto_ack: false,
+        on_failure: SEED_FAILURE,
+    },
+    PatternDef {
+        pattern: Pattern::InboxByEvent,
+        safe: false,
+        steps: &[Receive, InboxInsertByEvent, Write, Commit, Ack],
+        auto_ack: false,
+        on_failure: SEED_FAILURE,
+    },
+    PatternDef {
+        pattern: Pattern::InboxSavepoint,
+        safe: true,
+        steps: &[Receive, InboxInsertSavepoint, Write, Commit, Ack],
+        auto_ack: false,
+        on_failure: SEED_FAILURE,
+    },
+    PatternDef {
+        pattern: Pattern::CatchUniqueViolation,
+        safe: false,
+        steps: &[Receive, InboxInsertCatching, Write, Commit, Ack],
+        auto_ack: false,
+        on_failure: SEED_FAILURE,
+    },
+    PatternDef {
+        pattern: Pattern::BlockKey,
+        safe: true,
+        steps: &[Receive, InboxInsert, WriteOverwrite, Commit, Ack],
+        auto_ack: false,
+        on_failure: OnFailure::RetryInPlace,
+    },
+    PatternDef {
+        pattern: Pattern::Overwrite,
+        safe: false,
+        steps: &[Receive, InboxInsert, WriteOverwrite, Commit, Ack],
+        auto_ack: false,
+        on_failure: CLASSIFIED_FAILURE,
+    },
+    PatternDef {
+        pattern: Pattern::XDeathFirstCount,
+        safe: false,
+        steps: SAFE_PATH,
+        auto_ack: false,
+        on_failure: OnFailure::RetryThenDlq {
+            confirm: true,
+            mandatory: true,
+            dlq: DlqOrder::ConfirmThenAck,
+            attempts: AttemptsFrom::XDeathFirst,
+        },
+    },
+    PatternDef {
+        pattern: Pattern::DedupByRedelivered,
+        safe: false,
+        steps: &[Receive, SkipRedelivered, Write, Commit, Ack],
+        auto_ack: false,
+        on_failure: SEED_FAILURE,
+    },
+];
+
+impl Pattern {
+    /// The patterns that call a downstream service, for an error message.
+    pub fn calling_downstream() -> String {
+        PATTERNS
+            .iter()
+            .filter(|d| d.calls_downstream())
+            .map(|d| d.pattern.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    pub fn def(self) -> &'static PatternDef {
+        PATTERNS
+            .iter()
+            .find(|d| d.pattern == self)
+            .expect("every pattern has a definition (tested)")
+    }
+}
+
+impl PatternDef {
+    /// The window reached right after `steps[i]`, from what is visible by
+    /// then: whether the message is acked (autoAck counts from the
+    /// delivery) and whether the business transaction committed.
+    pub fn window_after(&self, i: usize) -> Option<Window> {
+        let done = &self.steps[..=i];
+        let acked = self.auto_ack || done.contains(&Ack);
+        let committed = done.contains(&Commit);
+        match self.steps[i] {
+            Receive => Some(Window::AfterReceive),
+            InboxOwnTx => Some(Window::AfterInboxCommit),
+            InboxInsert | InboxInsertBlind | InboxInsertByEvent | InboxInsertSavepoint
+            | InboxInsertCatching | SkipRedelivered | InboxSelect | InboxInsertIgnoring => None,
+            // The window after the write that follows covers it.
+            CallDownstream | CallDownstreamUnkeyed | IntentInsert => None,
+            CallAfterAck | CallAfterAckUnkeyed => Some(Window::AfterDownstreamCall),
+            IntentDone => Some(Window::AfterIntentDone),
+            Write | WriteOverwrite | Commit | Ack => Some(match (committed, acked) {
+                (false, false) => Window::BeforeCommit,
+                (false, true) => Window::AfterAckBeforeCommit,
+                (true, false) => Window::AfterCommitBeforeAck,
+                (true, true) => Window::AfterAck,
+            }),
+        }
+    }
+
+    /// Every window this pattern's path passes, in order (its success path,
+    /// then its failure path): a lab naming any other is rejected, so no
+    /// fault point is silently ignored.
+    pub fn windows(&self) -> Vec<Window> {
+        self.windows_for(true)
+    }
+
+    /// The windows a consume step with this pattern passes: the seed
+    /// failure path's DLQ move only when the step has a DLQ (`retry`), and
+    /// never for an autoAck consumer (the broker forgot the message when it
+    /// sent it: there is no ack to come) or an inbox committed on its own
+    /// (its row survives the rollback, so a message never gets past its
+    /// first attempt).
+    pub fn windows_for(&self, dlq: bool) -> Vec<Window> {
+        let seed_dlq = dlq && !self.auto_ack && !self.steps.contains(&InboxOwnTx);
+        let failure: &[Window] = match self.on_failure {
+            OnFailure::Classified {
+                dlq: DlqOrder::ConfirmThenAck,
+                ..
+            } => &[
+                Window::AfterRetryPublishBeforeAck,
+                Window::AfterDlqConfirmBeforeAck,
+            ],
+            OnFailure::Classified {
+                dlq: DlqOrder::AckThenPublish,
+                ..
+            } => &[
+                Window::AfterRetryPublishBeforeAck,
+                Window::AfterAckBeforeDlqPublish,
+            ],
+            // The seed's DLQ move: confirmed, then acked (without a
+            // confirm there is no point "after the confirm").
+            OnFailure::RetryThenDlq {
+                confirm: true,
+                dlq: DlqOrder::ConfirmThenAck,
+                ..
+            } if seed_dlq => &[Window::AfterDlqConfirmBeforeAck],
+            OnFailure::RetryThenDlq {
+                dlq: DlqOrder::AckThenPublish,
+                ..
+            } if seed_dlq => &[Window::AfterAckBeforeDlqPublish],
+            OnFailure::RetryInPlace => &[Window::AfterDlqConfirmBeforeAck],
+            OnFailure::RetryThenDlq { .. } | OnFailure::RequeueForever => &[],
+        };
+        (0..self.steps.len())
+            .filter_map(|i| self.window_after(i))
+            .chain(failure.iter().copied())
+            .collect()
+    }
+
+    /// Whether its path calls the harness's downstream service.
+    pub fn calls_downstream(&self) -> bool {
+        self.steps.iter().any(|s| {
+            matches!(
+                s,
+                CallDownstream | CallDownstreamUnkeyed | CallAfterAck | CallAfterAckUnkeyed
+            )
+        })
+    }
+
+    /// `receive → inbox-insert → ...`, for `mqlab list`.
+    pub fn path(&self) -> String {
+        self.steps
+            .iter()
+            .map(|s| s.name())
+            .collect::<Vec<_>>()
+            .join(" → ")
+    }
+}
