@@ -468,9 +468,9 @@ mod patterns;
 mod topology;
 pub use counters::*;
 pub use patterns::*;
-pub use topology::*;
 #[cfg(test)]
 use topology::topic_matches;
+pub use topology::*;
 
 #[cfg(test)]
 mod tests;

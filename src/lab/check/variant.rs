@@ -1,5 +1,6 @@
 //! A variant applied to the raw lab: what it changes in the consume and
-//! publish steps and the queues, before the lab is checked again.
+//! publish steps and the queues, before the lab is checked again; and the
+//! checks of a variant's own keys and declared violations.
 
 use super::*;
 
@@ -153,5 +154,237 @@ fn vary_queues(queues: &mut [RawQueue], v: &RawVariant) {
                 }
             }
         }
+    }
+}
+
+impl Checker<'_> {
+    /// A variant's keys that name the lab as written: its queues, the
+    /// arguments it unsets, the reconciliation it drops.
+    pub(super) fn variant_keys(
+        &mut self,
+        name: &str,
+        def: &RawVariant,
+        raw: &RawLab,
+        written: &[RawQueue],
+        (written_reconciles, written_relays): (bool, bool),
+    ) {
+        let batches = raw
+            .steps
+            .iter()
+            .any(|s| s.publish.as_ref().is_some_and(|p| p.batch.is_some()));
+        if def.flush.is_some() && !batches {
+            self.err(
+                format!("variant.{name}.flush"),
+                None,
+                ErrorKind::NoBatchToFlush,
+            );
+        }
+        if def.reconcile == Some(false) && !written_reconciles {
+            self.err(
+                format!("variant.{name}.reconcile"),
+                None,
+                ErrorKind::NoReconcileToDrop,
+            );
+        }
+        // The variant's handoff, not the relay steps it reaches, is what to
+        // change: said once, at the variant's key.
+        if let Some(o) = def.orders.as_ref().filter(|o| !o.get_ref().is_outbox()) {
+            if written_relays && def.relay != Some(false) {
+                self.errs
+                    .retain(|e| e.kind != ErrorKind::RelayWithoutOutbox);
+                self.err(
+                    format!("variant.{name}.orders"),
+                    span(o),
+                    ErrorKind::VariantOrdersWithRelay(*o.get_ref()),
+                );
+            }
+        }
+        let program = raw
+            .steps
+            .iter()
+            .any(|s| s.consume.as_ref().is_some_and(|c| c.command.is_some()));
+        let held = raw.steps.iter().any(|s| {
+            s.fault.as_ref().is_some_and(|f| {
+                matches!(
+                    f.get_ref().action.get_ref(),
+                    FaultAction::Rendezvous | FaultAction::Stall
+                )
+            })
+        });
+        if held && def.prefetch.is_some_and(|p| p.get() != 1) {
+            // Said at the variant's key, not at the step it reaches.
+            self.errs
+                .retain(|e| e.kind != ErrorKind::RendezvousPrefetch);
+            self.err(
+                format!("variant.{name}.prefetch"),
+                None,
+                ErrorKind::HeldPrefetch,
+            );
+        }
+        if program && def.prefetch.is_some_and(|p| p.get() != 1) {
+            self.err(
+                format!("variant.{name}.prefetch"),
+                None,
+                ErrorKind::ProgramPrefetch,
+            );
+        }
+        if def.relay == Some(false) && !written_relays {
+            self.err(
+                format!("variant.{name}.relay"),
+                None,
+                ErrorKind::NoRelayToDrop,
+            );
+        }
+        let named = def
+            .arguments
+            .keys()
+            .map(|q| ("arguments", q))
+            .chain(def.bind.keys().map(|q| ("bind", q)))
+            .chain(def.unset.keys().map(|q| ("unset", q)));
+        for (key, q) in named {
+            if !raw.queues.iter().any(|r| r.name.get_ref() == q) {
+                self.err(
+                    format!("variant.{name}.{key}.{q}"),
+                    None,
+                    ErrorKind::UnknownQueue(q.clone()),
+                );
+            }
+        }
+        // In the lab as written: an argument it does not set cannot
+        // be shown necessary by removing it.
+        for (q, args) in &def.unset {
+            let Some(declared) = written.iter().find(|r| r.name.get_ref() == q) else {
+                continue;
+            };
+            for a in args.iter().filter(|a| !declared.arguments.contains_key(*a)) {
+                self.err(
+                    format!("variant.{name}.unset.{q}"),
+                    None,
+                    ErrorKind::NotAnArgument {
+                        queue: q.clone(),
+                        argument: a.clone(),
+                    },
+                );
+            }
+        }
+    }
+
+    /// A variant's violations, and what it shows instead on another
+    /// generation.
+    pub(super) fn variant(
+        &mut self,
+        name: &str,
+        v: &RawVariant,
+        steps: &[Step],
+    ) -> (
+        BTreeMap<String, Expect>,
+        BTreeMap<Generation, GenerationDiff>,
+    ) {
+        let key = format!("variant.{name}");
+        let violations = self.violations(&key, &v.violations, steps);
+        let mut generations = BTreeMap::new();
+        for (g, diff) in &v.rabbitmq {
+            let at = format!("{key}.rabbitmq.{g}");
+            let generation = match g.parse::<Generation>() {
+                Ok(Generation::V3_10) => {
+                    self.err(
+                        at.clone(),
+                        None,
+                        ErrorKind::BaseGeneration(Generation::V3_10),
+                    );
+                    continue;
+                }
+                Ok(generation) => generation,
+                Err(_) => {
+                    self.err(at.clone(), None, ErrorKind::UnknownGeneration(g.clone()));
+                    continue;
+                }
+            };
+            if diff.cause.trim().is_empty() {
+                self.err(format!("{at}.cause"), None, ErrorKind::NoCause);
+            }
+            let source = diff.source.get_ref().trim();
+            if !(source.starts_with("https://") || source == "cause not identified") {
+                self.err(
+                    format!("{at}.source"),
+                    span(&diff.source),
+                    ErrorKind::NoSource,
+                );
+            }
+            let violations = self.violations(&at, &diff.violations, steps);
+            generations.insert(
+                generation,
+                GenerationDiff {
+                    claim: diff.claim.clone(),
+                    cause: diff.cause.clone(),
+                    source: source.to_string(),
+                    violations,
+                },
+            );
+        }
+        if let Some(o) = &v.orders {
+            let serves = steps
+                .iter()
+                .any(|s| matches!(&s.action, Action::Publish(p) if p.orders.is_some()));
+            if !serves {
+                self.err(
+                    format!("{key}.orders"),
+                    span(o),
+                    ErrorKind::OrdersWithoutOrderService,
+                );
+            } else if *o.get_ref() == Handoff::Outbox {
+                self.err(
+                    format!("{key}.orders"),
+                    span(o),
+                    ErrorKind::SafeHandoffInVariant,
+                );
+            }
+        }
+        if let Some(p) = &v.pattern {
+            if p.get_ref().def().safe {
+                self.err(
+                    format!("{key}.pattern"),
+                    span(p),
+                    ErrorKind::SafePatternInVariant(*p.get_ref()),
+                );
+            }
+        }
+        (violations, generations)
+    }
+
+    /// `violations` under `key`: at least one, each an assertion or a check.
+    pub(super) fn violations(
+        &mut self,
+        key: &str,
+        declared: &BTreeMap<String, Spanned<Expected>>,
+        steps: &[Step],
+    ) -> BTreeMap<String, Expect> {
+        if declared.is_empty() {
+            self.err(format!("{key}.violations"), None, ErrorKind::NoViolations);
+        }
+        let asserted = asserted(steps);
+        let shapes = shapes(steps);
+        let mut violations = BTreeMap::new();
+        for (k, val) in declared {
+            let is_check = k.parse::<Check>().is_ok();
+            // A check is a count, always read; an assertion may print the
+            // word of a value not read.
+            let shape = match is_check {
+                true => Some((Shape::Count(&[]), false)),
+                false => shapes.get(k.as_str()).map(|s| (*s, true)),
+            };
+            if let Some(kind) = shape.and_then(|(s, unread)| misfit(k, s, val.get_ref(), unread)) {
+                self.err(format!("{key}.violations.{k}"), span(val), kind);
+            }
+            if !asserted.contains(k.as_str()) && !is_check {
+                self.err(
+                    format!("{key}.violations.{k}"),
+                    span(val),
+                    ErrorKind::NotAnAssertion(k.clone()),
+                );
+            }
+            violations.insert(k.clone(), val.get_ref().expect());
+        }
+        violations
     }
 }

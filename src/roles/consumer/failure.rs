@@ -1,0 +1,260 @@
+//! The consumer's failure paths: a failed business write retried in
+//! place, through retry tiers or the broker's dead-lettering, classified
+//! (article 000's classes), and the DLQ move with its confirm.
+
+use super::*;
+
+impl Consumer {
+    /// A failed business write, the transaction still open with the inbox row.
+    pub(super) async fn failed(
+        &mut self,
+        d: &Delivery,
+        meta: &MessageMeta,
+        attempt: u32,
+        event_id: &str,
+        class: FailureClass,
+        error: &str,
+    ) -> Result<Outcome> {
+        tracing::warn!(message = %meta.message_id, attempt, %class, error, "business write failed");
+        match self.def().on_failure {
+            OnFailure::Classified { dlq, by_class, .. } => {
+                let class = if by_class {
+                    class
+                } else {
+                    FailureClass::Transient
+                };
+                self.classified(d, meta, attempt, event_id, class, error, dlq)
+                    .await
+            }
+            OnFailure::RetryInPlace => {
+                self.retry_in_place(d, meta, attempt, event_id, class, error)
+                    .await
+            }
+            OnFailure::RequeueForever => {
+                store::rollback(&mut self.db).await?;
+                self.link.reject(d, true).await?;
+                emit(
+                    self.line(meta)
+                        .with("attempt", attempt)
+                        .status(Status::Requeued),
+                );
+                Ok(Outcome::Pending)
+            }
+            OnFailure::RetryThenDlq {
+                confirm,
+                mandatory,
+                dlq,
+                ..
+            } => {
+                self.retry_then_dlq(d, meta, attempt, class, error, (confirm, mandatory), dlq)
+                    .await
+            }
+        }
+    }
+
+    /// RetryInPlace's failure: a transient one rolled back and tried again
+    /// on the same delivery (held: what is behind it waits), the last
+    /// attempt's as `classified` does it.
+    pub(super) async fn retry_in_place(
+        &mut self,
+        d: &Delivery,
+        meta: &MessageMeta,
+        attempt: u32,
+        event_id: &str,
+        class: FailureClass,
+        error: &str,
+    ) -> Result<Outcome> {
+        let retry = self
+            .cfg
+            .retry
+            .clone()
+            .context("a consumer that retries in place without a retry policy")?;
+        if class == FailureClass::Transient && attempt < retry.max_attempts {
+            store::rollback(&mut self.db).await?;
+            emit(
+                self.line(meta)
+                    .with("attempt", attempt)
+                    .with("failureClass", class)
+                    .status(Status::RetryInPlace),
+            );
+            return Ok(Outcome::RetryInPlace);
+        }
+        self.classified(
+            d,
+            meta,
+            attempt,
+            event_id,
+            class,
+            error,
+            DlqOrder::ConfirmThenAck,
+        )
+        .await
+    }
+
+    /// The retry-dlq page's failure: rejected into the broker's retry loop
+    /// until the last attempt, then moved to the DLQ.
+    #[allow(clippy::too_many_arguments)] // the delivery, its failure, and the move's settings
+    pub(super) async fn retry_then_dlq(
+        &mut self,
+        d: &Delivery,
+        meta: &MessageMeta,
+        attempt: u32,
+        class: FailureClass,
+        error: &str,
+        (confirm, mandatory): (bool, bool),
+        dlq: DlqOrder,
+    ) -> Result<Outcome> {
+        // The retry-dlq page: every failure takes the same loop.
+        store::rollback(&mut self.db).await?;
+        let Some(retry) = self.cfg.retry.clone() else {
+            // Rejected, it would be dropped: a silent skip.
+            anyhow::ensure!(
+                class != FailureClass::Conflict,
+                "{}: a conflict (another business content under an eventId already applied) and no DLQ to isolate it in (the consume step sets no `retry`)",
+                meta.message_id
+            );
+            self.link.reject(d, false).await?;
+            return self.settled(meta, attempt, Status::Rejected);
+        };
+        // A conflict is no failure that passes: isolated at once.
+        if attempt < retry.max_attempts && class != FailureClass::Conflict {
+            self.link.reject(d, false).await?;
+            emit(
+                self.line(meta)
+                    .with("attempt", attempt)
+                    .status(Status::Retry),
+            );
+            return Ok(match self.cfg.rejected_leave {
+                true => Outcome::Left,
+                false => Outcome::Pending,
+            });
+        }
+        let headers = diagnostics(&self.cfg, d, meta, attempt, class, error);
+        self.move_to_dlq(&retry.dlq, d, meta, headers, dlq, (confirm, mandatory))
+            .await?;
+        if class == FailureClass::Conflict {
+            emit(
+                self.line(meta)
+                    .with("attempt", attempt)
+                    .with("failureClass", class)
+                    .status(Status::MovedToDlq),
+            );
+            return Ok(Outcome::Settled);
+        }
+        self.settled(meta, attempt, Status::PoisonToDlq)
+    }
+
+    /// Article 000's classes: a business rejection is recorded (with the
+    /// inbox row, in the open transaction) and acked; a transient failure is
+    /// republished to its retry tier (confirmed), then acked; poison, an
+    /// invariant violation, or a transient failure out of attempts is moved
+    /// to the DLQ with its diagnostics.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn classified(
+        &mut self,
+        d: &Delivery,
+        meta: &MessageMeta,
+        attempt: u32,
+        event_id: &str,
+        class: FailureClass,
+        error: &str,
+        order: DlqOrder,
+    ) -> Result<Outcome> {
+        if class == FailureClass::BusinessRejection {
+            store::record_rejection(&mut self.db, &self.cfg.service, event_id, error).await?;
+            store::commit(&mut self.db).await?;
+            self.ack(d).await?;
+            emit(
+                self.line(meta)
+                    .with("attempt", attempt)
+                    .with("failureClass", class)
+                    .with("error", error)
+                    .status(Status::BusinessRejected),
+            );
+            return Ok(Outcome::Settled);
+        }
+        store::rollback(&mut self.db).await?;
+        let retry = self
+            .cfg
+            .retry
+            .clone()
+            .context("a classified consumer without a retry policy")?;
+        if class == FailureClass::Transient && attempt < retry.max_attempts {
+            // Attempt k waits in tier k (the last one after that); without
+            // back-off, always in the first (or the last).
+            let last = retry.tiers.len() - 1;
+            let k = match self.def().on_failure {
+                OnFailure::Classified {
+                    backoff: Backoff::FirstTier,
+                    ..
+                } => 0,
+                OnFailure::Classified {
+                    backoff: Backoff::LastTier,
+                    ..
+                } => last,
+                _ => (attempt as usize - 1).min(last),
+            };
+            let tier = &retry.tiers[k];
+            let mut headers = diagnostics(&self.cfg, d, meta, attempt, class, error);
+            headers.push((RETRY_ATTEMPT_HEADER, (attempt + 1).to_string()));
+            headers.push((RETRY_PUBLISHED_AT, now_ms().to_string()));
+            self.link
+                .republish(d, &tier.queue, headers, (true, true))
+                .await?;
+            self.window(Window::AfterRetryPublishBeforeAck, meta).await;
+            self.ack(d).await?;
+            emit(
+                self.line(meta)
+                    .with("attempt", attempt)
+                    .with("failureClass", class)
+                    .with("tier", &tier.queue)
+                    .with("ttlMs", tier.ttl_ms)
+                    .status(Status::RetryScheduled),
+            );
+            return Ok(Outcome::Pending);
+        }
+        let headers = diagnostics(&self.cfg, d, meta, attempt, class, error);
+        self.move_to_dlq(&retry.dlq, d, meta, headers, order, (true, true))
+            .await?;
+        emit(
+            self.line(meta)
+                .with("attempt", attempt)
+                .with("failureClass", class)
+                .status(Status::MovedToDlq),
+        );
+        Ok(Outcome::Settled)
+    }
+
+    /// The DLQ copy published (with a confirm and `mandatory` as asked)
+    /// and the original acked, in `order`, with the window between the two
+    /// (after a confirm only when there is one).
+    pub(super) async fn move_to_dlq(
+        &mut self,
+        dlq: &str,
+        d: &Delivery,
+        meta: &MessageMeta,
+        headers: Vec<(&str, String)>,
+        order: DlqOrder,
+        (confirm, mandatory): (bool, bool),
+    ) -> Result<()> {
+        match order {
+            DlqOrder::ConfirmThenAck => {
+                self.link
+                    .republish(d, dlq, headers, (confirm, mandatory))
+                    .await?;
+                if confirm {
+                    self.window(Window::AfterDlqConfirmBeforeAck, meta).await;
+                }
+                self.ack(d).await?;
+            }
+            DlqOrder::AckThenPublish => {
+                self.ack(d).await?;
+                self.window(Window::AfterAckBeforeDlqPublish, meta).await;
+                self.link
+                    .republish(d, dlq, headers, (confirm, mandatory))
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,195 @@
+//! A run's setup and its links: the lab's database and vhost objects, the
+//! proxy between the roles and the broker, the downstream service, the
+//! harness's own connection, the URLs the roles are given, and the cluster
+//! restored after a lab.
+
+use super::*;
+
+impl Ctx<'_> {
+    pub(super) fn phase(&mut self, phase: &str) {
+        self.sink.tell(&Event::Phase {
+            run: &self.run,
+            phase,
+        });
+    }
+
+    /// The lab's own database and vhost objects, fresh.
+    pub(super) async fn prepare(&mut self) -> Result<()> {
+        self.phase("prepare");
+        let db_name = self.database.clone();
+        let mut admin = store::connect(&self.endpoints.pg_url(&self.endpoints.pg_admin)).await?;
+        store::create_database(&mut admin, &db_name).await?;
+        drop(admin);
+        let mut db = store::connect(&self.endpoints.pg_url(&db_name)).await?;
+        store::migrate(&mut db).await?;
+        let broker = self.connect_broker().await?;
+        if self.shared_vhost {
+            // Another run used this vhost: its queues of the same names go.
+            broker.delete_queues(&self.lab.topology).await?;
+        }
+        broker.declare(&self.lab.topology).await?;
+        self.sync_metadata().await?;
+        std::fs::create_dir_all(&self.logs)?;
+        self.conns = Some(Conns { broker, db });
+        let upstream = format!("{}:{}", self.endpoints.amqp_host, self.endpoints.amqp_port)
+            .parse()
+            .context("the broker's address")?;
+        let mut upstreams = vec![upstream];
+        for port in self.node_ports.iter().skip(1) {
+            upstreams.push(
+                format!("{}:{port}", self.endpoints.amqp_host)
+                    .parse()
+                    .context("a node's address")?,
+            );
+        }
+        let (proxy, events) =
+            Proxy::start(upstreams, crate::broker::codec(self.lab.broker)).await?;
+        self.role_endpoints.amqp_port = proxy.port;
+        self.proxy = Some((proxy, events));
+        self.observed.events = Events(
+            self.lab
+                .steps
+                .iter()
+                .filter_map(|s| match &s.action {
+                    Action::Publish(p) => Some(p.messages.iter()),
+                    _ => None,
+                })
+                .flatten()
+                .map(|m| {
+                    (
+                        m.meta.message_id.clone(),
+                        store::event_id(m.body.as_bytes(), &m.meta.message_id),
+                    )
+                })
+                .collect(),
+        );
+        // The waits a retried message owes, as the lab declares its tiers.
+        self.observed.retry_tiers = self
+            .lab
+            .steps
+            .iter()
+            .find_map(|s| match &s.action {
+                Action::Consume(c) => c.retry.as_ref().filter(|r| !r.tiers.is_empty()),
+                _ => None,
+            })
+            .map(|r| r.tiers.iter().map(|(_, ttl)| *ttl).collect())
+            .unwrap_or_default();
+        // After the events: it names the messages it loses by their event.
+        self.downstream = self.start_downstream().await?;
+        Ok(())
+    }
+
+    /// The downstream service, when a consume step declares one: it loses
+    /// the response to the first call for each event the steps name.
+    pub(super) async fn start_downstream(&self) -> Result<Option<Downstream>> {
+        let mut declared = false;
+        let mut lose = BTreeSet::new();
+        for s in &self.lab.steps {
+            if let Action::Consume(Consume {
+                downstream: Some(d),
+                ..
+            }) = &s.action
+            {
+                declared = true;
+                lose.extend(
+                    d.lose_response
+                        .iter()
+                        .map(|m| self.observed.events.of(m).to_string()),
+                );
+            }
+        }
+        match declared {
+            true => Ok(Some(Downstream::start(lose).await?)),
+            false => Ok(None),
+        }
+    }
+
+    /// For a lab that kills a node: its declared queues on disk now, before
+    /// any kill (node 1's log; a cluster's other nodes hold the same
+    /// metadata in their own copies).
+    pub(super) async fn sync_metadata(&self) -> Result<()> {
+        match (self.lab.has_broker_fault(), self.env.owned()) {
+            (true, Some(env)) => crate::faults::broker::declared(env, self.harness_node()).await,
+            _ => Ok(()),
+        }
+    }
+
+    /// The node the harness talks to: the first that is up and not cut off.
+    pub(super) fn harness_node(&self) -> usize {
+        (1..=self.node_ports.len())
+            .find(|n| !self.nodes_down.contains(n) && !self.nodes_cut.contains(n))
+            .unwrap_or(1)
+    }
+
+    /// Resumes what the lab left paused, heals what it left cut off and
+    /// restarts what it left down.
+    /// Every step is tried; the first error is reported.
+    pub(super) async fn restore_cluster(&mut self) -> Result<()> {
+        let Some(env) = self.env.own() else {
+            return Ok(());
+        };
+        let mut first: Option<anyhow::Error> = None;
+        if self.broker_paused {
+            match env.resume_broker().await {
+                Ok(()) => self.broker_paused = false,
+                Err(e) => {
+                    first.get_or_insert(e);
+                }
+            }
+        }
+        if !self.nodes_cut.is_empty() {
+            if let Err(e) = env.heal().await {
+                first.get_or_insert(e);
+            }
+            self.nodes_cut.clear();
+        }
+        for n in std::mem::take(&mut self.nodes_down) {
+            if let Err(e) = env.restart_node(n).await {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// A role's broker URL: the proxy's listener for its node.
+    pub(super) fn role_url(&self, node: usize) -> String {
+        self.role_url_via(node, None)
+    }
+
+    /// A role's broker URL through `proxy` (None: the harness's proxy).
+    pub(super) fn role_url_via(&self, node: usize, proxy: Option<&Proxy>) -> String {
+        let mut e = self.role_endpoints.clone();
+        let proxy = proxy.or(self.proxy.as_ref().map(|(p, _)| p));
+        if let Some(port) = proxy.and_then(|p| p.ports.get(node.wrapping_sub(1))) {
+            e.amqp_port = *port;
+        }
+        e.amqp_url(&self.vhost)
+    }
+
+    /// The harness's own connection: to the first node that is up and in
+    /// the majority (node 1 but in a cluster lab that stopped or cut it off).
+    pub(super) async fn connect_broker(&self) -> Result<Box<dyn Admin>> {
+        let node = self.harness_node();
+        let mut e = self.endpoints.clone();
+        e.amqp_port = self
+            .node_ports
+            .get(node - 1)
+            .copied()
+            .unwrap_or(e.amqp_port);
+        crate::broker::admin(&e.amqp_url(&self.vhost)).await
+    }
+
+    pub(super) fn proxy(&self) -> &Proxy {
+        &self.proxy.as_ref().expect("prepared before any step").0
+    }
+
+    /// PostgreSQL's ground truth now (a program's effects by the lab's query).
+    pub(super) async fn ground(&mut self) -> Result<store::Ground> {
+        let lab = self.lab;
+        store::read_ground(&mut self.conns().db, lab.effects.as_deref()).await
+    }
+
+    pub(super) fn conns(&mut self) -> &mut Conns {
+        self.conns.as_mut().expect("prepared before any step")
+    }
+}
