@@ -149,7 +149,9 @@ fn with_label(mut lab: Lab, label: &str) -> Lab {
     lab
 }
 
-/// Every fault point of `lab`, in a fixed order.
+/// Every fault point of `lab`, in a fixed order. Long because it is one
+/// pass over the steps, an arm per kind of step and the placements it
+/// admits, so the order of the points is the order of the lab.
 pub fn points(lab: &Lab) -> Vec<Point> {
     let base = base_of(lab);
     // The drain steps at the end are not places for a fault.

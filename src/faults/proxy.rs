@@ -315,7 +315,9 @@ fn state(conn: &Mutex<Conn>) -> std::sync::MutexGuard<'_, Conn> {
 
 /// Reads one frame's meaning through the connection's codec and applies
 /// the armed rule and the black box's hooks. A frozen connection passes
-/// the content in progress to its end and nothing else, unread.
+/// the content in progress to its end and nothing else, unread. Long
+/// because it is one match, an arm per kind of frame a rule or hook acts
+/// on; each arm is a few lines.
 fn judge(dir: Dir, frame: &[u8], conn: &mut Conn, shared: &Shared) -> Verdict {
     let (codec, held) = conn;
     let bb = shared.blackbox.lock().expect("proxy black box").clone();

@@ -21,6 +21,9 @@ use crate::transcript::Record;
 use crate::vocab::{FaultAction, Status, Target};
 
 /// Runs the consume step: `settle` distinct messages settled in all.
+/// Long because it is the stall's three phases in order (consumer-1 held
+/// with the message, the other instance settles the rest, the release),
+/// kept together so the order shows.
 pub async fn run<C: Crowd>(c: &mut C, f: &Fault, settle: usize) -> Result<()> {
     let mut settled: BTreeSet<String> = BTreeSet::new();
     c.start().await?;

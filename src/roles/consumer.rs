@@ -252,7 +252,9 @@ impl Consumer {
 
     /// Walks the pattern's steps in order (LABS.md's transaction for the
     /// safe one; each unsafe pattern removes or reorders one step), stopping
-    /// at the window after each step when the lab selected it.
+    /// at the window after each step when the lab selected it. Long because
+    /// it is that walk, an arm per step, so a pattern's order reads as the
+    /// order of the transaction.
     async fn handle(&mut self, d: &Delivery, meta: &MessageMeta, attempt: u32) -> Result<Outcome> {
         let def = self.def();
         let event_id = store::event_id(&d.body, &meta.message_id);

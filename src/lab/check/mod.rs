@@ -145,28 +145,9 @@ impl<'a> Checker<'a> {
             written_publish(|p| p.reconcile),
             written_publish(|p| p.relay),
         );
-        let (raw, variant_def) = match variant {
-            None => (raw, None),
-            Some(v) => match raw.variant.get(v).cloned() {
-                Some(def) => (apply_variant(raw, &def), Some((v, def))),
-                None => {
-                    let known: Vec<_> = raw.variant.keys().cloned().collect();
-                    self.err(
-                        "",
-                        None,
-                        ErrorKind::UnknownVariant {
-                            name: v.into(),
-                            lab: raw.name.get_ref().clone(),
-                            known: if known.is_empty() {
-                                "none".into()
-                            } else {
-                                known.join(", ")
-                            },
-                        },
-                    );
-                    return Err(self.errs);
-                }
-            },
+        let (raw, variant_def) = match self.with_variant(raw, variant) {
+            Some(v) => v,
+            None => return Err(self.errs),
         };
         self.name(&raw);
         self.has_effects = raw.effects.is_some();
@@ -183,31 +164,7 @@ impl<'a> Checker<'a> {
         let topology = self.topology(&raw);
         let steps = self.steps(&raw, &topology, missing_ok.as_deref());
         self.counters(&raw, &steps);
-        let reconciles = steps
-            .iter()
-            .any(|s| matches!(&s.action, Action::Publish(p) if p.reconcile));
-        let program = steps
-            .iter()
-            .any(|s| matches!(&s.action, Action::Consume(c) if c.command.is_some()));
-        // A relay's later pass relays what an earlier step's outbox holds.
-        let outbox_step = |p: &Publish| p.orders.is_some_and(Handoff::is_outbox) && !p.relay;
-        let first_outbox = steps
-            .iter()
-            .position(|s| matches!(&s.action, Action::Publish(p) if outbox_step(p)));
-        for (i, s) in steps.iter().enumerate() {
-            if matches!(&s.action, Action::Publish(p) if p.relay && p.orders.is_some_and(Handoff::is_outbox))
-                && first_outbox.is_none_or(|f| f > i)
-            {
-                self.err(
-                    format!("step[{i}].publish.relay"),
-                    None,
-                    ErrorKind::RelayWithoutEarlierOutbox,
-                );
-            }
-        }
-        if reconciles && program {
-            self.err("step", None, ErrorKind::ReconcileWithProgram);
-        }
+        self.across_steps(&steps);
         let violations = match &variant_def {
             Some((name, def)) => {
                 self.variant_keys(name, def, &raw, &written, written_jobs);
@@ -235,6 +192,66 @@ impl<'a> Checker<'a> {
             facts,
             settings: raw.settings,
         })
+    }
+
+    /// The lab as a variant changes it (and the variant's definition), or
+    /// None when the lab has no such variant (the error is recorded).
+    fn with_variant<'v>(
+        &mut self,
+        raw: RawLab,
+        variant: Option<&'v str>,
+    ) -> Option<(RawLab, Option<(&'v str, RawVariant)>)> {
+        let Some(v) = variant else {
+            return Some((raw, None));
+        };
+        if let Some(def) = raw.variant.get(v).cloned() {
+            return Some((apply_variant(raw, &def), Some((v, def))));
+        }
+        let known: Vec<_> = raw.variant.keys().cloned().collect();
+        self.err(
+            "",
+            None,
+            ErrorKind::UnknownVariant {
+                name: v.into(),
+                lab: raw.name.get_ref().clone(),
+                known: if known.is_empty() {
+                    "none".into()
+                } else {
+                    known.join(", ")
+                },
+            },
+        );
+        None
+    }
+
+    /// What no single step shows: a relay's pass needs an earlier outbox
+    /// step, and a reconciliation job needs the built-in consumer.
+    fn across_steps(&mut self, steps: &[Step]) {
+        let reconciles = steps
+            .iter()
+            .any(|s| matches!(&s.action, Action::Publish(p) if p.reconcile));
+        let program = steps
+            .iter()
+            .any(|s| matches!(&s.action, Action::Consume(c) if c.command.is_some()));
+        // A relay's later pass relays what an earlier step's outbox holds.
+        let outbox_step = |p: &Publish| p.orders.is_some_and(Handoff::is_outbox) && !p.relay;
+        let first_outbox = steps
+            .iter()
+            .position(|s| matches!(&s.action, Action::Publish(p) if outbox_step(p)));
+        for (i, s) in steps.iter().enumerate() {
+            if matches!(&s.action, Action::Publish(p) if p.relay && p.orders.is_some_and(Handoff::is_outbox))
+                && first_outbox.is_none_or(|f| f > i)
+            {
+                self.err(
+                    format!("step[{i}].publish.relay"),
+                    None,
+                    ErrorKind::RelayWithoutEarlierOutbox,
+                );
+            }
+        }
+        if reconciles && program {
+            self.err("step", None, ErrorKind::ReconcileWithProgram);
+        }
     }
 
     /// `facts`: each names an assertion of the lab that no variant falsifies.

@@ -235,6 +235,12 @@ impl Checker<'_> {
                 ErrorKind::NoRelayToDrop,
             );
         }
+        self.variant_queues(name, def, raw, written);
+    }
+
+    /// The queues a variant's `arguments`, `bind` and `unset` name: each
+    /// a queue of the lab, and each unset argument one the queue sets.
+    fn variant_queues(&mut self, name: &str, def: &RawVariant, raw: &RawLab, written: &[RawQueue]) {
         let named = def
             .arguments
             .keys()
