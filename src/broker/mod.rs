@@ -19,7 +19,7 @@ pub mod transport;
 
 use anyhow::{bail, Result};
 
-use crate::vocab::Broker;
+use crate::vocab::{Broker, Capability};
 
 pub use admin::{Admin, HomeNodeDown, Peeked};
 pub use transport::{Answer, Delivery, Inbound, Outgoing, Pending, Publisher, Subscription};
@@ -136,6 +136,14 @@ pub trait Codec: Send {
 pub fn client_library(broker: Broker) -> (&'static str, &'static str) {
     match broker {
         Broker::RabbitMq => rabbitmq::client_library(),
+    }
+}
+
+/// What mqlab can do to and read from `broker` beyond its labs' publishing
+/// and consuming (on an environment that offers it too).
+pub fn offers(broker: Broker) -> &'static [Capability] {
+    match broker {
+        Broker::RabbitMq => rabbitmq::offers(),
     }
 }
 

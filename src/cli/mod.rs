@@ -19,6 +19,7 @@ use crate::record::RunRecord;
 use crate::runner::Suite;
 use crate::session::{EnvKind, Session, Setup};
 use crate::sinks::{self, out};
+use crate::vocab::Capability;
 
 /// Prints a line to stdout, ignoring a closed pipe.
 macro_rules! out {
@@ -190,52 +191,72 @@ fn run_role(config: &str) -> i32 {
     }
 }
 
-/// `--env external` runs no lab with a broker fault, a policy step, a
-/// queue's own figures or a broker setting to read (the broker is not mqlab's):
-/// refused, or with
-/// `--skip-unsupported` left out and named.
-fn runnable_on_external(labs: Vec<Lab>, skip: bool) -> Result<(Vec<Lab>, Vec<String>), Error> {
-    const FIGURES: &str = "a queue's own figures (read with rabbitmqctl eval)";
-    // Why a run cannot go on a broker that is not mqlab's: a broker fault,
-    // or a broker setting its bounds rely on, which mqlab cannot read there.
-    let why = |l: &Lab| {
-        match (l.has_broker_fault(), l.settings.first()) {
-        (true, _) => Some("a broker fault".to_string()),
-        _ if l.has_policy() => Some("a policy step (set with rabbitmqctl eval)".to_string()),
-        _ if l.reads_queue_process() => Some(FIGURES.to_string()),
-        (false, Some(s)) => Some(format!(
+/// What an environment offers a lab beyond publishing and consuming:
+/// everything on servers mqlab started, nothing on `--env external`.
+fn offered(external: bool) -> Vec<Capability> {
+    match external {
+        true => Vec::new(),
+        false => Capability::ALL.iter().map(|(c, _, _)| *c).collect(),
+    }
+}
+
+/// Why `l` cannot run where `offered` is what the environment offers: the
+/// first of its needs that the environment or its broker lacks, in words.
+fn unmet(l: &Lab, offered: &[Capability]) -> Option<String> {
+    let lacks =
+        |c: &Capability| !offered.contains(c) || !crate::broker::offers(l.broker).contains(c);
+    let need = l.needs().into_iter().find(lacks)?;
+    Some(match (need, l.settings.first()) {
+        (Capability::Setting, Some(s)) => format!(
             "it relies on the broker setting `{s}` = {}, which mqlab cannot read from a broker it did not start: {}",
             s.required(),
             s.doc()
-        )),
-        (false, None) if l.reads_queue_holds() => Some(FIGURES.to_string()),
-        (false, None) => None,
+        ),
+        (need, _) => need.doc().to_string(),
+    })
+}
+
+/// The runs whose needs the environment (`external`: `--env external`) and
+/// their broker offer, checked before anything starts: the others refused,
+/// or with `--skip-unsupported` left out and named.
+fn runnable(labs: Vec<Lab>, external: bool, skip: bool) -> Result<(Vec<Lab>, Vec<String>), Error> {
+    let offered = offered(external);
+    let (cannot, can): (Vec<Lab>, Vec<Lab>) =
+        labs.into_iter().partition(|l| unmet(l, &offered).is_some());
+    if cannot.is_empty() {
+        return Ok((can, Vec::new()));
     }
+    let (on, because) = match external {
+        true => ("--env external", " (the broker is not mqlab's)"),
+        false => ("this environment", ""),
     };
-    let (cannot, can): (Vec<Lab>, Vec<Lab>) = labs.into_iter().partition(|l| why(l).is_some());
     let skipped = cannot
         .iter()
-        .map(|l| format!("{} ({})", l.run_name(), why(l).unwrap_or_default()))
+        .map(|l| {
+            format!(
+                "{} ({})",
+                l.run_name(),
+                unmet(l, &offered).unwrap_or_default()
+            )
+        })
         .collect::<Vec<_>>();
-    if !skipped.is_empty() && !skip {
+    if !skip {
         return Err(Error::Usage(anyhow::anyhow!(
-            "not runnable on --env external (the broker is not mqlab's): {} (--skip-unsupported runs the others)",
+            "not runnable on {on}{because}: {} (--skip-unsupported runs the others)",
             skipped.join(", ")
         )));
     }
     if can.is_empty() {
         // Nothing left would prove anything: not a pass.
         return Err(Error::Usage(anyhow::anyhow!(
-            "none of these runs is runnable on --env external: {}",
+            "none of these runs is runnable on {on}: {}",
             skipped.join(", ")
         )));
     }
-    if !skipped.is_empty() {
-        eprintln!(
-            "mqlab: skipped, not runnable on --env external: {}",
-            skipped.join(", ")
-        );
-    }
+    eprintln!(
+        "mqlab: skipped, not runnable on {on}: {}",
+        skipped.join(", ")
+    );
     Ok((can, cannot.iter().map(Lab::run_name).collect()))
 }
 
@@ -263,10 +284,7 @@ fn lab_sinks(terminal: sinks::Terminal, args: &LabArgs) -> Fanout {
 fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32, Error> {
     let labs = plan(project, &args).usage()?;
     let external = args.env.external().usage()?;
-    let (labs, skipped) = match external.is_some() {
-        true => runnable_on_external(labs, args.skip_unsupported)?,
-        false => (labs, Vec::new()),
-    };
+    let (labs, skipped) = runnable(labs, external.is_some(), args.skip_unsupported)?;
     if let (Some(p), true) = (&args.partition, labs.is_empty()) {
         eprintln!("mqlab: partition {p} holds none of these runs; nothing to run");
         return Ok(exit::OK);
@@ -455,4 +473,35 @@ fn setup(project: &Project, env: &args::EnvArgs, vhosts: Vec<String>) -> Result<
 fn progress(terminal: &sinks::Terminal) -> Progress {
     let bar = terminal.progress();
     Progress::new(move |what| bar.set_message(format!("environment: {what}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lab(run: &str) -> Lab {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        Project { root }.load(run).unwrap()
+    }
+
+    /// A lab's needs, checked against what the environment offers: on
+    /// servers mqlab started every need is met; on `--env external` the
+    /// first unmet one is named.
+    #[test]
+    fn a_lab_runs_where_its_needs_are_offered() {
+        let rows: &[(&str, &[Capability], Option<&str>)] = &[
+            ("consumer-crash", &[], None),
+            (
+                "broker-restart",
+                &[Capability::BrokerFault],
+                Some("a broker fault"),
+            ),
+        ];
+        for (run, needs, external) in rows {
+            let l = lab(run);
+            assert_eq!(l.needs(), *needs, "{run}");
+            assert_eq!(unmet(&l, &offered(false)), None, "{run} on local");
+            assert_eq!(unmet(&l, &offered(true)).as_deref(), *external, "{run}");
+        }
+    }
 }

@@ -167,6 +167,24 @@ impl Lab {
         any
     }
 
+    /// What the lab needs of its broker and environment, the most telling
+    /// first (a refusal names that one).
+    pub fn needs(&self) -> Vec<crate::vocab::Capability> {
+        use crate::vocab::Capability::*;
+        let mut needs = Vec::new();
+        let mut need = |c, needed: bool| {
+            if needed && !needs.contains(&c) {
+                needs.push(c);
+            }
+        };
+        need(BrokerFault, self.has_broker_fault());
+        need(Policy, self.has_policy());
+        need(QueueFigures, self.reads_queue_process());
+        need(Setting, !self.settings.is_empty());
+        need(QueueFigures, self.reads_queue_holds());
+        needs
+    }
+
     /// Runs with the environment to itself, never beside another run: it
     /// faults the broker, or sets a policy or reads an unacked count
     /// through the environment.

@@ -97,6 +97,19 @@ impl Default for Broker {
 }
 
 names! {
+    /// What a lab may need beyond publishing and consuming, each offered or
+    /// not by a broker ([`crate::broker::offers`]) and by an environment
+    /// (`--env external` offers none: the servers are not mqlab's). Checked
+    /// when the plan is made, before anything starts.
+    pub enum Capability ("capability") {
+        BrokerFault = "broker-fault": "a broker fault",
+        Policy = "policy": "a policy step (set with rabbitmqctl eval)",
+        QueueFigures = "queue-figures": "a queue's own figures (read with rabbitmqctl eval)",
+        Setting = "setting": "a broker setting its bounds rely on, read from the broker",
+    }
+}
+
+names! {
     /// A broker setting a lab's bounds rely on (`settings` in a lab file).
     /// mqlab's own brokers set it (`env::ADVANCED_CONFIG`); before such a
     /// lab runs, the setting is read from the broker, and a run on a broker

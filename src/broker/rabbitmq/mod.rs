@@ -32,6 +32,14 @@ pub async fn inbound(url: &str) -> Result<Box<dyn Inbound>> {
     Ok(Box::new(transport::inbound(url).await?))
 }
 
+/// What mqlab does to a RabbitMQ it started beyond publishing and
+/// consuming: every capability (faults, policies and figures through
+/// `rabbitmqctl`, settings read from the node).
+pub fn offers() -> &'static [crate::vocab::Capability] {
+    use crate::vocab::Capability::*;
+    &[BrokerFault, Policy, QueueFigures, Setting]
+}
+
 /// The client library the roles and the harness speak through, and its
 /// version as built (`build.rs`): the evidence names it.
 pub fn client_library() -> (&'static str, &'static str) {
