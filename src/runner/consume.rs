@@ -268,12 +268,10 @@ impl Ctx<'_> {
                             };
                             if let (Some(why), Some(f)) = (missed, fault) {
                                 process::kill_now(&mut proc.child);
-                                let why = format!(
+                                return Err(Unreachable::error(format!(
                                     "window `{window}` is unreachable for this program at {}: {why}",
                                     f.message
-                                );
-                                self.unreachable = Some(why.clone());
-                                bail!(why);
+                                )));
                             }
                             process::stop(
                                 &mut proc.child,
@@ -298,11 +296,9 @@ impl Ctx<'_> {
                     Seen::Unreachable { message, why } => {
                         process::kill_now(&mut proc.child);
                         let window = bb.lock().expect("black box").window_name();
-                        let why = format!(
+                        return Err(Unreachable::error(format!(
                             "window `{window}` is unreachable for this program at {message}: {why}"
-                        );
-                        self.unreachable = Some(why.clone());
-                        bail!(why);
+                        )));
                     }
                     Seen::Contradicts { message } => {
                         process::kill_now(&mut proc.child);

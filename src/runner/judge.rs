@@ -66,12 +66,10 @@ impl Ctx<'_> {
         if let Some(d) = &self.downstream {
             let unlost = d.unlost();
             if !unlost.is_empty() {
-                let why = format!(
+                return Err(Unreachable::error(format!(
                     "the downstream never lost a response for {}: the lab's fault did not happen (no call for that event)",
                     unlost.join(", ")
-                );
-                self.unreachable = Some(why.clone());
-                bail!(why);
+                )));
             }
         }
         self.await_tiers_empty().await?;

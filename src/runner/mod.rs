@@ -352,11 +352,15 @@ async fn execute(p: &Params<'_>, env: EnvAccess<'_>, lab: &Lab, sink: &mut dyn S
     let run = lab.run_name();
     let mut ctx = Ctx::new(p, env, lab, &run, sink);
     let (settings, refused) = settings_of(&p.settings, &lab.settings);
+    let mut unreachable = None;
     let mut error = match refused {
         Some(why) => Some(why),
         None => match ctx.run_steps().await {
             Ok(()) => None,
-            Err(e) => Some(format!("{e:#}")),
+            Err(e) => {
+                unreachable = Unreachable::of(&e);
+                Some(format!("{e:#}"))
+            }
         },
     };
     // The next cluster lab starts on three healthy nodes, whatever this one
@@ -364,7 +368,6 @@ async fn execute(p: &Params<'_>, env: EnvAccess<'_>, lab: &Lab, sink: &mut dyn S
     if let Err(e) = ctx.restore_cluster().await {
         error.get_or_insert(format!("restoring the cluster after the lab: {e:#}"));
     }
-    let unreachable = ctx.unreachable.take();
     if let Some(c) = ctx.conns.take() {
         c.broker.close("done").await;
     }
@@ -501,7 +504,6 @@ impl<'a> Ctx<'a> {
             home_node_down: BTreeMap::new(),
             broker_paused: false,
             shared_vhost: p.vhost.is_some() || p.reused,
-            unreachable: None,
             run: run.to_string(),
             role_endpoints: endpoints.clone(),
             endpoints,
@@ -549,8 +551,6 @@ struct Ctx<'a> {
     broker_paused: bool,
     /// Other runs used this vhost before: delete the lab's queues first.
     shared_vhost: bool,
-    /// Why the fault's window was never reached, when it was not.
-    unreachable: Option<String>,
     /// The servers themselves (the harness's own connections).
     endpoints: Endpoints,
     /// What roles connect to: the broker through the proxy.
@@ -667,9 +667,7 @@ impl Ctx<'_> {
             }
             if let Some(rule) = self.proxy().armed() {
                 self.proxy().disarm();
-                let why = format!("phase {phase}: the network fault never happened ({rule:?}): the role never sent or received that frame");
-                self.unreachable = Some(why.clone());
-                bail!(why);
+                return Err(Unreachable::error(format!("phase {phase}: the network fault never happened ({rule:?}): the role never sent or received that frame")));
             }
             self.assert(&step.asserts).await?;
         }
@@ -681,6 +679,43 @@ impl Ctx<'_> {
         self.sink.tell(&Event::Line(&line));
     }
 }
+
+/// A run that ended because its fault's window was never reached: no
+/// verdict on the claim either way. `why` goes into the record (explore's
+/// cell, the summary); the error's text is the run's error.
+#[derive(Debug)]
+struct Unreachable {
+    why: String,
+    message: String,
+}
+
+impl Unreachable {
+    /// The error for a window never reached, said as `why`.
+    fn error(why: String) -> anyhow::Error {
+        Self::said(why.clone(), why)
+    }
+
+    /// The same, said at more length than the record's `why`.
+    fn said(why: String, message: String) -> anyhow::Error {
+        anyhow::Error::new(Unreachable { why, message })
+    }
+
+    /// Why a run's error is an unreached window, if it is one (under any
+    /// context the error gained on its way up).
+    fn of(e: &anyhow::Error) -> Option<String> {
+        e.chain()
+            .find_map(|c| c.downcast_ref::<Unreachable>())
+            .map(|u| u.why.clone())
+    }
+}
+
+impl std::fmt::Display for Unreachable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Unreachable {}
 
 /// A named point where the harness itself can be made to panic
 /// (`MQLAB_PANIC_AT=<phase>`), so that the tests can show a panicking harness

@@ -52,12 +52,10 @@ impl Ctx<'_> {
                     if code == 0 {
                         // The publish never left (a reconciliation with nothing
                         // to send): the window was not reached, no verdict.
-                        let why = format!(
+                        return Err(Unreachable::error(format!(
                             "phase {phase}: the producer finished; its publish of {} was never cut",
                             f.message
-                        );
-                        self.unreachable = Some(why.clone());
-                        bail!(why);
+                        )));
                     }
                     self.proxy_effect(phase, d.at).await?;
                     self.proxy().release();

@@ -161,16 +161,15 @@ impl Ctx<'_> {
     ) -> Result<()> {
         if !self.follow(proc, role, d, Some(&f.message)).await? {
             let code = self.wait_exit(proc, d).await?;
-            self.unreachable = Some(format!(
-                "the {role} never reached `{}` for {}",
-                f.window, f.message
+            return Err(Unreachable::said(
+                format!("the {role} never reached `{}` for {}", f.window, f.message),
+                format!(
+                    "the {role} exited with {code} before reaching window `{}` for {}; last lines of its log:\n{}",
+                    f.window,
+                    f.message,
+                    process::tail(&proc.log, 10)
+                ),
             ));
-            bail!(
-                "the {role} exited with {code} before reaching window `{}` for {}; last lines of its log:\n{}",
-                f.window,
-                f.message,
-                process::tail(&proc.log, 10)
-            );
         }
         Ok(())
     }
