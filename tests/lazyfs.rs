@@ -109,11 +109,11 @@ fn run(op: Op, mount: &Mount, mnt: &Path, held: &mut Option<Held>) -> std::io::R
         Unlink(p) => fs::remove_file(at(p)),
         Mkdir(p) => fs::create_dir(at(p)),
         Hold(p) => {
-            let mut hold = mount.hold_next_fsync(p);
+            let hold = mount.hold_next_fsync(p);
             let path = at(p);
             let sync = std::thread::spawn(move || File::open(path)?.sync_all());
-            let synced = hold.wait_held().map_err(std::io::Error::other)?;
-            assert_eq!(synced, Path::new(p));
+            let (hold, synced) = held_within(hold, HELD_WITHIN);
+            assert_eq!(synced.map_err(std::io::Error::other)?, Path::new(p));
             *held = Some((hold, sync));
             Ok(())
         }
@@ -123,6 +123,21 @@ fn run(op: Op, mount: &Mount, mnt: &Path, held: &mut Option<Held>) -> std::io::R
             sync.join().unwrap()
         }
     }
+}
+
+/// How long a test waits for a hold to fire before it fails.
+const HELD_WITHIN: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Waits for a hold to fire, failing the test (never hanging) if nothing
+/// syncs its path within `within`.
+fn held_within(mut hold: Hold, within: std::time::Duration) -> (Hold, Result<PathBuf, String>) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let synced = hold.wait_held().map_err(|e| e.to_string());
+        let _ = tx.send((hold, synced));
+    });
+    rx.recv_timeout(within)
+        .unwrap_or_else(|_| panic!("no fsync was held within {within:?}"))
 }
 
 /// Every name under `dir`, sorted: `d/` for a directory, `f=contents`.
@@ -396,6 +411,32 @@ fn mount_and_wait_to_be_killed() {
     let _mount = LazyFs::mount(&run.join("backing"), &run.join("mnt"), DirModel::Strict).unwrap();
     println!("mounted");
     let _ = std::io::stdin().read_line(&mut String::new());
+}
+
+/// A process SIGKILLed in a held fsync stays in the kernel, its file open,
+/// until the fsync is answered: the unmount's freeze answers it first, so
+/// the unmount is prompt rather than `Busy` after its patience (10 s).
+#[test]
+fn an_unmount_is_not_kept_waiting_by_a_killed_process_in_a_held_fsync() {
+    require_fuse();
+    let (_dir, backing, mnt) = scratch();
+    fs::write(backing.join("a"), "x").unwrap();
+    let mount = LazyFs::mount(&backing, &mnt, DirModel::Strict).unwrap();
+    let hold = mount.hold_next_fsync("a");
+    // coreutils' `sync FILE` fsyncs the file.
+    let mut child = Command::new("sync").arg(mnt.join("a")).spawn().unwrap();
+    let (hold, synced) = held_within(hold, HELD_WITHIN);
+    assert_eq!(synced.unwrap(), Path::new("a"));
+    child.kill().unwrap();
+    let start = std::time::Instant::now();
+    let unmounted = mount.unmount();
+    let took = start.elapsed();
+    let status = child.wait().unwrap();
+    drop(hold);
+    assert!(unmounted.is_ok(), "{unmounted:?}");
+    assert!(took < std::time::Duration::from_secs(5), "took {took:?}");
+    assert!(!status.success(), "the killed sync succeeded");
+    assert!(!mounted_at(&mnt), "still mounted");
 }
 
 /// `/proc/mounts` as the guard reads it: FUSE mounts under the directory,
