@@ -66,6 +66,9 @@ enum Op {
     /// Arms a hold on the path's next fsync, starts a thread that fsyncs
     /// it, and waits until the file system holds it.
     Hold(&'static str),
+    /// The same, the thread writing at 0 through an `O_DSYNC` handle: the
+    /// hold catches the `FUSE_FSYNC` the kernel sends for the write.
+    HoldSyncWrite(&'static str, &'static str),
     /// Releases the held fsync and waits for it to succeed.
     Release,
 }
@@ -108,10 +111,15 @@ fn run(op: Op, mount: &Mount, mnt: &Path, held: &mut Option<Held>) -> std::io::R
         Rename(a, b) => fs::rename(at(a), at(b)),
         Unlink(p) => fs::remove_file(at(p)),
         Mkdir(p) => fs::create_dir(at(p)),
-        Hold(p) => {
+        Hold(p) | HoldSyncWrite(p, _) => {
             let hold = mount.hold_next_fsync(p);
             let path = at(p);
-            let sync = std::thread::spawn(move || File::open(path)?.sync_all());
+            let sync = std::thread::spawn(move || match op {
+                HoldSyncWrite(_, text) => {
+                    open(&path, nix::libc::O_DSYNC)?.write_all_at(text.as_bytes(), 0)
+                }
+                _ => File::open(path)?.sync_all(),
+            });
             let (hold, synced) = held_within(hold, HELD_WITHIN);
             assert_eq!(synced.map_err(std::io::Error::other)?, Path::new(p));
             *held = Some((hold, sync));
@@ -237,6 +245,12 @@ const ROWS: &[Row] = &[
         lost: &["a: 3 unsynced bytes undone (size 3 -> 3)"], after: &["a=old"] },
     Row { name: "a held fsync, released: the write is kept", dirs: S, before: &["a=old"],
         ops: &[Write("a", 0, "NEW"), Hold("a"), Release],
+        lost: &[], after: &["a=NEW"] },
+    Row { name: "an O_DSYNC write, its fsync held, power lost while held: lost", dirs: S, before: &["a=old"],
+        ops: &[HoldSyncWrite("a", "NEW")],
+        lost: &["a: 3 unsynced bytes undone (size 3 -> 3)"], after: &["a=old"] },
+    Row { name: "an O_DSYNC write, its fsync held, released: kept", dirs: S, before: &["a=old"],
+        ops: &[HoldSyncWrite("a", "NEW"), Release],
         lost: &[], after: &["a=NEW"] },
     Row { name: "create, fsync the file but not the directory (strict)", dirs: S, before: &[],
         ops: &[Write("c", 0, "data"), Fsync("c")],

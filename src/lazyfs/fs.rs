@@ -213,11 +213,11 @@ impl Filesystem for Fs {
         offset: u64,
         data: &[u8],
         _write_flags: WriteFlags,
-        flags: OpenFlags,
+        _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.shared.write(fh.0, offset, data, flags.0) {
+        match self.shared.write(fh.0, offset, data) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),
         }

@@ -3,9 +3,9 @@
 //! undo records of what was written since its last sync.
 //!
 //! Data: a write or a truncation records what it overwrote (the old bytes
-//! and the old length); an `fsync` or `fdatasync` of the file (and a write
-//! through an `O_SYNC`/`O_DSYNC` handle, which the kernel follows with a
-//! `FUSE_FSYNC` of the whole file anyway) drops the file's records. Ranges
+//! and the old length); an `fsync` or `fdatasync` of the file (a write
+//! through an `O_SYNC`/`O_DSYNC` handle included: the kernel follows it
+//! with a `FUSE_FSYNC` before the write returns) drops the file's records. Ranges
 //! are not modeled: a sync makes the whole file durable, as the kernel's
 //! whole-page writeback mostly does.
 //!

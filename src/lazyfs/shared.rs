@@ -26,12 +26,10 @@ pub(super) struct State {
 }
 
 /// A file opened through the mount: the backing file, always readable
-/// (its undo records need the old bytes), and whether its writes are
-/// synchronous (`O_SYNC`/`O_DSYNC`).
+/// (its undo records need the old bytes).
 pub(super) struct OpenFile {
     pub(super) file: Arc<File>,
     pub(super) id: Id,
-    pub(super) sync: bool,
 }
 
 pub(super) struct Shared {
