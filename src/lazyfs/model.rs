@@ -50,6 +50,12 @@ pub enum DirModel {
     /// `auto_da_alloc` heuristics for replace-by-rename and the 5 s
     /// periodic commit are not modeled, so this loses at most what ext4
     /// could lose).
+    ///
+    /// One deviation the other way: ext4 journals a shrinking truncate
+    /// and a change of size by `fallocate` or an extending truncate, so a
+    /// commit for any inode makes them durable; here a file's size changes
+    /// are undone until the file's own sync, so a power loss can bring
+    /// back a tail ext4 would have cut (`tests/lazyfs.rs` has the row).
     Ext4Like,
 }
 
