@@ -52,6 +52,9 @@ enum Op {
     Truncate(&'static str, u64),
     /// An open with `O_TRUNC`, then a write.
     Rewrite(&'static str, &'static str),
+    /// An open with `O_RDONLY | O_TRUNC` (Linux truncates: the kernel
+    /// sends a `setattr` first).
+    ReadTrunc(&'static str),
     /// `posix_fallocate` from 0 to a length.
     Fallocate(&'static str, i64),
     Link(&'static str, &'static str),
@@ -96,6 +99,11 @@ fn run(op: Op, mount: &Mount, mnt: &Path, held: &mut Option<Held>) -> std::io::R
         SyncWrite(p, text) => open(&at(p), nix::libc::O_DSYNC)?.write_all_at(text.as_bytes(), 0),
         Truncate(p, len) => open(&at(p), 0)?.set_len(len),
         Rewrite(p, text) => open(&at(p), nix::libc::O_TRUNC)?.write_all(text.as_bytes()),
+        ReadTrunc(p) => OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_TRUNC)
+            .open(at(p))
+            .map(drop),
         Fallocate(p, len) => {
             nix::fcntl::posix_fallocate(open(&at(p), 0)?, 0, len).map_err(std::io::Error::from)
         }
@@ -229,6 +237,12 @@ const ROWS: &[Row] = &[
     Row { name: "an open with O_TRUNC, lost", dirs: S, before: &["a=old text"],
         ops: &[Rewrite("a", "new")],
         lost: &["a: 11 unsynced bytes undone (size 3 -> 8)"], after: &["a=old text"] },
+    Row { name: "an open with O_RDONLY|O_TRUNC, lost", dirs: S, before: &["a=old"],
+        ops: &[ReadTrunc("a")],
+        lost: &["a: 3 unsynced bytes undone (size 0 -> 3)"], after: &["a=old"] },
+    Row { name: "an open with O_RDONLY|O_TRUNC, fsync: kept", dirs: S, before: &["a=old"],
+        ops: &[ReadTrunc("a"), Fsync("a")],
+        lost: &[], after: &["a="] },
     Row { name: "posix_fallocate past the end, lost", dirs: S, before: &["a=ab"],
         ops: &[Fallocate("a", 4096)],
         lost: &["a: 4094 unsynced bytes undone (size 4096 -> 2)"], after: &["a=ab"] },
@@ -254,6 +268,29 @@ const ROWS: &[Row] = &[
     Row { name: "an O_DSYNC write, its fsync held, released: kept", dirs: S, before: &["a=old"],
         ops: &[HoldSyncWrite("a", "NEW"), Release],
         lost: &[], after: &["a=NEW"] },
+    Row { name: "a write past the end leaves a hole, lost", dirs: S, before: &["a=ab"],
+        ops: &[Write("a", 4, "cd")],
+        lost: &["a: 2 unsynced bytes undone (size 6 -> 2)"], after: &["a=ab"] },
+    Row { name: "a write past the end leaves a hole, fsync: kept", dirs: S, before: &["a=ab"],
+        ops: &[Write("a", 4, "cd"), Fsync("a")],
+        lost: &[], after: &["a=ab\0\0cd"] },
+    Row { name: "truncate, then extend: both undone", dirs: S, before: &["a=hello world"],
+        ops: &[Truncate("a", 5), Truncate("a", 8)],
+        lost: &["a: 9 unsynced bytes undone (size 8 -> 11)"], after: &["a=hello world"] },
+    Row { name: "truncate, then extend, fsync: zeros kept", dirs: S, before: &["a=hello world"],
+        ops: &[Truncate("a", 5), Truncate("a", 8), Fsync("a")],
+        lost: &[], after: &["a=hello\0\0\0"] },
+    Row { name: "write, fdatasync (strict): kept", dirs: S, before: &["a=old"],
+        ops: &[Write("a", 0, "NEW"), Fdatasync("a")],
+        lost: &[], after: &["a=NEW"] },
+    Row { name: "rename over a durable file, the file's fsync commits it (ext4)", dirs: E,
+        before: &["a=new", "b=old"], ops: &[Rename("a", "b"), Fsync("b")],
+        lost: &[], after: &["b=new"] },
+    Row { name: "rename over a durable file, no sync (ext4): lost", dirs: E, before: &["a=new", "b=old"],
+        ops: &[Rename("a", "b")],
+        lost: &["b: name removed (never made durable)", "a: name back (its removal never made durable)",
+                "b: name back (its removal never made durable)"],
+        after: &["a=new", "b=old"] },
     // A deviation from ext4 (DirModel::Ext4Like's doc): ext4 journals the
     // truncation and the commit for b's fsync makes it durable; the model
     // keeps undoing a truncation until the file's own sync.
@@ -532,6 +569,26 @@ fn attributes_pass_through() {
     assert_eq!(fs::read_link(mnt.join("s")).unwrap(), Path::new("a"));
     let stats = nix::sys::statvfs::statvfs(&mnt).unwrap();
     assert!(stats.blocks() > 0, "statfs: {stats:?}");
+}
+
+/// A file unlinked while open (a new one: no name left anywhere) still
+/// takes fchmod, ftruncate and futimens through its handle.
+#[test]
+fn an_unlinked_open_file_takes_attribute_changes() {
+    require_fuse();
+    let (_dir, backing, mnt) = scratch();
+    let _mount = LazyFs::mount(&backing, &mnt, DirModel::Strict).unwrap();
+    let file = open(&mnt.join("c"), 0).unwrap();
+    file.write_all_at(b"hello", 0).unwrap();
+    fs::remove_file(mnt.join("c")).unwrap();
+    file.set_permissions(fs::Permissions::from_mode(0o600))
+        .unwrap();
+    file.set_len(2).unwrap();
+    let mtime = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000_000);
+    file.set_modified(mtime).unwrap();
+    let meta = file.metadata().unwrap();
+    let got = (meta.mode() & 0o7777, meta.len(), meta.mtime());
+    assert_eq!(got, (0o600, 2, 1_000_000_000));
 }
 
 /// A mount point inside the backing directory (or the other way round)

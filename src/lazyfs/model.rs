@@ -35,7 +35,11 @@ pub const STASH: &str = ".lazyfs-stash";
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum DirModel {
     /// Only an `fsync` of the directory makes its entries durable: what
-    /// POSIX promises, and the worst case a server must survive.
+    /// POSIX promises, and the worst case a server must survive. A file
+    /// removed while a durable name still points at it is kept in the
+    /// stash until that directory is synced, so a server that removes
+    /// files and never syncs their directory makes the stash (on the
+    /// backing disk) grow for as long as it is mounted.
     #[default]
     Strict,
     /// ext4 with its journal (`data=ordered`, the default): every name
@@ -56,6 +60,9 @@ pub enum DirModel {
     /// commit for any inode makes them durable; here a file's size changes
     /// are undone until the file's own sync, so a power loss can bring
     /// back a tail ext4 would have cut (`tests/lazyfs.rs` has the row).
+    ///
+    /// A held fsync commits when it is released: what anyone changed while
+    /// it was held joins that commit, as on ext4 when a commit starts late.
     Ext4Like,
 }
 

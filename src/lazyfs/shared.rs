@@ -184,6 +184,11 @@ impl State {
         self.files.get(&fh).ok_or(Errno::EBADF)
     }
 
+    /// Any file open on `id` (for a file with no name left).
+    pub(super) fn open_of(&self, id: Id) -> Option<&OpenFile> {
+        self.files.values().find(|o| o.id == id)
+    }
+
     pub(super) fn close(&mut self, fh: u64) {
         self.files.remove(&fh);
     }
