@@ -571,6 +571,31 @@ fn attributes_pass_through() {
     assert!(stats.blocks() > 0, "statfs: {stats:?}");
 }
 
+/// A power loss whose unmount fails still reports what it undid (the data
+/// is dropped all the same). The failure here: the mount was detached by
+/// someone else first, so the unmount finds no mount.
+#[test]
+fn a_power_loss_reports_what_it_undid_when_its_unmount_fails() {
+    use mqlab::lazyfs::Error;
+    require_fuse();
+    let (_dir, backing, mnt) = scratch();
+    fs::write(backing.join("a"), "old").unwrap();
+    let mount = LazyFs::mount(&backing, &mnt, DirModel::Strict).unwrap();
+    open(&mnt.join("a"), 0)
+        .unwrap()
+        .write_all_at(b"NEW", 0)
+        .unwrap();
+    nix::mount::umount2(&mnt, nix::mount::MntFlags::MNT_DETACH).unwrap();
+    let (lost, unmount) = match mount.power_loss() {
+        Err(Error::Unmounted { lost, unmount }) => (lost, unmount),
+        other => panic!("not Error::Unmounted: {other:?}"),
+    };
+    let lost: Vec<String> = lost.iter().map(ToString::to_string).collect();
+    assert_eq!(lost, ["a: 3 unsynced bytes undone (size 3 -> 3)"]);
+    assert!(matches!(*unmount, Error::Unmount { .. }), "{unmount}");
+    assert_eq!(fs::read_to_string(backing.join("a")).unwrap(), "old");
+}
+
 /// A file unlinked while open (a new one: no name left anywhere) still
 /// takes fchmod, ftruncate and futimens through its handle.
 #[test]
