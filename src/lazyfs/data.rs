@@ -132,7 +132,7 @@ impl Shared {
                 old: Vec::new(),
                 old_len,
             };
-            st.model.changed(id, undo, end - old_len, end);
+            st.model.resized(id, undo, end - old_len, end);
         }
         let off = |v: u64| i64::try_from(v).map_err(|_| Errno::EFBIG);
         fallocate(&*file, flags, off(offset)?, off(len)?).map_err(|e| Errno::from_i32(e as i32))?;
@@ -272,6 +272,6 @@ fn cut(st: &mut State, id: Id, file: &File, len: u64) -> std::io::Result<()> {
         old,
         old_len,
     };
-    st.model.changed(id, undo, len.abs_diff(old_len), len);
+    st.model.resized(id, undo, len.abs_diff(old_len), len);
     file.set_len(len)
 }

@@ -55,11 +55,12 @@ pub enum DirModel {
     /// periodic commit are not modeled, so this loses at most what ext4
     /// could lose).
     ///
-    /// One deviation the other way: ext4 journals a shrinking truncate
-    /// and a change of size by `fallocate` or an extending truncate, so a
-    /// commit for any inode makes them durable; here a file's size changes
-    /// are undone until the file's own sync, so a power loss can bring
-    /// back a tail ext4 would have cut (`tests/lazyfs.rs` has the row).
+    /// A change of size by a truncation (shrinking or extending) or by
+    /// `fallocate` is journaled (ext4 sets `i_disksize` in the handle),
+    /// so a commit makes it durable with the names, though not the data
+    /// written since the file's last sync: a power loss then undoes that
+    /// data and sets the committed sizes again (a tail cut by a committed
+    /// truncation stays cut).
     ///
     /// A held fsync commits when it is released: what anyone changed while
     /// it was held joins that commit, as on ext4 when a commit starts late.
@@ -101,6 +102,15 @@ pub(super) struct Node {
     pub(super) unsynced: u64,
     /// Files: the length now.
     pub(super) len: u64,
+    /// Files: written since the last sync (not only resized).
+    pub(super) wrote: bool,
+    /// Files, `Ext4Like`: the sizes truncations and `fallocate` set in the
+    /// running transaction, (smallest, last).
+    pub(super) sized: Option<(u64, u64)>,
+    /// Files, `Ext4Like`: the sizes commits made durable since the last
+    /// sync, (smallest, last): a power loss cuts to the smallest and sets
+    /// the last once the data is undone.
+    pub(super) committed: Option<(u64, u64)>,
 }
 
 impl Node {
@@ -113,6 +123,32 @@ impl Node {
             undo: Vec::new(),
             unsynced: 0,
             len,
+            wrote: false,
+            sized: None,
+            committed: None,
+        }
+    }
+
+    /// Its data is durable (a sync of the file).
+    fn synced(&mut self) {
+        self.undo.clear();
+        self.unsynced = 0;
+        self.wrote = false;
+        self.sized = None;
+        self.committed = None;
+    }
+
+    /// A journal commit: the sizes set in the running transaction are
+    /// durable. With nothing written since the last sync, the whole file
+    /// then is (its data is the synced data, resized).
+    fn commit_size(&mut self) {
+        let Some((min, last)) = self.sized.take() else {
+            return;
+        };
+        match (self.wrote, self.committed) {
+            (false, _) => self.synced(),
+            (true, None) => self.committed = Some((min, last)),
+            (true, Some((m, _))) => self.committed = Some((m.min(min), last)),
         }
     }
 }
@@ -302,9 +338,23 @@ impl Model {
         victim
     }
 
-    /// A write or truncation of a file: what it overwrote, how many bytes
-    /// it wrote or cut, and the length after.
+    /// A write of a file: what it overwrote, how many bytes it wrote, and
+    /// the length after.
     pub fn changed(&mut self, id: Id, undo: Undo, bytes: u64, len: u64) {
+        self.record(id, undo, bytes, len, true);
+    }
+
+    /// A truncation, or a change of size by `fallocate`: as a write, but
+    /// under `Ext4Like` the new size is journaled (see [`DirModel`]).
+    pub fn resized(&mut self, id: Id, undo: Undo, bytes: u64, len: u64) {
+        self.record(id, undo, bytes, len, false);
+        let ext4 = self.dirs == DirModel::Ext4Like;
+        if let Some(node) = self.nodes.get_mut(&id).filter(|_| ext4) {
+            node.sized = Some(node.sized.map_or((len, len), |(m, _)| (m.min(len), len)));
+        }
+    }
+
+    fn record(&mut self, id: Id, undo: Undo, bytes: u64, len: u64, write: bool) {
         let Some(node) = self.nodes.get_mut(&id) else {
             return; // removed for good: nothing to undo
         };
@@ -312,6 +362,7 @@ impl Model {
         node.undo.push(undo);
         node.unsynced += bytes;
         node.len = len;
+        node.wrote |= write;
         self.note(id, resized);
     }
 
@@ -327,8 +378,7 @@ impl Model {
     /// stashed ids no longer needed (the caller deletes them).
     pub fn fsync(&mut self, id: Id, datasync: bool) -> Vec<Id> {
         if let Some(node) = self.nodes.get_mut(&id) {
-            node.undo.clear();
-            node.unsynced = 0;
+            node.synced();
         }
         self.commit_if_running(id, datasync)
     }
@@ -422,6 +472,7 @@ impl Model {
         }
         self.running.clear();
         self.running_size.clear();
+        self.nodes.values_mut().for_each(Node::commit_size);
         match dropped {
             true => self.gc(),
             false => Vec::new(),
