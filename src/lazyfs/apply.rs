@@ -101,7 +101,7 @@ pub(super) fn apply(backing: &Path, steps: &[Step]) -> Result<(), (PathBuf, io::
     let at = |p: &Path| backing.join(p);
     for step in steps {
         let (path, done) = match step {
-            Step::Restore { path, undo } => (path.clone(), restore(&at(path), undo)),
+            Step::Restore { path, undo, sizes } => (path.clone(), restore(&at(path), undo, sizes)),
             Step::Stash { path, id } => (path.clone(), stash(backing, path, *id)),
             Step::Remove { path } => (path.clone(), remove_any(&at(path))),
             Step::Place { id, path } => (path.clone(), unstash(backing, *id, path)),
@@ -115,14 +115,14 @@ pub(super) fn apply(backing: &Path, steps: &[Step]) -> Result<(), (PathBuf, io::
 
 /// Writes the old bytes back, newest record first, each followed by its
 /// old length: the earliest record, applied last, leaves the file as its
-/// last sync did.
-fn restore(path: &Path, undo: &[Undo]) -> io::Result<()> {
+/// last sync did; then the lengths journal commits made durable since.
+fn restore(path: &Path, undo: &[Undo], sizes: &[u64]) -> io::Result<()> {
     let file = fs::OpenOptions::new().read(true).write(true).open(path)?;
     for u in undo {
         file.write_all_at(&u.old, u.offset)?;
         file.set_len(u.old_len)?;
     }
-    Ok(())
+    sizes.iter().try_for_each(|len| file.set_len(*len))
 }
 
 /// Deletes a file, a symlink or a directory with what is in it; already

@@ -4,12 +4,13 @@
 
 use std::ffi::OsStr;
 use std::fs::{self, File, OpenOptions};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 use std::sync::Arc;
 
 use fuser::{Errno, FileAttr, TimeOrNow};
+use nix::fcntl::AT_FDCWD;
 use nix::libc;
-use nix::sys::stat::{utimensat, UtimensatFlags};
+use nix::sys::stat::{futimens, utimensat, UtimensatFlags};
 use nix::sys::time::TimeSpec;
 
 use super::apply;
@@ -26,22 +27,24 @@ pub(super) struct Change {
     pub(super) mtime: Option<TimeOrNow>,
 }
 
-/// Writes that must be durable when they return: the kernel follows each
-/// with a `FUSE_FSYNC` too, but the write's own flags say it first.
-fn synchronous(flags: i32) -> bool {
-    flags & (libc::O_SYNC | libc::O_DSYNC) != 0
-}
-
 /// The backing file for an open through the mount: always readable (undo
 /// records need the old bytes), writable if asked, and none of the flags
 /// that the file system does itself: `O_APPEND` (the kernel gives each
 /// write its offset, and `pwrite` on an `O_APPEND` file ignores it),
-/// `O_TRUNC` (recorded), `O_SYNC`/`O_DSYNC` (modeled, not passed down:
-/// the backing disk's own durability is not the point), `O_DIRECT`.
+/// `O_TRUNC` (recorded; it makes even an `O_RDONLY` open writable, as
+/// Linux truncates then too), `O_SYNC`/`O_DSYNC` (not passed down: the
+/// backing disk's own durability is not the point), `O_DIRECT`.
+///
+/// A write through an `O_SYNC`/`O_DSYNC` handle (or with `RWF_DSYNC`) is
+/// made durable by the `FUSE_FSYNC` the kernel sends once the write's data
+/// is through (`generic_write_sync` in `fuse_cache_write_iter`), before
+/// the `write` returns; the write itself syncs nothing, so that a hold
+/// catches that fsync like any other (`tests/lazyfs.rs` has the rows).
 fn open_backing(path: &std::path::Path, flags: i32, create: Option<u32>) -> std::io::Result<File> {
     let mut opts = OpenOptions::new();
+    let trunc = flags & libc::O_TRUNC != 0;
     opts.read(true)
-        .write(create.is_some() || flags & libc::O_ACCMODE != libc::O_RDONLY);
+        .write(create.is_some() || trunc || flags & libc::O_ACCMODE != libc::O_RDONLY);
     if let Some(mode) = create {
         opts.create_new(true).mode(mode & 0o7777);
     }
@@ -52,13 +55,13 @@ impl Shared {
     pub(super) fn open(&self, id: Id, flags: i32) -> Result<u64, Errno> {
         let mut st = self.lock()?;
         let file = open_backing(&self.full(&st.path(id)?), flags, None)?;
-        let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
-        if flags & libc::O_TRUNC != 0 && writable {
+        // Reached only if the kernel was given FUSE_ATOMIC_O_TRUNC (fuser
+        // does not ask for it): else it truncates first, by a `setattr`.
+        if flags & libc::O_TRUNC != 0 {
             cut(&mut st, id, &file, 0)?;
         }
-        let sync = synchronous(flags);
         let file = Arc::new(file);
-        Ok(st.add_file(OpenFile { file, id, sync }))
+        Ok(st.add_file(OpenFile { file, id }))
     }
 
     pub(super) fn create(
@@ -79,9 +82,8 @@ impl Shared {
         }
         let id = st.model.create(parent, name, Kind::File);
         let attr = self.attr(&st, id, &file.metadata()?);
-        let sync = synchronous(flags);
         let file = Arc::new(file);
-        Ok((attr, st.add_file(OpenFile { file, id, sync })))
+        Ok((attr, st.add_file(OpenFile { file, id })))
     }
 
     /// Reads outside the lock: a read changes nothing.
@@ -99,21 +101,12 @@ impl Shared {
         Ok(buf)
     }
 
-    pub(super) fn write(
-        &self,
-        fh: u64,
-        offset: u64,
-        data: &[u8],
-        flags: i32,
-    ) -> Result<u32, Errno> {
+    /// Recorded, never synced here: see [`open_backing`] for `O_DSYNC`.
+    pub(super) fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32, Errno> {
         let mut st = self.lock()?;
         let open = st.file(fh)?;
-        let (file, id, sync) = (open.file.clone(), open.id, open.sync || synchronous(flags));
+        let (file, id) = (open.file.clone(), open.id);
         overwrite(&mut st, id, &file, offset, data)?;
-        if sync {
-            let purge = st.model.fsync(id, true);
-            apply::purge(&self.backing, &purge)?;
-        }
         Ok(data.len() as u32)
     }
 
@@ -139,7 +132,7 @@ impl Shared {
                 old: Vec::new(),
                 old_len,
             };
-            st.model.changed(id, undo, end - old_len, end);
+            st.model.resized(id, undo, end - old_len, end);
         }
         let off = |v: u64| i64::try_from(v).map_err(|_| Errno::EFBIG);
         fallocate(&*file, flags, off(offset)?, off(len)?).map_err(|e| Errno::from_i32(e as i32))?;
@@ -155,7 +148,8 @@ impl Shared {
     }
 
     /// chmod, chown, truncate, utimens: through the open file if the
-    /// kernel names one (the file may have no name left), else the path.
+    /// kernel names one (a file unlinked while open has no name left, or
+    /// only its place in the stash), else through the path.
     pub(super) fn setattr(
         &self,
         id: Id,
@@ -163,15 +157,19 @@ impl Shared {
         change: Change,
     ) -> Result<FileAttr, Errno> {
         let mut st = self.lock()?;
-        let file = fh.and_then(|fh| st.file(fh).ok()).map(|o| o.file.clone());
-        let Some(path) = st.model.path(id).map(|p| self.full(&p)) else {
-            // A file with no name left, still open: its size only.
-            let (Some(file), Some(size)) = (file, change.size) else {
-                return Err(Errno::ENOENT);
-            };
-            cut(&mut st, id, &file, size)?;
-            return Ok(self.attr(&st, id, &file.metadata()?));
+        let open = match fh {
+            Some(fh) => st.file(fh).ok(),
+            // fchmod, fchown, futimens name no handle: one open on a file
+            // with no name left serves.
+            None if st.model.path(id).is_none() => st.open_of(id),
+            None => None,
         };
+        if let Some(file) = open.map(|o| o.file.clone()) {
+            set_file(&mut st, id, &file, &change)?;
+            st.model.touched(id);
+            return Ok(self.attr(&st, id, &file.metadata()?));
+        }
+        let path = self.full(&st.path(id)?);
         if change.uid.is_some() || change.gid.is_some() {
             std::os::unix::fs::lchown(&path, change.uid, change.gid)?;
         }
@@ -179,26 +177,16 @@ impl Shared {
             .mode
             .filter(|_| st.model.kind(id) != Some(Kind::Symlink))
         {
-            use std::os::unix::fs::PermissionsExt;
             fs::set_permissions(&path, fs::Permissions::from_mode(mode & 0o7777))?;
         }
         if let Some(size) = change.size {
-            let file = match file {
-                Some(file) => file,
-                None => Arc::new(OpenOptions::new().read(true).write(true).open(&path)?),
-            };
+            let file = OpenOptions::new().read(true).write(true).open(&path)?;
             cut(&mut st, id, &file, size)?;
         }
         if change.atime.is_some() || change.mtime.is_some() {
             let (a, m) = (timespec(change.atime), timespec(change.mtime));
-            utimensat(
-                nix::fcntl::AT_FDCWD,
-                &path,
-                &a,
-                &m,
-                UtimensatFlags::NoFollowSymlink,
-            )
-            .map_err(|e| Errno::from_i32(e as i32))?;
+            utimensat(AT_FDCWD, &path, &a, &m, UtimensatFlags::NoFollowSymlink)
+                .map_err(|e| Errno::from_i32(e as i32))?;
         }
         st.model.touched(id);
         self.stat(&st, id)
@@ -239,6 +227,24 @@ fn timespec(t: Option<TimeOrNow>) -> TimeSpec {
     }
 }
 
+/// [`Shared::setattr`] through an open file.
+fn set_file(st: &mut State, id: Id, file: &File, change: &Change) -> Result<(), Errno> {
+    if change.uid.is_some() || change.gid.is_some() {
+        std::os::unix::fs::fchown(file, change.uid, change.gid)?;
+    }
+    if let Some(mode) = change.mode {
+        file.set_permissions(fs::Permissions::from_mode(mode & 0o7777))?;
+    }
+    if let Some(size) = change.size {
+        cut(st, id, file, size)?;
+    }
+    if change.atime.is_some() || change.mtime.is_some() {
+        let (a, m) = (timespec(change.atime), timespec(change.mtime));
+        futimens(file, &a, &m).map_err(|e| Errno::from_i32(e as i32))?;
+    }
+    Ok(())
+}
+
 /// A write, recorded first (the record of a write that then fails undoes
 /// nothing that was not there).
 fn overwrite(st: &mut State, id: Id, file: &File, offset: u64, data: &[u8]) -> std::io::Result<()> {
@@ -266,6 +272,6 @@ fn cut(st: &mut State, id: Id, file: &File, len: u64) -> std::io::Result<()> {
         old,
         old_len,
     };
-    st.model.changed(id, undo, len.abs_diff(old_len), len);
+    st.model.resized(id, undo, len.abs_diff(old_len), len);
     file.set_len(len)
 }

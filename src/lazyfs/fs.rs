@@ -4,6 +4,11 @@
 //! stop sending them, and every later sync would look done), and it asks
 //! for no writeback cache (fuser's default init flags leave it off), so
 //! every write reaches the model before the `write` returns.
+//!
+//! `sync(2)` and `syncfs(2)` never reach this file system: the kernel sends
+//! `FUSE_SYNCFS` only to a server that asked for it (virtiofs), so they
+//! make nothing durable here. A server that relies on them for
+//! durability, rather than on `fsync`, loses what a power loss drops.
 
 use std::ffi::OsStr;
 use std::path::Path;
@@ -213,11 +218,11 @@ impl Filesystem for Fs {
         offset: u64,
         data: &[u8],
         _write_flags: WriteFlags,
-        flags: OpenFlags,
+        _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.shared.write(fh.0, offset, data, flags.0) {
+        match self.shared.write(fh.0, offset, data) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),
         }

@@ -63,6 +63,13 @@ pub enum Error {
     },
     #[error("`{}` is detached, but a file opened on it is still open (hint: kill the servers using it first)", mountpoint.display())]
     Busy { mountpoint: PathBuf },
+    /// A power loss was done (`lost`, as [`PowerLoss`] reports it), but
+    /// the unmount after it failed.
+    #[error("power loss done ({} paths undone), then {unmount}", lost.len())]
+    Unmounted {
+        lost: Vec<Lost>,
+        unmount: Box<Error>,
+    },
     #[error("the fsync of `{}` was never held: the file system was frozen or unmounted first", suffix.display())]
     NotHeld { suffix: PathBuf },
 }

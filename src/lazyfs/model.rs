@@ -3,9 +3,9 @@
 //! undo records of what was written since its last sync.
 //!
 //! Data: a write or a truncation records what it overwrote (the old bytes
-//! and the old length); an `fsync` or `fdatasync` of the file (and a write
-//! through an `O_SYNC`/`O_DSYNC` handle, which the kernel follows with a
-//! `FUSE_FSYNC` of the whole file anyway) drops the file's records. Ranges
+//! and the old length); an `fsync` or `fdatasync` of the file (a write
+//! through an `O_SYNC`/`O_DSYNC` handle included: the kernel follows it
+//! with a `FUSE_FSYNC` before the write returns) drops the file's records. Ranges
 //! are not modeled: a sync makes the whole file durable, as the kernel's
 //! whole-page writeback mostly does.
 //!
@@ -35,7 +35,11 @@ pub const STASH: &str = ".lazyfs-stash";
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum DirModel {
     /// Only an `fsync` of the directory makes its entries durable: what
-    /// POSIX promises, and the worst case a server must survive.
+    /// POSIX promises, and the worst case a server must survive. A file
+    /// removed while a durable name still points at it is kept in the
+    /// stash until that directory is synced, so a server that removes
+    /// files and never syncs their directory makes the stash (on the
+    /// backing disk) grow for as long as it is mounted.
     #[default]
     Strict,
     /// ext4 with its journal (`data=ordered`, the default): every name
@@ -50,6 +54,16 @@ pub enum DirModel {
     /// `auto_da_alloc` heuristics for replace-by-rename and the 5 s
     /// periodic commit are not modeled, so this loses at most what ext4
     /// could lose).
+    ///
+    /// A change of size by a truncation (shrinking or extending) or by
+    /// `fallocate` is journaled (ext4 sets `i_disksize` in the handle),
+    /// so a commit makes it durable with the names, though not the data
+    /// written since the file's last sync: a power loss then undoes that
+    /// data and sets the committed sizes again (a tail cut by a committed
+    /// truncation stays cut).
+    ///
+    /// A held fsync commits when it is released: what anyone changed while
+    /// it was held joins that commit, as on ext4 when a commit starts late.
     Ext4Like,
 }
 
@@ -88,6 +102,15 @@ pub(super) struct Node {
     pub(super) unsynced: u64,
     /// Files: the length now.
     pub(super) len: u64,
+    /// Files: written since the last sync (not only resized).
+    pub(super) wrote: bool,
+    /// Files, `Ext4Like`: the sizes truncations and `fallocate` set in the
+    /// running transaction, (smallest, last).
+    pub(super) sized: Option<(u64, u64)>,
+    /// Files, `Ext4Like`: the sizes commits made durable since the last
+    /// sync, (smallest, last): a power loss cuts to the smallest and sets
+    /// the last once the data is undone.
+    pub(super) committed: Option<(u64, u64)>,
 }
 
 impl Node {
@@ -100,6 +123,32 @@ impl Node {
             undo: Vec::new(),
             unsynced: 0,
             len,
+            wrote: false,
+            sized: None,
+            committed: None,
+        }
+    }
+
+    /// Its data is durable (a sync of the file).
+    fn synced(&mut self) {
+        self.undo.clear();
+        self.unsynced = 0;
+        self.wrote = false;
+        self.sized = None;
+        self.committed = None;
+    }
+
+    /// A journal commit: the sizes set in the running transaction are
+    /// durable. With nothing written since the last sync, the whole file
+    /// then is (its data is the synced data, resized).
+    fn commit_size(&mut self) {
+        let Some((min, last)) = self.sized.take() else {
+            return;
+        };
+        match (self.wrote, self.committed) {
+            (false, _) => self.synced(),
+            (true, None) => self.committed = Some((min, last)),
+            (true, Some((m, _))) => self.committed = Some((m.min(min), last)),
         }
     }
 }
@@ -289,9 +338,23 @@ impl Model {
         victim
     }
 
-    /// A write or truncation of a file: what it overwrote, how many bytes
-    /// it wrote or cut, and the length after.
+    /// A write of a file: what it overwrote, how many bytes it wrote, and
+    /// the length after.
     pub fn changed(&mut self, id: Id, undo: Undo, bytes: u64, len: u64) {
+        self.record(id, undo, bytes, len, true);
+    }
+
+    /// A truncation, or a change of size by `fallocate`: as a write, but
+    /// under `Ext4Like` the new size is journaled (see [`DirModel`]).
+    pub fn resized(&mut self, id: Id, undo: Undo, bytes: u64, len: u64) {
+        self.record(id, undo, bytes, len, false);
+        let ext4 = self.dirs == DirModel::Ext4Like;
+        if let Some(node) = self.nodes.get_mut(&id).filter(|_| ext4) {
+            node.sized = Some(node.sized.map_or((len, len), |(m, _)| (m.min(len), len)));
+        }
+    }
+
+    fn record(&mut self, id: Id, undo: Undo, bytes: u64, len: u64, write: bool) {
         let Some(node) = self.nodes.get_mut(&id) else {
             return; // removed for good: nothing to undo
         };
@@ -299,6 +362,7 @@ impl Model {
         node.undo.push(undo);
         node.unsynced += bytes;
         node.len = len;
+        node.wrote |= write;
         self.note(id, resized);
     }
 
@@ -314,8 +378,7 @@ impl Model {
     /// stashed ids no longer needed (the caller deletes them).
     pub fn fsync(&mut self, id: Id, datasync: bool) -> Vec<Id> {
         if let Some(node) = self.nodes.get_mut(&id) {
-            node.undo.clear();
-            node.unsynced = 0;
+            node.synced();
         }
         self.commit_if_running(id, datasync)
     }
@@ -409,6 +472,7 @@ impl Model {
         }
         self.running.clear();
         self.running_size.clear();
+        self.nodes.values_mut().for_each(Node::commit_size);
         match dropped {
             true => self.gc(),
             false => Vec::new(),

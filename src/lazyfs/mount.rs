@@ -119,6 +119,13 @@ impl Mount {
     /// `pg_wal/000000010000000000000001`, `a.txt`) block inside the file
     /// system until the returned hold is released or dropped. A power loss
     /// meanwhile fails it: the write it would have synced is lost.
+    ///
+    /// Only a release (or dropping the hold) or a freeze frees the process
+    /// that is syncing: a SIGKILL does not, because the kernel waits
+    /// uninterruptibly for a FUSE request the file system has already
+    /// read, so the process stays (with its files open) until then.
+    /// [`Mount::unmount`], [`Mount::power_loss`] and dropping the mount
+    /// freeze first, so a held fsync never keeps them waiting.
     pub fn hold_next_fsync(&self, path_suffix: impl AsRef<Path>) -> Hold {
         self.shared.holds.arm(path_suffix.as_ref())
     }
@@ -140,8 +147,11 @@ impl Mount {
     /// from the backing directory, then unmounts. Mount afresh to go on:
     /// the kernel's page cache above this mount may still hold what was
     /// dropped. Kill the servers using it first: a file still open on it
-    /// keeps its threads, and after [`PATIENCE`] this fails with
-    /// [`Error::Busy`] (the data is dropped all the same).
+    /// keeps its threads, and after [`PATIENCE`] the unmount fails with
+    /// [`Error::Busy`]. The data is dropped all the same, so that failure
+    /// comes as [`Error::Unmounted`], which carries the report; an
+    /// [`Error::Undo`] (the backing directory is then not what was
+    /// durable) comes first, whatever the unmount did.
     pub fn power_loss(mut self) -> Result<PowerLoss, Error> {
         self.shared.freeze();
         let done = {
@@ -156,25 +166,37 @@ impl Mount {
                 }),
             }
         };
-        self.detach()?;
-        done
+        let unmount = self.detach();
+        match (done, unmount) {
+            (Ok(loss), Err(unmount)) => Err(Error::Unmounted {
+                lost: loss.lost,
+                unmount: Box::new(unmount),
+            }),
+            (done, _) => done,
+        }
     }
 
-    /// Unmounts, keeping everything as the processes using it saw it.
+    /// Unmounts, keeping everything as the processes using it saw it. It
+    /// freezes first: a request still to come fails, and a held fsync
+    /// with it (its process, killed or not, would otherwise keep a file
+    /// open and the unmount [`Error::Busy`]).
     pub fn unmount(mut self) -> Result<(), Error> {
         self.detach()
     }
 
-    /// Detaches the mount (lazily: a file still open on it keeps its file
-    /// system, not the mount point), waits for the threads to end, then
-    /// drops the stash: what it kept was removed for good.
+    /// Freezes, detaches the mount (lazily: a file still open on it keeps
+    /// its file system, not the mount point), waits for the threads to
+    /// end, then drops the stash: what it kept was removed for good. The
+    /// freeze comes first because it cancels the held fsyncs: a process
+    /// blocked in one keeps its file open, and the threads would outlive
+    /// [`PATIENCE`] (a power loss has taken its plan before this).
     fn detach(&mut self) -> Result<(), Error> {
         let Some(session) = self.session.take() else {
             return Ok(());
         };
+        self.shared.freeze();
         let mountpoint = self.mountpoint.clone();
         if let Err(errno) = umount2(&mountpoint, MntFlags::MNT_DETACH) {
-            self.shared.freeze();
             drop(session); // fuser's own unmount: `fusermount3 -u -z` for a user
             let source = io::Error::from_raw_os_error(errno as i32);
             return Err(Error::Unmount { mountpoint, source });
@@ -183,7 +205,6 @@ impl Mount {
             Err(RecvTimeoutError::Timeout) => false,
             Ok(()) | Err(RecvTimeoutError::Disconnected) => true,
         };
-        self.shared.freeze();
         if !ended {
             drop(session); // its threads end when the last file closes
             return Err(Error::Busy { mountpoint });

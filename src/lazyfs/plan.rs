@@ -22,8 +22,13 @@ use super::model::{stash_path, Id, Kind, Model, Undo, ROOT};
 /// One change to the backing directory; paths are relative to it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Step {
-    /// Undo a file's unsynced writes: the records, newest first.
-    Restore { path: PathBuf, undo: Vec<Undo> },
+    /// Undo a file's unsynced writes: the records, newest first, then the
+    /// lengths to set in order (sizes a journal commit made durable).
+    Restore {
+        path: PathBuf,
+        undo: Vec<Undo>,
+        sizes: Vec<u64>,
+    },
     /// Move a name's file or directory into the stash, to be placed back
     /// under its durable name.
     Stash { path: PathBuf, id: Id },
@@ -122,11 +127,18 @@ impl Model {
                 undone: Undone::Contents {
                     bytes: node.unsynced,
                     size_before: node.len,
-                    size_after: first.old_len,
+                    size_after: node.committed.map_or(first.old_len, |(_, last)| last),
                 },
             });
             let undo = node.undo.iter().rev().cloned().collect();
-            plan.steps.push(Step::Restore { path: now, undo });
+            let sizes = node
+                .committed
+                .map_or(Vec::new(), |(min, last)| vec![min, last]);
+            plan.steps.push(Step::Restore {
+                path: now,
+                undo,
+                sizes,
+            });
         }
     }
 

@@ -26,12 +26,10 @@ pub(super) struct State {
 }
 
 /// A file opened through the mount: the backing file, always readable
-/// (its undo records need the old bytes), and whether its writes are
-/// synchronous (`O_SYNC`/`O_DSYNC`).
+/// (its undo records need the old bytes).
 pub(super) struct OpenFile {
     pub(super) file: Arc<File>,
     pub(super) id: Id,
-    pub(super) sync: bool,
 }
 
 pub(super) struct Shared {
@@ -184,6 +182,11 @@ impl State {
 
     pub(super) fn file(&self, fh: u64) -> Result<&OpenFile, Errno> {
         self.files.get(&fh).ok_or(Errno::EBADF)
+    }
+
+    /// Any file open on `id` (for a file with no name left).
+    pub(super) fn open_of(&self, id: Id) -> Option<&OpenFile> {
+        self.files.values().find(|o| o.id == id)
     }
 
     pub(super) fn close(&mut self, fh: u64) {

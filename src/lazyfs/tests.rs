@@ -87,7 +87,10 @@ impl Sim {
             old_len,
         };
         let len = data.len() as u64;
-        self.model.changed(id, undo, changed, len);
+        match truncate {
+            Some(_) => self.model.resized(id, undo, changed, len),
+            None => self.model.changed(id, undo, changed, len),
+        }
     }
 
     fn run(&mut self, op: Op) {
@@ -156,7 +159,14 @@ impl Sim {
 /// A step as one short line.
 fn show(step: &Step) -> String {
     match step {
-        Step::Restore { path, undo } => format!("restore {} ({})", path.display(), undo.len()),
+        Step::Restore { path, undo, sizes } => match sizes.is_empty() {
+            true => format!("restore {} ({})", path.display(), undo.len()),
+            false => format!(
+                "restore {} ({}), sizes {sizes:?}",
+                path.display(),
+                undo.len()
+            ),
+        },
         Step::Stash { path, id } => format!("stash {} as #{id}", path.display()),
         Step::Remove { path } => format!("remove {}", path.display()),
         Step::Place { id, path } => format!("place #{id} at {}", path.display()),
@@ -243,6 +253,22 @@ const ROWS: &[Row] = &[
     Row { name: "fsync of an overwrite commits (ext4)", dirs: E,
         ops: &[Found("a", Some("abc")), Create("c"), Write("a", 0, "xyz"), Fsync("a")],
         lost: &[], steps: &[], contents: &[("a", "xyz")] },
+    Row { name: "a truncation, then another file's fsync: the commit keeps it (ext4)", dirs: E,
+        ops: &[Found("a", Some("hello world")), Found("b", Some("x")), Truncate("a", 5), Write("b", 0, "y"), Fsync("b")],
+        lost: &[], steps: &[], contents: &[("a", "hello"), ("b", "y")] },
+    Row { name: "a truncation, no commit: undone (ext4)", dirs: E,
+        ops: &[Found("a", Some("hello world")), Found("b", Some("x")), Truncate("a", 5), Write("b", 0, "y"), Fdatasync("b")],
+        lost: &["a: 6 unsynced bytes undone (size 5 -> 11)"],
+        steps: &["restore a (1)"], contents: &[("a", "hello world"), ("b", "y")] },
+    Row { name: "a write, a truncation, a commit: the write undone, the cut kept (ext4)", dirs: E,
+        ops: &[Found("a", Some("hello world")), Found("b", Some("x")), Write("a", 0, "HE"), Truncate("a", 5),
+               Truncate("a", 8), Write("b", 0, "y"), Fsync("b"), Append("a", "zz")],
+        lost: &["a: 10 unsynced bytes undone (size 10 -> 8)"],
+        steps: &["restore a (4), sizes [5, 8]"], contents: &[("a", "hello\0\0\0")] },
+    Row { name: "a truncation under strict: another file's fsync commits nothing", dirs: S,
+        ops: &[Found("a", Some("hello world")), Found("b", Some("x")), Truncate("a", 5), Fsync("b")],
+        lost: &["a: 6 unsynced bytes undone (size 5 -> 11)"],
+        steps: &["restore a (1)"], contents: &[("a", "hello world")] },
     Row { name: "unlink without a directory fsync", dirs: S,
         ops: &[Found("a", Some("x")), Unlink("a")],
         lost: &["a: name back (its removal never made durable)"], steps: &["place #2 at a"], contents: &[] },
@@ -291,13 +317,16 @@ fn a_power_loss_undoes_exactly_what_was_never_made_durable() {
         let steps: Vec<String> = plan.steps.iter().map(show).collect();
         let mut data = sim.data.clone();
         for step in &plan.steps {
-            if let Step::Restore { path, undo } = step {
+            if let Step::Restore { path, undo, sizes } = step {
                 let bytes = data.get_mut(&sim.id_before(path)).unwrap();
                 for u in undo {
                     let end = u.offset as usize + u.old.len();
                     bytes.resize(bytes.len().max(end), 0);
                     bytes[u.offset as usize..end].copy_from_slice(&u.old);
                     bytes.resize(u.old_len as usize, 0);
+                }
+                for len in sizes {
+                    bytes.resize(*len as usize, 0);
                 }
             }
         }
