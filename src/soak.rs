@@ -19,7 +19,9 @@ use tokio::process::{Child, ChildStdout};
 
 use crate::checker::{total_queue, Events, Owed, Queued};
 use crate::env::{process, Environment};
-use crate::protocol::{ConsumerConfig, FaultPoint, OutMessage, ProducerConfig, RoleConfig};
+use crate::lab::{Consume, Message, Publish, Settle as LabSettle};
+use crate::protocol::{ConsumerConfig, FaultPoint, OutMessage, RoleConfig};
+use crate::runner::RoleSite;
 use crate::store;
 use crate::transcript::{Entry, MessageMeta};
 use crate::vocab::{Check, FaultAction, Pattern, QueueDecl, Role, Status, Topology, Window};
@@ -234,34 +236,42 @@ impl Soak<'_> {
         })
     }
 
+    /// Where the soak's roles run: the lab `soak` on the environment's broker.
+    fn site(&self) -> RoleSite<'static> {
+        let e = self.env.endpoints();
+        RoleSite {
+            lab: "soak",
+            broker: crate::faults::Harness::broker(self),
+            broker_url: e.amqp_url(&self.vhost),
+            database_url: e.pg_url(&self.database),
+        }
+    }
+
+    /// The built-in consumer on `queue`, through the runner's role code: a
+    /// consume step that settles until stopped.
     fn consumer_config(
         &self,
         queue: &str,
         pattern: Pattern,
         faults: Vec<FaultPoint>,
     ) -> ConsumerConfig {
-        let e = self.env.endpoints();
-        ConsumerConfig {
-            lab: "soak".into(),
-            broker: crate::faults::Harness::broker(self),
-            amqp_url: e.amqp_url(&self.vhost),
-            database_url: e.pg_url(&self.database),
+        let step = Consume {
             queue: queue.into(),
-            consumer: "consumer".into(),
             service: SERVICE.into(),
             pattern,
+            command: None,
+            commits_first: false,
             prefetch: 1,
-            settle: usize::MAX,
+            settle: LabSettle::Drain,
             max_deliveries: None,
             retry: None,
-            faults,
-            reconnect: false,
+            deadline_secs: 0,
             transient_failures: Default::default(),
-            until_stopped: false,
-            settle_copies: false,
-            rejected_leave: false,
+            node: 1,
+            instances: 1,
             downstream: None,
-        }
+        };
+        crate::runner::consumer_config(&self.site(), &step, usize::MAX, faults)
     }
 
     /// Publishes every message to `queue` with confirms (a backlog).
@@ -272,20 +282,22 @@ impl Soak<'_> {
         queue: &str,
         lines: &mut Vec<Entry>,
     ) -> Result<()> {
-        let e = self.env.endpoints();
-        let cfg = ProducerConfig {
-            lab: "soak".into(),
-            broker: crate::faults::Harness::broker(self),
-            amqp_url: e.amqp_url(&self.vhost),
+        // A publish step through the runner's role code: every message to
+        // `queue` on the default exchange, persistent, confirmed, resent
+        // until confirmed.
+        let step = Publish {
             exchange: String::new(),
-            destination: queue.into(),
             messages: messages
                 .iter()
-                .map(|m| OutMessage {
+                .map(|m| Message {
+                    meta: m.meta.clone(),
                     routing_key: queue.into(),
-                    ..m.clone()
+                    fixture: String::new(),
+                    body: m.body.clone(),
+                    expiration_ms: m.expiration_ms,
                 })
                 .collect(),
+            deadline_secs: 0,
             confirm: true,
             mandatory: false,
             persistent: true,
@@ -295,11 +307,13 @@ impl Soak<'_> {
             resend: true,
             batch: None,
             flush: true,
-            journal: self.logs.join(format!("{queue}.journal")),
-            faults: Vec::new(),
-            reconnect: false,
+            node: 1,
             orders: None,
+            reconcile: false,
+            relay: false,
         };
+        let journal = self.logs.join(format!("{queue}.journal"));
+        let cfg = crate::runner::producer_config(&self.site(), &step, journal, Vec::new());
         let mut p = self.spawn(n, RoleConfig::Producer(cfg))?;
         while let Some(line) = p.lines.next_line().await? {
             if let Some(e) = Entry::parse(&format!("[producer] {line}")) {

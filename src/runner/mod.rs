@@ -54,6 +54,7 @@ mod crowd;
 mod judge;
 mod publish;
 mod roles;
+pub use roles::{consumer_config, producer_config, RoleSite};
 mod setup;
 
 /// Where a suite runs and what it may touch. The runner holds the

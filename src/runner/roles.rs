@@ -242,43 +242,19 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    pub(super) fn producer_config(&self, p: &Publish, fault: Option<FaultPoint>) -> ProducerConfig {
-        let faults = fault.into_iter().collect();
-        ProducerConfig {
-            lab: self.lab.name.clone(),
+    /// Where this run's roles run, for a step on `node`.
+    fn site(&self, node: usize) -> RoleSite<'_> {
+        RoleSite {
+            lab: &self.lab.name,
             broker: self.lab.broker,
-            amqp_url: self.role_url(p.node),
-            exchange: p.exchange.clone(),
-            destination: p.destination().to_string(),
-            messages: p
-                .messages
-                .iter()
-                .map(|m| OutMessage {
-                    meta: m.meta.clone(),
-                    routing_key: m.routing_key.clone(),
-                    body: m.body.clone(),
-                    expiration_ms: m.expiration_ms,
-                })
-                .collect(),
-            confirm: p.confirm,
-            mandatory: p.mandatory,
-            persistent: p.persistent,
-            timestamp: p.timestamp,
-            park: p.park.clone(),
-            confirm_timeout_ms: p.confirm_timeout_ms,
-            resend: p.resend,
-            batch: p.batch,
-            flush: p.flush,
-            journal: self.logs.join(format!("producer-{}.journal", self.step)),
-            faults,
-            reconnect: false,
-            orders: p.orders.map(|handoff| OrderService {
-                database_url: self.endpoints.pg_url(&self.database),
-                handoff,
-                reconcile: p.reconcile,
-                relay: p.relay,
-            }),
+            broker_url: self.role_url(node),
+            database_url: self.endpoints.pg_url(&self.database),
         }
+    }
+
+    pub(super) fn producer_config(&self, p: &Publish, fault: Option<FaultPoint>) -> ProducerConfig {
+        let journal = self.logs.join(format!("producer-{}.journal", self.step));
+        producer_config(&self.site(p.node), p, journal, fault.into_iter().collect())
     }
 
     pub(super) fn consumer_config(
@@ -289,34 +265,6 @@ impl Ctx<'_> {
     ) -> ConsumerConfig {
         let faults = fault.into_iter().collect();
         ConsumerConfig {
-            lab: self.lab.name.clone(),
-            broker: self.lab.broker,
-            amqp_url: self.role_url(c.node),
-            database_url: self.endpoints.pg_url(&self.database),
-            queue: c.queue.clone(),
-            consumer: "consumer-1".into(),
-            service: c.service.clone(),
-            pattern: c.pattern,
-            prefetch: c.prefetch,
-            settle,
-            max_deliveries: c.max_deliveries,
-            retry: c.retry.as_ref().map(|r| RetryPolicy {
-                max_attempts: r.max_attempts,
-                dlq: r.dlq.clone(),
-                tiers: r
-                    .tiers
-                    .iter()
-                    .map(|(queue, ttl_ms)| Tier {
-                        queue: queue.clone(),
-                        ttl_ms: *ttl_ms,
-                    })
-                    .collect(),
-            }),
-            faults,
-            reconnect: false,
-            transient_failures: c.transient_failures.clone(),
-            until_stopped: false,
-            settle_copies: false,
             // A policy may set a dead-letter chain the file does not show.
             rejected_leave: !self.lab.has_policy()
                 && self.lab.topology.dead_letters_return(&c.queue) == Some(false),
@@ -328,6 +276,7 @@ impl Ctx<'_> {
                     url: server.url(),
                     timeout_ms: d.timeout_ms,
                 }),
+            ..consumer_config(&self.site(c.node), c, settle, faults)
         }
     }
 
@@ -376,4 +325,102 @@ fn queues_read_at_kill(f: &Fault, counter: Counter) -> Vec<String> {
         .filter(|a| a.counter.counter == counter)
         .filter_map(|a| a.counter.arg.clone())
         .collect()
+}
+
+/// What a role is told besides its step: whose lines it writes and where
+/// its connections go. The runner and `soak` give their roles the same
+/// configs through it.
+pub struct RoleSite<'a> {
+    pub lab: &'a str,
+    pub broker: crate::vocab::Broker,
+    pub broker_url: String,
+    pub database_url: String,
+}
+
+/// The producer's config for publish step `p` (its outbox journal at
+/// `journal`), stopping at the first of `faults` it reaches.
+pub fn producer_config(
+    site: &RoleSite<'_>,
+    p: &Publish,
+    journal: PathBuf,
+    faults: Vec<FaultPoint>,
+) -> ProducerConfig {
+    ProducerConfig {
+        lab: site.lab.to_string(),
+        broker: site.broker,
+        amqp_url: site.broker_url.clone(),
+        exchange: p.exchange.clone(),
+        destination: p.destination().to_string(),
+        messages: p
+            .messages
+            .iter()
+            .map(|m| OutMessage {
+                meta: m.meta.clone(),
+                routing_key: m.routing_key.clone(),
+                body: m.body.clone(),
+                expiration_ms: m.expiration_ms,
+            })
+            .collect(),
+        confirm: p.confirm,
+        mandatory: p.mandatory,
+        persistent: p.persistent,
+        timestamp: p.timestamp,
+        park: p.park.clone(),
+        confirm_timeout_ms: p.confirm_timeout_ms,
+        resend: p.resend,
+        batch: p.batch,
+        flush: p.flush,
+        journal,
+        faults,
+        reconnect: false,
+        orders: p.orders.map(|handoff| OrderService {
+            database_url: site.database_url.clone(),
+            handoff,
+            reconcile: p.reconcile,
+            relay: p.relay,
+        }),
+    }
+}
+
+/// The built-in consumer's config for consume step `c`: it ends once
+/// `settle` distinct messages are settled, stopping at the first of
+/// `faults` it reaches; no downstream service, rejections dead-lettered.
+pub fn consumer_config(
+    site: &RoleSite<'_>,
+    c: &Consume,
+    settle: usize,
+    faults: Vec<FaultPoint>,
+) -> ConsumerConfig {
+    ConsumerConfig {
+        lab: site.lab.to_string(),
+        broker: site.broker,
+        amqp_url: site.broker_url.clone(),
+        database_url: site.database_url.clone(),
+        queue: c.queue.clone(),
+        consumer: "consumer-1".into(),
+        service: c.service.clone(),
+        pattern: c.pattern,
+        prefetch: c.prefetch,
+        settle,
+        max_deliveries: c.max_deliveries,
+        retry: c.retry.as_ref().map(|r| RetryPolicy {
+            max_attempts: r.max_attempts,
+            dlq: r.dlq.clone(),
+            tiers: r
+                .tiers
+                .iter()
+                .map(|(queue, ttl_ms)| Tier {
+                    queue: queue.clone(),
+                    ttl_ms: *ttl_ms,
+                })
+                .collect(),
+        }),
+        faults,
+        reconnect: false,
+        transient_failures: c.transient_failures.clone(),
+        until_stopped: false,
+        settle_copies: false,
+        rejected_leave: false,
+        downstream: None,
+    }
 }
