@@ -544,6 +544,22 @@ pub enum LabVerdict {
     Failed(String),
 }
 
+/// A counterexample is confirmed when the same names failed as it
+/// declares, each with values its declaration meets (one value, or any
+/// within a bound). `failed`: each failing name, with every value it showed.
+/// The lab verdict and the generation-snapshot coverage test both judge so.
+pub fn violations_met(
+    failed: &BTreeMap<&str, BTreeSet<&str>>,
+    declared: &BTreeMap<String, Expect>,
+) -> bool {
+    declared.len() == failed.len()
+        && declared.iter().all(|(k, e)| {
+            failed
+                .get(k.as_str())
+                .is_some_and(|seen| seen.iter().all(|a| e.holds(a)))
+        })
+}
+
 /// The lab's verdict from its outcomes. For a variant, the set of failures
 /// must equal the declared violations exactly: an unsafe variant that passes,
 /// or fails differently, refutes the lab's explanation.
@@ -568,15 +584,7 @@ pub fn lab_verdict(
             "counterexample NOT confirmed: the unsafe variant passed every assertion".into(),
         ),
         Some(v) => {
-            // The same names failed, each with values its declaration
-            // meets (one value, or any within a bound).
-            let met = v.len() == failed.len()
-                && v.iter().all(|(k, e)| {
-                    failed
-                        .get(k.as_str())
-                        .is_some_and(|seen| seen.iter().all(|a| e.holds(a)))
-                });
-            if met {
+            if violations_met(&failed, v) {
                 LabVerdict::CounterexampleConfirmed
             } else {
                 let declared: Vec<String> = v.iter().map(|(k, e)| format!("{k}={e}")).collect();

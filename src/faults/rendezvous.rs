@@ -254,13 +254,8 @@ pub(super) mod script {
         }
     }
 
-    /// A family's run on a runtime of its own.
-    pub fn block_on<T>(run: impl std::future::Future<Output = T>) -> T {
-        tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap()
-            .block_on(run)
-    }
+    /// A family's run on a runtime of its own (the doubles' one).
+    pub use crate::faults::script::block_on;
 
     impl Crowd for Script {
         fn lab(&self) -> &str {
