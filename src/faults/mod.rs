@@ -50,10 +50,12 @@
 pub mod blackbox;
 pub mod broker;
 pub mod downstream;
+pub mod network;
 pub mod node;
 pub mod pause;
 pub mod pgproxy;
 pub mod point;
+pub mod producer;
 pub mod proxy;
 pub mod rendezvous;
 #[cfg(test)]
@@ -65,6 +67,43 @@ use anyhow::Result;
 use crate::env::Environment;
 use crate::vocab::{Broker, Role, Status};
 use proxy::{Proxy, ProxyEvent};
+
+/// A run that ended because its fault's window was never reached: no
+/// verdict on the claim either way. `why` goes into the record (explore's
+/// cell, the summary); the error's text is the run's error.
+#[derive(Debug)]
+pub struct Unreachable {
+    why: String,
+    message: String,
+}
+
+impl Unreachable {
+    /// The error for a window never reached, said as `why`.
+    pub fn error(why: String) -> anyhow::Error {
+        Self::said(why.clone(), why)
+    }
+
+    /// The same, said at more length than the record's `why`.
+    pub fn said(why: String, message: String) -> anyhow::Error {
+        anyhow::Error::new(Unreachable { why, message })
+    }
+
+    /// Why a run's error is an unreached window, if it is one (under any
+    /// context the error gained on its way up).
+    pub fn of(e: &anyhow::Error) -> Option<String> {
+        e.chain()
+            .find_map(|c| c.downcast_ref::<Unreachable>())
+            .map(|u| u.why.clone())
+    }
+}
+
+impl std::fmt::Display for Unreachable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Unreachable {}
 
 /// What the broker family's restart asks of whoever runs it: the runner
 /// between two steps, and `soak` mid-stream. One sequence for both, so a
@@ -122,4 +161,13 @@ pub trait Stage: Run {
     async fn producer_until(&mut self, message: &str, status: Status) -> Result<()>;
     /// Follows the producer to its exit, which must be 0.
     async fn finish_producer(&mut self) -> Result<()>;
+    /// Starts the step's producer to stop at `f`'s window for its message.
+    fn start_producer_at(&mut self, f: &crate::lab::Fault) -> Result<()>;
+    /// Follows the producer to its stop at `f`'s window and SIGKILLs it
+    /// there; one that exits first never reached the window.
+    async fn kill_producer_at_window(&mut self, f: &crate::lab::Fault) -> Result<()>;
+    /// Follows the producer to its exit: its code, whatever it is.
+    async fn producer_exit(&mut self) -> Result<i32>;
+    /// The proxy acted on a frame: its `[fault]` line, from its event.
+    async fn proxy_effect(&mut self) -> Result<()>;
 }

@@ -30,6 +30,8 @@ pub struct Script {
     events: VecDeque<ProxyEvent>,
     env: Double,
     queues: Vec<String>,
+    /// What the scripted producer exits with (1: it failed, its connection cut).
+    pub exit: i32,
 }
 
 impl Script {
@@ -47,6 +49,7 @@ impl Script {
             events: events.into(),
             env: Double::new(log, fail),
             queues: vec!["q1".into(), "q2".into()],
+            exit: 1,
         }
     }
 
@@ -132,6 +135,26 @@ impl Stage for Script {
     }
     async fn finish_producer(&mut self) -> Result<()> {
         self.note("finish_producer".into());
+        Ok(())
+    }
+    fn start_producer_at(&mut self, f: &crate::lab::Fault) -> Result<()> {
+        self.note(format!("start_producer_at {} {}", f.window, f.message));
+        Ok(())
+    }
+    async fn kill_producer_at_window(&mut self, f: &crate::lab::Fault) -> Result<()> {
+        self.note(format!(
+            "kill_producer_at_window {} {}",
+            f.window, f.message
+        ));
+        Ok(())
+    }
+    async fn producer_exit(&mut self) -> Result<i32> {
+        self.note(format!("producer_exit {}", self.exit));
+        Ok(self.exit)
+    }
+    async fn proxy_effect(&mut self) -> Result<()> {
+        let event = self.proxy_event().await?;
+        self.note(format!("proxy_effect {event:?}"));
         Ok(())
     }
 }
@@ -493,6 +516,85 @@ mod tests {
                 "reconnect restarted=false".into(),
                 "finish_producer".into(),
             ]
+        );
+    }
+
+    /// A producer kill on a publish step: the producer started to stop at
+    /// the window, then killed there (the runner starts the next one).
+    #[test]
+    fn producer_kill_on_a_publish_step() {
+        let (_, f) = faulted_publish("producer-resend");
+        let lines = block_on(async {
+            let mut s = Script::new(vec![], None).await;
+            super::super::producer::kill_on_publish(&mut s, &f)
+                .await
+                .unwrap();
+            s.lines()
+        });
+        assert_eq!(
+            lines,
+            [
+                format!("start_producer_at {} {}", f.window, f.message),
+                format!("kill_producer_at_window {} {}", f.window, f.message),
+            ]
+        );
+    }
+
+    /// A cut publish: the rule armed, the producer fails, the proxy's
+    /// effect said, the gate released; a producer that exits 0 never had
+    /// its publish cut: the window was not reached.
+    #[test]
+    fn cut_publish_on_a_publish_step() {
+        let (_, f) = faulted_publish("publish-lost");
+        let cut = ProxyEvent::CutPublish {
+            message: f.message.clone(),
+        };
+        let (r, lines, armed) = block_on(async {
+            let mut s = Script::new(vec![cut.clone()], None).await;
+            let r = super::super::network::cut_publish(&mut s, &f, "p").await;
+            (r, s.lines(), s.proxy.armed())
+        });
+        r.unwrap();
+        assert_eq!(
+            lines,
+            [
+                "start_producer reconnect=false".to_string(),
+                "producer_exit 1".into(),
+                format!("proxy_effect {cut:?}"),
+            ]
+        );
+        // Armed for the producer (a real proxy disarms it as it acts).
+        assert_eq!(
+            armed,
+            Some(Rule::CutOnPublish {
+                message: f.message.clone()
+            })
+        );
+        let (r, lines) = block_on(async {
+            let mut s = Script::new(vec![], None).await;
+            s.exit = 0;
+            let r = super::super::network::cut_publish(&mut s, &f, "p").await;
+            (r, s.lines())
+        });
+        let e = r.expect_err("a publish never cut has no verdict");
+        assert!(super::super::Unreachable::of(&e).is_some(), "{e:#}");
+        assert_eq!(lines, ["start_producer reconnect=false", "producer_exit 0"]);
+    }
+
+    /// A held confirm: the rule armed for the runner's producer.
+    #[test]
+    fn hold_confirm_on_a_publish_step() {
+        let (_, f) = faulted_publish("confirm-timeout");
+        let armed = block_on(async {
+            let s = Script::new(vec![], None).await;
+            super::super::network::hold_confirm(&s, &f);
+            s.proxy.armed()
+        });
+        assert_eq!(
+            armed,
+            Some(Rule::HoldConfirm {
+                message: f.message.clone()
+            })
         );
     }
 }

@@ -33,6 +33,7 @@ use crate::faults::blackbox::{BlackBox, Seen};
 use crate::faults::downstream::Downstream;
 use crate::faults::pgproxy::PgProxy;
 use crate::faults::proxy::{Proxy, ProxyEvent, Rule};
+use crate::faults::Unreachable;
 use crate::lab::{Action, Assertion, Consume, Fault, Lab, Project, Publish, Settle};
 use crate::naming::{database_for, vhost_for};
 use crate::protocol::{
@@ -680,43 +681,6 @@ impl Ctx<'_> {
         self.sink.tell(&Event::Line(&line));
     }
 }
-
-/// A run that ended because its fault's window was never reached: no
-/// verdict on the claim either way. `why` goes into the record (explore's
-/// cell, the summary); the error's text is the run's error.
-#[derive(Debug)]
-struct Unreachable {
-    why: String,
-    message: String,
-}
-
-impl Unreachable {
-    /// The error for a window never reached, said as `why`.
-    fn error(why: String) -> anyhow::Error {
-        Self::said(why.clone(), why)
-    }
-
-    /// The same, said at more length than the record's `why`.
-    fn said(why: String, message: String) -> anyhow::Error {
-        anyhow::Error::new(Unreachable { why, message })
-    }
-
-    /// Why a run's error is an unreached window, if it is one (under any
-    /// context the error gained on its way up).
-    fn of(e: &anyhow::Error) -> Option<String> {
-        e.chain()
-            .find_map(|c| c.downcast_ref::<Unreachable>())
-            .map(|u| u.why.clone())
-    }
-}
-
-impl std::fmt::Display for Unreachable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for Unreachable {}
 
 /// A named point where the harness itself can be made to panic
 /// (`MQLAB_PANIC_AT=<phase>`), so that the tests can show a panicking harness

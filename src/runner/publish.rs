@@ -32,40 +32,20 @@ impl Ctx<'_> {
                     crate::faults::pause::on_publish(&mut stage, p, f).await?;
                     return self.assert(&f.asserts).await;
                 }
+                // Then a new producer on the same journal.
                 OnPublish::ProducerKill => {
-                    let killed = self.producer_config(p, Some(point_of(f)));
-                    let mut proc = self.spawn_role(RoleConfig::Producer(killed))?;
-                    self.kill_at_marker(&mut proc, Role::Producer, f, d).await?;
+                    let mut stage = PublishStage::new(self, p, d);
+                    crate::faults::producer::kill_on_publish(&mut stage, f).await?;
                     self.assert(&f.asserts).await?;
                     None
                 }
                 OnPublish::CutPublish => {
-                    // The proxy drops the publish and cuts: the producer fails
-                    // waiting for its confirm, and a new one resumes from the journal.
-                    self.proxy().arm(Rule::CutOnPublish {
-                        message: f.message.clone(),
-                    });
-                    let cfg = self.producer_config(p, None);
-                    let mut proc = self.spawn_role(RoleConfig::Producer(cfg))?;
-                    self.follow(&mut proc, Role::Producer, d, None).await?;
-                    let code = self.wait_exit(&mut proc, d).await?;
-                    if code == 0 {
-                        // The publish never left (a reconciliation with nothing
-                        // to send): the window was not reached, no verdict.
-                        return Err(Unreachable::error(format!(
-                            "phase {phase}: the producer finished; its publish of {} was never cut",
-                            f.message
-                        )));
-                    }
-                    self.proxy_effect(phase, d.at).await?;
-                    self.proxy().release();
+                    let mut stage = PublishStage::new(self, p, d);
+                    crate::faults::network::cut_publish(&mut stage, f, phase).await?;
                     Some(f)
                 }
-                // The proxy holds the confirm; the producer times out and sends again.
                 OnPublish::HoldConfirm => {
-                    self.proxy().arm(Rule::HoldConfirm {
-                        message: f.message.clone(),
-                    });
+                    crate::faults::network::hold_confirm(self, f);
                     Some(f)
                 }
             },
@@ -245,5 +225,30 @@ impl crate::faults::Stage for PublishStage<'_, '_> {
         let mut proc = self.proc.take().context("no producer to follow")?;
         self.ctx.follow(&mut proc, Role::Producer, d, None).await?;
         self.ctx.expect_success(&mut proc, d).await
+    }
+
+    fn start_producer_at(&mut self, f: &Fault) -> Result<()> {
+        let cfg = self.ctx.producer_config(self.p, Some(point_of(f)));
+        self.proc = Some(self.ctx.spawn_role(RoleConfig::Producer(cfg))?);
+        Ok(())
+    }
+
+    async fn kill_producer_at_window(&mut self, f: &Fault) -> Result<()> {
+        let d = self.d;
+        let mut proc = self.proc.take().context("no producer to kill")?;
+        self.ctx
+            .kill_at_marker(&mut proc, Role::Producer, f, d)
+            .await
+    }
+
+    async fn producer_exit(&mut self) -> Result<i32> {
+        let d = self.d;
+        let mut proc = self.proc.take().context("no producer to follow")?;
+        self.ctx.follow(&mut proc, Role::Producer, d, None).await?;
+        self.ctx.wait_exit(&mut proc, d).await
+    }
+
+    async fn proxy_effect(&mut self) -> Result<()> {
+        self.ctx.proxy_effect(self.d.phase, self.d.at).await
     }
 }
