@@ -49,6 +49,7 @@
 
 pub mod blackbox;
 pub mod broker;
+pub mod consumer;
 pub mod downstream;
 pub mod network;
 pub mod node;
@@ -143,6 +144,22 @@ pub trait Run: Harness {
     /// The broker is paused (`true`) or resumed: one left paused is resumed
     /// after the lab, however it ends.
     fn broker_paused(&mut self, paused: bool);
+}
+
+/// What a fault family's hooks may ask of the consume step in progress:
+/// its built-in consumer and its deadline, on top of the run's. Every wait
+/// ends at the step's deadline with the step's message.
+#[allow(async_fn_in_trait)] // used generically, never as `dyn`
+pub trait ConsumeStage: Run {
+    /// Starts the step's consumer to stop at `f`'s window for its message.
+    fn start_consumer_at(&mut self, f: &crate::lab::Fault) -> Result<()>;
+    /// Follows the consumer to its stop at `f`'s window; one that exits
+    /// first never reached it.
+    async fn consumer_at_window(&mut self, f: &crate::lab::Fault) -> Result<()>;
+    /// Waits until the step's queue holds `depth` ready messages.
+    async fn await_depth(&mut self, depth: u32) -> Result<()>;
+    /// SIGKILLs the consumer stopped at `f`'s window.
+    async fn kill_consumer(&mut self, f: &crate::lab::Fault) -> Result<()>;
 }
 
 /// What a fault family's hooks may ask of the publish step in progress:

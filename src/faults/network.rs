@@ -1,6 +1,6 @@
 //! The network between the producer and the broker, as the harness's
-//! proxy shapes it on a publish step: a publish dropped and its connection
-//! cut, or the broker's confirm held back.
+//! proxy shapes it: a publish dropped and its connection cut, the broker's
+//! confirm held back, or a consumer's ack dropped and its connection cut.
 
 use anyhow::Result;
 
@@ -34,6 +34,16 @@ pub async fn cut_publish(s: &mut impl Stage, f: &Fault, phase: &str) -> Result<(
 /// for it.
 pub fn hold_confirm(r: &impl Run, f: &Fault) {
     r.proxy().arm(Rule::HoldConfirm {
+        message: f.message.clone(),
+    });
+}
+
+/// The proxy drops the consumer's ack of `f`'s message and cuts the
+/// connection: the same process connects again (the runner starts it with
+/// `reconnect`) and gets the message redelivered. The fault's assertions
+/// wait for it.
+pub fn cut_ack(r: &impl Run, f: &Fault) {
+    r.proxy().arm(Rule::CutOnAck {
         message: f.message.clone(),
     });
 }

@@ -17,7 +17,7 @@ use anyhow::{bail, Result};
 #[cfg(test)]
 use super::proxy::Rule;
 use super::proxy::{Proxy, ProxyEvent};
-use super::{Harness, Run, Stage};
+use super::{ConsumeStage, Harness, Run, Stage};
 use crate::env::{Endpoints, EnvFuture, EnvInfo, Environment};
 use crate::vocab::{Role, Status};
 
@@ -155,6 +155,25 @@ impl Stage for Script {
     async fn proxy_effect(&mut self) -> Result<()> {
         let event = self.proxy_event().await?;
         self.note(format!("proxy_effect {event:?}"));
+        Ok(())
+    }
+}
+
+impl ConsumeStage for Script {
+    fn start_consumer_at(&mut self, f: &crate::lab::Fault) -> Result<()> {
+        self.note(format!("start_consumer_at {} {}", f.window, f.message));
+        Ok(())
+    }
+    async fn consumer_at_window(&mut self, f: &crate::lab::Fault) -> Result<()> {
+        self.note(format!("consumer_at_window {} {}", f.window, f.message));
+        Ok(())
+    }
+    async fn await_depth(&mut self, depth: u32) -> Result<()> {
+        self.note(format!("await_depth {depth}"));
+        Ok(())
+    }
+    async fn kill_consumer(&mut self, f: &crate::lab::Fault) -> Result<()> {
+        self.note(format!("kill_consumer {} {}", f.window, f.message));
         Ok(())
     }
 }
@@ -593,6 +612,70 @@ mod tests {
         assert_eq!(
             armed,
             Some(Rule::HoldConfirm {
+                message: f.message.clone()
+            })
+        );
+    }
+
+    /// The first consume step of `run` with a fault, and the fault.
+    fn faulted_consume(run: &str) -> Fault {
+        lab(run)
+            .steps
+            .into_iter()
+            .find_map(|s| match (s.action, s.fault) {
+                (Action::Consume(_), Some(f)) => Some(f),
+                _ => None,
+            })
+            .expect("a faulted consume step")
+    }
+
+    /// A consumer kill: started to stop at the window, followed there,
+    /// killed; with `kill_at_depth`, killed only once the queue holds it.
+    #[test]
+    fn consumer_kill_on_a_consume_step() {
+        let plain = faulted_consume("consumer-crash");
+        let deep = lab("republish-window@ack-then-publish")
+            .steps
+            .into_iter()
+            .filter_map(|s| s.fault)
+            .find(|f| f.kill_at_depth.is_some())
+            .expect("a kill at a depth");
+        for f in [plain, deep] {
+            let lines = block_on(async {
+                let mut s = Script::new(vec![], None).await;
+                super::super::consumer::kill_on_consume(&mut s, &f)
+                    .await
+                    .unwrap();
+                s.lines()
+            });
+            let at = format!("{} {}", f.window, f.message);
+            let mut want = vec![
+                format!("start_consumer_at {at}"),
+                format!("consumer_at_window {at}"),
+            ];
+            want.extend(f.kill_at_depth.map(|d| format!("await_depth {d}")));
+            want.push(format!("kill_consumer {at}"));
+            assert_eq!(lines, want);
+        }
+    }
+
+    /// An ack cut: the rule armed for the consumer the runner starts.
+    #[test]
+    fn cut_ack_on_a_consume_step() {
+        let f = lab("connection-drop")
+            .steps
+            .into_iter()
+            .filter_map(|s| s.fault)
+            .find(|f| f.action == FaultAction::Cut)
+            .expect("a cut");
+        let armed = block_on(async {
+            let s = Script::new(vec![], None).await;
+            super::super::network::cut_ack(&s, &f);
+            s.proxy.armed()
+        });
+        assert_eq!(
+            armed,
+            Some(Rule::CutOnAck {
                 message: f.message.clone()
             })
         );

@@ -56,13 +56,9 @@ impl Ctx<'_> {
                     return self.consume_crowd(c, f, k, settle, d).await;
                 }
                 OnConsume::ConsumerKill => {
-                    let killed = self.consumer_config(c, settle, Some(point_of(f)));
-                    let mut proc = self.spawn_role(RoleConfig::Consumer(killed))?;
-                    self.reach_marker(&mut proc, Role::Consumer, f, d).await?;
-                    if let Some(depth) = f.kill_at_depth {
-                        self.await_depth(&c.queue, depth, &phase, deadline).await?;
-                    }
-                    self.kill_marked(&mut proc, Role::Consumer, f, d).await?;
+                    let step = ConsumeStep { c, settle };
+                    let mut stage = StepStage::new(self, &step, d);
+                    crate::faults::consumer::kill_on_consume(&mut stage, f).await?;
                     self.assert(&f.asserts).await?;
                     self.await_consumers_gone(&c.queue, &phase, deadline)
                         .await?;
@@ -76,10 +72,7 @@ impl Ctx<'_> {
                     None
                 }
                 OnConsume::CutAck => {
-                    // The proxy drops the ack and cuts; the same process reconnects.
-                    self.proxy().arm(Rule::CutOnAck {
-                        message: f.message.clone(),
-                    });
+                    crate::faults::network::cut_ack(self, f);
                     cfg.reconnect = true;
                     Some(f)
                 }
@@ -494,5 +487,42 @@ async fn next_seen(
                 process::tail(&proc.log, 10)
             );
         }
+    }
+}
+
+/// A consume step of the built-in consumer, as its fault family's hooks
+/// see it: the step, and how many messages the consumer settles.
+pub(super) struct ConsumeStep<'c> {
+    c: &'c Consume,
+    settle: usize,
+}
+
+impl crate::faults::ConsumeStage for StepStage<'_, '_, ConsumeStep<'_>> {
+    fn start_consumer_at(&mut self, f: &Fault) -> Result<()> {
+        let step = self.step;
+        let cfg = self
+            .ctx
+            .consumer_config(step.c, step.settle, Some(point_of(f)));
+        self.proc = Some(self.ctx.spawn_role(RoleConfig::Consumer(cfg))?);
+        Ok(())
+    }
+
+    async fn consumer_at_window(&mut self, f: &Fault) -> Result<()> {
+        let d = self.d;
+        let mut proc = self.proc.take().context("no consumer to follow")?;
+        let r = self.ctx.reach_marker(&mut proc, Role::Consumer, f, d).await;
+        self.proc = Some(proc);
+        r
+    }
+
+    async fn await_depth(&mut self, depth: u32) -> Result<()> {
+        let (queue, d) = (&self.step.c.queue, self.d);
+        self.ctx.await_depth(queue, depth, d.phase, d.at).await
+    }
+
+    async fn kill_consumer(&mut self, f: &Fault) -> Result<()> {
+        let d = self.d;
+        let mut proc = self.proc.take().context("no consumer to kill")?;
+        self.ctx.kill_marked(&mut proc, Role::Consumer, f, d).await
     }
 }

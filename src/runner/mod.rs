@@ -32,7 +32,7 @@ use crate::events::{Event, Sink};
 use crate::faults::blackbox::{BlackBox, Seen};
 use crate::faults::downstream::Downstream;
 use crate::faults::pgproxy::PgProxy;
-use crate::faults::proxy::{Proxy, ProxyEvent, Rule};
+use crate::faults::proxy::{Proxy, ProxyEvent};
 use crate::faults::Unreachable;
 use crate::lab::{Action, Assertion, Consume, Fault, Lab, Project, Publish, Settle};
 use crate::naming::{database_for, vhost_for};
@@ -56,7 +56,9 @@ mod judge;
 mod publish;
 mod roles;
 pub use roles::{consumer_config, producer_config, RoleSite};
+use stage::StepStage;
 mod setup;
+mod stage;
 
 /// Where a suite runs and what it may touch. The runner holds the
 /// environment itself, not only its endpoints: a broker fault is a lab step.

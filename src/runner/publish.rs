@@ -119,75 +119,9 @@ impl Ctx<'_> {
     }
 }
 
-/// A publish step as a fault family's hooks see it: its producer, its
-/// deadline, the run's transcript, proxy and environment.
-struct PublishStage<'c, 'a> {
-    ctx: &'c mut Ctx<'a>,
-    p: &'c Publish,
-    d: Deadline<'c>,
-    proc: Option<RoleProc>,
-}
+type PublishStage<'c, 'a> = StepStage<'c, 'a, Publish>;
 
-impl<'c, 'a> PublishStage<'c, 'a> {
-    fn new(ctx: &'c mut Ctx<'a>, p: &'c Publish, d: Deadline<'c>) -> Self {
-        PublishStage {
-            ctx,
-            p,
-            d,
-            proc: None,
-        }
-    }
-}
-
-impl crate::faults::Harness for PublishStage<'_, '_> {
-    fn lab(&self) -> &str {
-        crate::faults::Harness::lab(&*self.ctx)
-    }
-
-    fn broker(&self) -> crate::vocab::Broker {
-        self.ctx.lab.broker
-    }
-
-    fn say(&mut self, role: Role, line: &str) {
-        self.ctx.emit(role, line);
-    }
-
-    fn env(&mut self) -> Result<&mut (dyn Environment + 'static)> {
-        crate::faults::Harness::env(&mut *self.ctx)
-    }
-
-    async fn reconnect_harness(&mut self, restarted: bool) -> Result<()> {
-        crate::faults::Harness::reconnect_harness(&mut *self.ctx, restarted).await
-    }
-}
-
-impl crate::faults::Run for PublishStage<'_, '_> {
-    fn proxy(&self) -> &Proxy {
-        self.ctx.proxy()
-    }
-
-    fn vhost(&self) -> &str {
-        &self.ctx.vhost
-    }
-
-    fn quorum_queues(&self) -> Vec<String> {
-        crate::faults::Run::quorum_queues(&*self.ctx)
-    }
-
-    fn node_down(&mut self, n: usize, down: bool) {
-        crate::faults::Run::node_down(&mut *self.ctx, n, down)
-    }
-
-    fn node_cut(&mut self, n: Option<usize>) {
-        crate::faults::Run::node_cut(&mut *self.ctx, n)
-    }
-
-    fn broker_paused(&mut self, paused: bool) {
-        self.ctx.broker_paused = paused;
-    }
-}
-
-impl crate::faults::Stage for PublishStage<'_, '_> {
+impl crate::faults::Stage for StepStage<'_, '_, Publish> {
     fn deadline(&self) -> Instant {
         self.d.at
     }
@@ -206,7 +140,7 @@ impl crate::faults::Stage for PublishStage<'_, '_> {
     }
 
     fn start_producer(&mut self, reconnect: bool) -> Result<()> {
-        let mut cfg = self.ctx.producer_config(self.p, None);
+        let mut cfg = self.ctx.producer_config(self.step, None);
         cfg.reconnect = reconnect;
         self.proc = Some(self.ctx.spawn_role(RoleConfig::Producer(cfg))?);
         Ok(())
@@ -228,7 +162,7 @@ impl crate::faults::Stage for PublishStage<'_, '_> {
     }
 
     fn start_producer_at(&mut self, f: &Fault) -> Result<()> {
-        let cfg = self.ctx.producer_config(self.p, Some(point_of(f)));
+        let cfg = self.ctx.producer_config(self.step, Some(point_of(f)));
         self.proc = Some(self.ctx.spawn_role(RoleConfig::Producer(cfg))?);
         Ok(())
     }
