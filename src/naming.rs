@@ -1,6 +1,7 @@
 //! The names a lab run gets on the shared servers (its vhost and its
-//! database). A leaf, so that the environments (the external one creates
-//! and removes them) need nothing of the runner.
+//! database), and how a name is written into a URL. A leaf, so that the
+//! environments (the external one creates and removes them) and the brokers
+//! need nothing of the runner.
 
 /// The isolated names a lab run gets on the shared servers.
 pub fn vhost_for(run: &str) -> String {
@@ -22,4 +23,26 @@ pub fn database_for(run: &str) -> String {
         (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
     });
     format!("{}_{:012x}", &name[..50], hash & 0xffff_ffff_ffff)
+}
+
+/// `s` as a URL's user, password or path segment: every byte but the
+/// unreserved ones (RFC 3986) percent-encoded.
+pub fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn vhost_names_are_escaped() {
+        assert_eq!(super::url_encode("/"), "%2F");
+        assert_eq!(super::url_encode("consumer-crash"), "consumer-crash");
+    }
 }

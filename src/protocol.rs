@@ -103,7 +103,7 @@ pub struct ProducerConfig {
     /// The lab's broker: its lines' `product`.
     #[serde(default)]
     pub broker: crate::vocab::Broker,
-    pub amqp_url: String,
+    pub broker_url: String,
     pub exchange: String,
     /// What the lines call `destination` (the exchange, or the queue behind the default exchange).
     pub destination: String,
@@ -193,7 +193,7 @@ pub struct ConsumerConfig {
     /// The lab's broker: its lines' `product`.
     #[serde(default)]
     pub broker: crate::vocab::Broker,
-    pub amqp_url: String,
+    pub broker_url: String,
     pub database_url: String,
     pub queue: String,
     /// The name in the log lines.
@@ -252,7 +252,7 @@ mod tests {
         let e = Envelope::new(RoleConfig::Producer(ProducerConfig {
             lab: "l".into(),
             broker: Default::default(),
-            amqp_url: "amqp://x".into(),
+            broker_url: "amqp://x".into(),
             exchange: String::new(),
             destination: "q".into(),
             messages: vec![],

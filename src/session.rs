@@ -337,7 +337,7 @@ fn keep_running(env: Box<dyn Environment>, dir: &Path, labs: &[Lab]) -> Result<(
         .map(|l| {
             serde_json::json!({
                 "lab": l.run_name(),
-                "amqp": e.amqp_url(&naming::vhost_for(&l.run_name())),
+                "amqp": e.broker_url(&naming::vhost_for(&l.run_name())),
                 "postgres": e.pg_url(&naming::database_for(&l.run_name())),
             })
         })
@@ -369,9 +369,9 @@ fn keep_running(env: Box<dyn Environment>, dir: &Path, labs: &[Lab]) -> Result<(
     if let Some(port) = env.management_port {
         eprintln!(
             "  or as if it were yours: mqlab lab ... --env external --amqp-url {} --management-url http://{}:{}@127.0.0.1:{port} --database-url {}",
-            e.amqp_url("").trim_end_matches('/'),
-            e.amqp_user,
-            e.amqp_password,
+            e.broker_url("").trim_end_matches('/'),
+            e.broker.user,
+            e.broker.password,
             e.pg_url(&e.pg_admin)
         );
     }

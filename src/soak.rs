@@ -201,7 +201,7 @@ impl crate::faults::Harness for Soak<'_> {
     /// The soak holds no connection between its checks: after a restart it
     /// declares its queues again, as the runner does.
     async fn reconnect_harness(&mut self, _restarted: bool) -> Result<()> {
-        let broker = crate::broker::admin(&self.env.endpoints().amqp_url(&self.vhost)).await?;
+        let broker = crate::broker::admin(&self.env.endpoints().broker_url(&self.vhost)).await?;
         broker.declare(&topology()).await?;
         broker.close("done").await;
         Ok(())
@@ -242,7 +242,7 @@ impl Soak<'_> {
         RoleSite {
             lab: "soak",
             broker: crate::faults::Harness::broker(self),
-            broker_url: e.amqp_url(&self.vhost),
+            broker_url: e.broker_url(&self.vhost),
             database_url: e.pg_url(&self.database),
         }
     }
@@ -361,7 +361,7 @@ impl Soak<'_> {
 
         // The checks: what the producer sent, what PostgreSQL holds, what
         // is still queued.
-        let broker = crate::broker::admin(&self.env.endpoints().amqp_url(&self.vhost)).await?;
+        let broker = crate::broker::admin(&self.env.endpoints().broker_url(&self.vhost)).await?;
         let ground = store::read_ground(&mut db, None).await?;
         let queued: BTreeSet<String> = broker
             .peek(QUEUE)
@@ -407,7 +407,7 @@ impl Soak<'_> {
         drop(db);
         let mut db = store::connect(&self.env.endpoints().pg_url(&self.database)).await?;
         store::migrate(&mut db).await?;
-        let broker = crate::broker::admin(&self.env.endpoints().amqp_url(&self.vhost)).await?;
+        let broker = crate::broker::admin(&self.env.endpoints().broker_url(&self.vhost)).await?;
         broker.delete_queues(&topology()).await?;
         broker.declare(&topology()).await?;
         broker.close("done").await;

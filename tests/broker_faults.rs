@@ -65,8 +65,7 @@ fn with_env(containers: bool) {
             None => Box::new(LocalEnv::start(&opts).await.unwrap()),
             Some((r, p)) => Box::new(ContainersEnv::start(&opts, r, p).await.unwrap()),
         };
-        let port = env.endpoints().amqp_port;
-        let url = env.endpoints().amqp_url("faults");
+        let url = env.endpoints().broker_url("faults");
         let conn = connect(&url).await.unwrap();
         let ch = conn.create_channel().await.unwrap();
         ch.confirm_select(ConfirmSelectOptions::default())
@@ -120,14 +119,14 @@ fn with_env(containers: bool) {
         env.pause_broker().await.unwrap();
         let silent = tokio::time::timeout(
             Duration::from_millis(500),
-            mqlab::broker::rabbitmq::version("127.0.0.1", port),
+            mqlab::broker::rabbitmq::version(&env.endpoints().broker),
         )
         .await;
         assert!(silent.is_err(), "a paused broker answered");
         env.resume_broker().await.unwrap();
         let version = tokio::time::timeout(
             Duration::from_secs(10),
-            mqlab::broker::rabbitmq::version("127.0.0.1", port),
+            mqlab::broker::rabbitmq::version(&env.endpoints().broker),
         )
         .await;
         assert!(version.unwrap().unwrap().starts_with("RabbitMQ "));

@@ -75,11 +75,7 @@ fn three_nodes_one_cluster_node_kill_and_partition() {
         let ports = env.amqp_ports();
         assert_eq!(ports.len(), 3);
         let endpoints = env.endpoints().clone();
-        let url = |n: usize| {
-            let mut e = endpoints.clone();
-            e.amqp_port = ports[n - 1];
-            e.amqp_url("cluster")
-        };
+        let url = |n: usize| endpoints.broker.at(ports[n - 1]).url("cluster");
 
         // Declared and published on node 1: the leader is there (client-local).
         let conn = connect(&url(1)).await.unwrap();
@@ -168,9 +164,8 @@ fn three_nodes_one_cluster_node_kill_and_partition() {
             mqlab::faults::proxy::Proxy::start(upstreams, mqlab::broker::rabbitmq::codec)
                 .await
                 .unwrap();
-        let mut through = endpoints.clone();
-        through.amqp_port = proxy.ports[0];
-        let c = connect(&through.amqp_url("cluster"))
+        let through = endpoints.broker.at(proxy.ports[0]);
+        let c = connect(&through.url("cluster"))
             .await
             .expect("the proxy's node-1 listener reaches node 2 while node 1 is down");
         drop(c);

@@ -24,6 +24,51 @@ use crate::vocab::{Broker, Capability};
 pub use admin::{Admin, HomeNodeDown, Peeked};
 pub use transport::{Answer, Delivery, Inbound, Outgoing, Pending, Publisher, Subscription};
 
+/// Where a broker listens and the lab user it admits: the environment
+/// knows it, the runner and `soak` turn it into a URL for one namespace (a
+/// vhost on RabbitMQ) without knowing the broker's scheme. Credentials live
+/// here and in URLs only, never in a transcript (nor in `{:?}`).
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
+pub struct Addr {
+    #[serde(default)]
+    pub broker: Broker,
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    pub password: String,
+}
+
+impl Addr {
+    /// The same broker, reached on `port` (another node, or a proxy).
+    pub fn at(&self, port: u16) -> Addr {
+        Addr {
+            port,
+            ..self.clone()
+        }
+    }
+
+    /// A client's URL for `namespace` on this broker.
+    pub fn url(&self, namespace: &str) -> String {
+        match self.broker {
+            Broker::RabbitMq => rabbitmq::url(self, namespace),
+        }
+    }
+
+    /// `host:port`, for a proxy's upstream.
+    pub fn socket(&self) -> Result<std::net::SocketAddr> {
+        use anyhow::Context;
+        format!("{}:{}", self.host, self.port)
+            .parse()
+            .with_context(|| format!("the broker's address {}:{}", self.host, self.port))
+    }
+}
+
+impl std::fmt::Debug for Addr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}:{}", self.broker, self.host, self.port)
+    }
+}
+
 /// The broker a role's URL names.
 fn speaks_amqp(url: &str) -> Result<()> {
     match url.starts_with("amqp://") || url.starts_with("amqps://") {

@@ -187,7 +187,7 @@ impl ClusterEnv {
 
     /// Every node's AMQP port on 127.0.0.1, node 1 first.
     pub fn amqp_ports(&self) -> Vec<u16> {
-        std::iter::once(self.base.endpoints.amqp_port)
+        std::iter::once(self.base.endpoints.broker.port)
             .chain(self.peers.iter().map(|p| p.amqp_port))
             .collect()
     }

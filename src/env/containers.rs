@@ -359,9 +359,9 @@ impl ContainersEnv {
     }
 
     async fn broker_ready(&self, deadline: Instant) -> Result<String> {
-        let url = self.endpoints.amqp_url(&self.ready.0);
+        let url = self.endpoints.broker_url(&self.ready.0);
         if nodes::answers_amqp(&url, deadline).await {
-            return rabbitmq::version(&self.endpoints.amqp_host, self.endpoints.amqp_port).await;
+            return rabbitmq::version(&self.endpoints.broker).await;
         }
         let logs = match &self.rabbit {
             Some(c) => tail_logs(c).await,

@@ -70,10 +70,13 @@ impl ExternalConfig {
         };
         Ok(ExternalConfig {
             endpoints: Endpoints {
-                amqp_host: a.host_str().unwrap_or_default().to_string(),
-                amqp_port: a.port().unwrap_or(5672),
-                amqp_user: decode(a.username()),
-                amqp_password: decode(a.password().unwrap_or("")),
+                broker: crate::broker::Addr {
+                    broker: crate::vocab::Broker::RabbitMq,
+                    host: a.host_str().unwrap_or_default().to_string(),
+                    port: a.port().unwrap_or(5672),
+                    user: decode(a.username()),
+                    password: decode(a.password().unwrap_or("")),
+                },
                 pg_host: d.host_str().unwrap_or_default().to_string(),
                 pg_port: d.port().unwrap_or(5432),
                 pg_user: match d.username() {
@@ -126,11 +129,7 @@ impl ExternalEnv {
             );
         }
         let e = &config.endpoints;
-        within(
-            "the broker (--amqp-url)",
-            rabbitmq::version(&e.amqp_host, e.amqp_port),
-        )
-        .await?;
+        within("the broker (--amqp-url)", rabbitmq::version(&e.broker)).await?;
         let mut db = within(
             "PostgreSQL (--database-url)",
             store::connect(&e.pg_url(&e.pg_admin)),
@@ -168,7 +167,7 @@ impl ExternalEnv {
                 broker_version: String::new(),
                 broker_source: format!(
                     "external {}:{}",
-                    config.endpoints.amqp_host, config.endpoints.amqp_port
+                    config.endpoints.broker.host, config.endpoints.broker.port
                 ),
                 db_version: String::new(),
                 db_source: format!(
@@ -206,15 +205,14 @@ impl ExternalEnv {
                     &format!(
                         "/api/permissions/{}/{}",
                         enc(&name),
-                        enc(&self.endpoints.amqp_user)
+                        enc(&self.endpoints.broker.user)
                     ),
                     serde_json::json!({"configure": ".*", "write": ".*", "read": ".*"}),
                 )
                 .await?;
         }
         let e = &self.endpoints;
-        self.info.broker_version =
-            within("the broker", rabbitmq::version(&e.amqp_host, e.amqp_port)).await?;
+        self.info.broker_version = within("the broker", rabbitmq::version(&e.broker)).await?;
         let mut db = within("PostgreSQL", store::connect(&e.pg_url(&e.pg_admin))).await?;
         self.info.db_version = store::server_version(&mut db).await?;
         self.info.ready = started.elapsed();

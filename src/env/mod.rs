@@ -16,10 +16,9 @@ use std::time::Duration;
 /// a transcript (nor in `{:?}`).
 #[derive(Clone, serde::Serialize, serde::Deserialize)]
 pub struct Endpoints {
-    pub amqp_host: String,
-    pub amqp_port: u16,
-    pub amqp_user: String,
-    pub amqp_password: String,
+    /// The broker the labs run on; its URL for a namespace is the broker
+    /// module's ([`crate::broker::Addr::url`]).
+    pub broker: crate::broker::Addr,
     pub pg_host: String,
     pub pg_port: u16,
     pub pg_user: String,
@@ -37,10 +36,7 @@ fn postgres_db() -> String {
 impl std::fmt::Debug for Endpoints {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Endpoints")
-            .field(
-                "amqp",
-                &format_args!("{}:{}", self.amqp_host, self.amqp_port),
-            )
+            .field("broker", &self.broker)
             .field("pg", &format_args!("{}:{}", self.pg_host, self.pg_port))
             .finish_non_exhaustive()
     }
@@ -50,10 +46,13 @@ impl Endpoints {
     /// Both servers on 127.0.0.1, with the lab user and `postgres` (trust auth).
     pub fn loopback(amqp_port: u16, pg_port: u16) -> Endpoints {
         Endpoints {
-            amqp_host: "127.0.0.1".into(),
-            amqp_port,
-            amqp_user: AMQP_USER.into(),
-            amqp_password: AMQP_PASSWORD.into(),
+            broker: crate::broker::Addr {
+                broker: crate::vocab::Broker::RabbitMq,
+                host: "127.0.0.1".into(),
+                port: amqp_port,
+                user: AMQP_USER.into(),
+                password: AMQP_PASSWORD.into(),
+            },
             pg_host: "127.0.0.1".into(),
             pg_port,
             pg_user: "postgres".into(),
@@ -62,25 +61,19 @@ impl Endpoints {
         }
     }
 
-    pub fn amqp_url(&self, vhost: &str) -> String {
-        format!(
-            "amqp://{}:{}@{}:{}/{}",
-            percent_encode(&self.amqp_user),
-            percent_encode(&self.amqp_password),
-            self.amqp_host,
-            self.amqp_port,
-            percent_encode(vhost)
-        )
+    /// The broker's URL for `namespace` (a vhost on RabbitMQ).
+    pub fn broker_url(&self, namespace: &str) -> String {
+        self.broker.url(namespace)
     }
 
     pub fn pg_url(&self, database: &str) -> String {
         let password = match &self.pg_password {
-            Some(p) => format!(":{}", percent_encode(p)),
+            Some(p) => format!(":{}", url_encode(p)),
             None => String::new(),
         };
         format!(
             "postgres://{}{password}@{}:{}/{}",
-            percent_encode(&self.pg_user),
+            url_encode(&self.pg_user),
             self.pg_host,
             self.pg_port,
             database
@@ -88,16 +81,7 @@ impl Endpoints {
     }
 }
 
-fn percent_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
+use crate::naming::url_encode;
 
 /// Asks `eval` (a `rabbitmqctl eval`) every 200 ms until it answers `want`
 /// or `deadline` passes; a failing or slow eval (a loaded machine) counts as
@@ -350,7 +334,7 @@ pub trait Environment {
     }
     /// Each node's AMQP port on 127.0.0.1, node 1 first.
     fn amqp_ports(&self) -> Vec<u16> {
-        vec![self.endpoints().amqp_port]
+        vec![self.endpoints().broker.port]
     }
     /// Stops the servers and removes what they left.
     fn stop(self: Box<Self>) -> futures_util::future::LocalBoxFuture<'static, ()>;
@@ -458,12 +442,6 @@ fn needs_cluster<'a>(what: &str) -> EnvFuture<'a, ()> {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn vhost_names_are_escaped() {
-        assert_eq!(super::percent_encode("/"), "%2F");
-        assert_eq!(super::percent_encode("consumer-crash"), "consumer-crash");
-    }
-
     #[test]
     fn ports_are_drawn_outside_the_ephemeral_range() {
         assert_eq!(super::lease_range("32768\t60999\n"), 10_000..32_768);

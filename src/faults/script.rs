@@ -193,10 +193,13 @@ impl Double {
             log,
             fail,
             endpoints: Endpoints {
-                amqp_host: "127.0.0.1".into(),
-                amqp_port: 9,
-                amqp_user: "u".into(),
-                amqp_password: "p".into(),
+                broker: crate::broker::Addr {
+                    broker: crate::vocab::Broker::RabbitMq,
+                    host: "127.0.0.1".into(),
+                    port: 9,
+                    user: "u".into(),
+                    password: "p".into(),
+                },
                 pg_host: "127.0.0.1".into(),
                 pg_port: 9,
                 pg_user: "u".into(),

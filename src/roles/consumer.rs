@@ -85,7 +85,7 @@ pub async fn run(cfg: ConsumerConfig) -> Result<i32> {
         recover_intents(&cfg, db).await?;
     }
     while progress.more(&cfg) {
-        let link = broker::inbound(&cfg.amqp_url).await?;
+        let link = broker::inbound(&cfg.broker_url).await?;
         let result = session(&cfg, link, &mut db, &mut progress).await;
         match result {
             Ok(()) => {}

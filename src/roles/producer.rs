@@ -68,7 +68,7 @@ impl Journal {
 
 /// A link to the broker, in confirm mode if the lab asks.
 async fn open(cfg: &ProducerConfig) -> Result<Link> {
-    broker::publisher(&cfg.amqp_url, cfg.confirm).await
+    broker::publisher(&cfg.broker_url, cfg.confirm).await
 }
 
 type Link = Box<dyn Publisher>;

@@ -348,7 +348,7 @@ pub fn producer_config(
     ProducerConfig {
         lab: site.lab.to_string(),
         broker: site.broker,
-        amqp_url: site.broker_url.clone(),
+        broker_url: site.broker_url.clone(),
         exchange: p.exchange.clone(),
         destination: p.destination().to_string(),
         messages: p
@@ -394,7 +394,7 @@ pub fn consumer_config(
     ConsumerConfig {
         lab: site.lab.to_string(),
         broker: site.broker,
-        amqp_url: site.broker_url.clone(),
+        broker_url: site.broker_url.clone(),
         database_url: site.database_url.clone(),
         queue: c.queue.clone(),
         consumer: "consumer-1".into(),

@@ -31,20 +31,14 @@ impl Ctx<'_> {
         self.sync_metadata().await?;
         std::fs::create_dir_all(&self.logs)?;
         self.conns = Some(Conns { broker, db });
-        let upstream = format!("{}:{}", self.endpoints.amqp_host, self.endpoints.amqp_port)
-            .parse()
-            .context("the broker's address")?;
-        let mut upstreams = vec![upstream];
+        let addr = &self.endpoints.broker;
+        let mut upstreams = vec![addr.socket()?];
         for port in self.node_ports.iter().skip(1) {
-            upstreams.push(
-                format!("{}:{port}", self.endpoints.amqp_host)
-                    .parse()
-                    .context("a node's address")?,
-            );
+            upstreams.push(addr.at(*port).socket()?);
         }
         let (proxy, events) =
             Proxy::start(upstreams, crate::broker::codec(self.lab.broker)).await?;
-        self.role_endpoints.amqp_port = proxy.port;
+        self.role_endpoints.broker.port = proxy.port;
         self.proxy = Some((proxy, events));
         self.observed.events = Events(
             self.lab
@@ -158,25 +152,21 @@ impl Ctx<'_> {
 
     /// A role's broker URL through `proxy` (None: the harness's proxy).
     pub(super) fn role_url_via(&self, node: usize, proxy: Option<&Proxy>) -> String {
-        let mut e = self.role_endpoints.clone();
+        let addr = &self.role_endpoints.broker;
         let proxy = proxy.or(self.proxy.as_ref().map(|(p, _)| p));
-        if let Some(port) = proxy.and_then(|p| p.ports.get(node.wrapping_sub(1))) {
-            e.amqp_port = *port;
+        match proxy.and_then(|p| p.ports.get(node.wrapping_sub(1))) {
+            Some(port) => addr.at(*port).url(&self.vhost),
+            None => addr.url(&self.vhost),
         }
-        e.amqp_url(&self.vhost)
     }
 
     /// The harness's own connection: to the first node that is up and in
     /// the majority (node 1 but in a cluster lab that stopped or cut it off).
     pub(super) async fn connect_broker(&self) -> Result<Box<dyn Admin>> {
         let node = self.harness_node();
-        let mut e = self.endpoints.clone();
-        e.amqp_port = self
-            .node_ports
-            .get(node - 1)
-            .copied()
-            .unwrap_or(e.amqp_port);
-        crate::broker::admin(&e.amqp_url(&self.vhost)).await
+        let addr = &self.endpoints.broker;
+        let port = self.node_ports.get(node - 1).copied().unwrap_or(addr.port);
+        crate::broker::admin(&addr.at(port).url(&self.vhost)).await
     }
 
     pub(super) fn proxy(&self) -> &Proxy {

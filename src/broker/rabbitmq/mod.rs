@@ -12,6 +12,19 @@ use anyhow::Result;
 
 use super::{Admin, Codec, Inbound, Publisher};
 
+/// `amqp://user:password@host:port/vhost`.
+pub fn url(a: &super::Addr, vhost: &str) -> String {
+    use crate::naming::url_encode;
+    format!(
+        "amqp://{}:{}@{}:{}/{}",
+        url_encode(&a.user),
+        url_encode(&a.password),
+        a.host,
+        a.port,
+        url_encode(vhost)
+    )
+}
+
 /// A codec for one proxied connection.
 pub fn codec() -> Box<dyn Codec> {
     Box::<codec::AmqpCodec>::default()
@@ -48,8 +61,8 @@ pub fn client_library() -> (&'static str, &'static str) {
 
 /// The broker's `product` and `version` from its Connection.Start frame:
 /// the version of the server actually running, not of a package.
-pub async fn version(host: &str, port: u16) -> Result<String> {
-    client::broker_version(host, port).await
+pub async fn version(a: &super::Addr) -> Result<String> {
+    client::broker_version(&a.host, a.port).await
 }
 
 /// Whether `url` takes an AMQP connection now (closed at once).

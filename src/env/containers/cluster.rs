@@ -47,7 +47,7 @@ impl ContainersEnv {
     pub fn amqp_ports(&self) -> Vec<u16> {
         match &self.cluster {
             Some(c) => c.ports.clone(),
-            None => vec![self.endpoints.amqp_port],
+            None => vec![self.endpoints.broker.port],
         }
     }
 
@@ -62,9 +62,8 @@ impl ContainersEnv {
     }
 
     pub(super) async fn node_ready(&self, n: usize, deadline: Instant) -> Result<()> {
-        let mut e = self.endpoints.clone();
-        e.amqp_port = self.amqp_ports()[n - 1];
-        if nodes::answers_amqp(&e.amqp_url(&self.ready.0), deadline).await {
+        let node = self.endpoints.broker.at(self.amqp_ports()[n - 1]);
+        if nodes::answers_amqp(&node.url(&self.ready.0), deadline).await {
             return Ok(());
         }
         bail!(

@@ -261,9 +261,8 @@ impl LocalEnv {
 
     /// Waits until a node answers AMQP on `port` (a cluster's node 2 or 3).
     pub(super) async fn node_ready(&self, port: u16, deadline: Instant) -> Result<()> {
-        let mut e = self.endpoints.clone();
-        e.amqp_port = port;
-        if nodes::answers_amqp(&e.amqp_url(&self.ready_probe.0), deadline).await {
+        let node = self.endpoints.broker.at(port);
+        if nodes::answers_amqp(&node.url(&self.ready_probe.0), deadline).await {
             return Ok(());
         }
         bail!("RabbitMQ node on port {port} did not become ready in time")

@@ -230,7 +230,7 @@ impl LocalEnv {
             ("RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1".into()),
             (
                 "RABBITMQ_NODE_PORT",
-                self.endpoints.amqp_port.to_string().into(),
+                self.endpoints.broker.port.to_string().into(),
             ),
             ("RABBITMQ_DIST_PORT", dist_port.to_string().into()),
             ("ERL_EPMD_PORT", epmd_port.to_string().into()),
@@ -379,12 +379,12 @@ impl LocalEnv {
     /// Node 1 answers AMQP by `deadline`; its version.
     pub(in crate::env) async fn rabbit_ready(&self, deadline: Instant) -> Result<String> {
         self.rabbit_answers(deadline).await?;
-        rabbitmq::version(&self.endpoints.amqp_host, self.endpoints.amqp_port).await
+        rabbitmq::version(&self.endpoints.broker).await
     }
 
     /// Node 1 answers AMQP by `deadline`, or the error shows its log's end.
     pub(in crate::env) async fn rabbit_answers(&self, deadline: Instant) -> Result<()> {
-        let url = self.endpoints.amqp_url(&self.ready_probe.0);
+        let url = self.endpoints.broker_url(&self.ready_probe.0);
         if nodes::answers_amqp(&url, deadline).await {
             return Ok(());
         }
@@ -511,7 +511,7 @@ impl Nodes for LocalEnv {
 
     async fn stopped(&self, _n: usize) -> Result<bool> {
         Ok(
-            tokio::net::TcpStream::connect(("127.0.0.1", self.endpoints.amqp_port))
+            tokio::net::TcpStream::connect(("127.0.0.1", self.endpoints.broker.port))
                 .await
                 .is_err(),
         )
