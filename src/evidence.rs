@@ -125,7 +125,7 @@ fn assertions(r: &RunRecord) -> Vec<Assertion> {
         })
         .collect();
     let snap_file = match &r.declared {
-        Some(d) => format!("snapshots/{}.rabbitmq-{}.snap", r.run, d.generation),
+        Some(d) => format!("snapshots/{}.snap", d.generation.snapshot(&r.run)),
         None => format!("snapshots/{}.snap", r.run),
     };
     let (actual, pass, detail) = match &r.snapshot {
@@ -206,7 +206,7 @@ pub fn record(r: &RunRecord, info: &EnvInfo) -> Record {
         history: r.history.clone(),
         broker_settings: r.settings.iter().cloned().collect(),
         declared_difference: r.declared.as_ref().map(|d| DeclaredDifference {
-            generation: d.generation.clone(),
+            generation: d.generation.to_string(),
             cause: d.cause.clone(),
             source: d.source.clone(),
         }),
@@ -568,9 +568,10 @@ pub fn lab_page(project: &crate::lab::Project, name: &str) -> Result<String> {
                 .map(|(k, val)| format!("`{k}={val}`"))
                 .collect();
             let claim = diff.claim.as_deref().unwrap_or(&claim);
-            let snap = format!("{run}.rabbitmq-{g}");
+            let snap = g.snapshot(&run);
             out.push_str(&format!(
-                "\n#### On RabbitMQ {g}\n\n> {claim}\n\nRun it: `cargo run -- lab {run} --rabbitmq {g}`. Why it differs there: {} (source: {}).\n\nDeclared violations on {g} (its transcript: `snapshots/{snap}.snap`): {}.\n",
+                "\n#### On {} {g}\n\n> {claim}\n\nRun it: `cargo run -- lab {run} --rabbitmq {g}`. Why it differs there: {} (source: {}).\n\nDeclared violations on {g} (its transcript: `snapshots/{snap}.snap`): {}.\n",
+                g.broker().product(),
                 diff.cause,
                 diff.source,
                 declared.join(", "),

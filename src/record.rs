@@ -59,7 +59,7 @@ pub struct RunRecord {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeclaredDifference {
     /// `4.0`.
-    pub generation: String,
+    pub generation: crate::vocab::Generation,
     pub cause: String,
     /// A URL, or "cause not identified".
     pub source: String,

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use crate::transcript::Entry;
-use crate::vocab::{Role, Status, Target};
+use crate::vocab::{Broker, Role, Status, Target};
 
 /// The registry's diagram note for the placement a `[fault]` line names
 /// (its target, action and window), with its message filled in.
@@ -447,11 +447,19 @@ impl<'a> Diagram<'a> {
         if self.has_network {
             out.push_str("    participant N as network (the harness's proxy)\n");
         }
+        // The lines' `product` names the broker (RabbitMQ for a transcript
+        // without one).
+        let broker = self
+            .entries
+            .iter()
+            .find_map(|e| e.get("product")?.parse::<Broker>().ok())
+            .unwrap_or_default()
+            .product();
         if self.has_broker {
-            out.push_str("    participant B as RabbitMQ node\n");
+            out.push_str(&format!("    participant B as {broker} node\n"));
         }
         for n in &self.nodes {
-            out.push_str(&format!("    participant N{n} as RabbitMQ node {n}\n"));
+            out.push_str(&format!("    participant N{n} as {broker} node {n}\n"));
         }
         if self.has_db {
             out.push_str("    participant DB as PostgreSQL\n");

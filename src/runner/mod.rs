@@ -393,7 +393,7 @@ async fn execute(p: &Params<'_>, env: EnvAccess<'_>, lab: &Lab, sink: &mut dyn S
     );
     // A failed run is still compared: its diff shows where it went wrong.
     let snapshot_name = match declared {
-        Some((g, _)) => format!("{run}.rabbitmq-{g}"),
+        Some((g, _)) => g.snapshot(&run),
         None => run.clone(),
     };
     // The common snapshots are 3.10's transcripts: a run on another
@@ -426,7 +426,7 @@ async fn execute(p: &Params<'_>, env: EnvAccess<'_>, lab: &Lab, sink: &mut dyn S
         facts: lab.facts.clone(),
         settings,
         declared: declared.map(|(g, d)| crate::record::DeclaredDifference {
-            generation: g.name().to_string(),
+            generation: g,
             cause: d.cause.clone(),
             source: d.source.clone(),
         }),

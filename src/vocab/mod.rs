@@ -89,6 +89,16 @@ names! {
     }
 }
 
+impl Broker {
+    /// The product's name as a reader knows it: a diagram's participant,
+    /// a heading of the evidence.
+    pub fn product(self) -> &'static str {
+        match self {
+            Broker::RabbitMq => "RabbitMQ",
+        }
+    }
+}
+
 impl Default for Broker {
     /// A lab file without `broker` runs on RabbitMQ, as every lab did before the key.
     fn default() -> Self {
@@ -158,6 +168,17 @@ names! {
 }
 
 impl Generation {
+    /// The broker it is a generation of.
+    pub fn broker(self) -> Broker {
+        Broker::RabbitMq
+    }
+
+    /// The name of a run's snapshot on this generation:
+    /// `<run>.rabbitmq-4.0`.
+    pub fn snapshot(self, run: &str) -> String {
+        format!("{run}.{}-{}", self.broker(), self)
+    }
+
     /// The generation of a broker that reports `version` (`RabbitMQ 4.0.5`,
     /// or a cluster's `RabbitMQ 4.0.5 (3 nodes)`); `None` for any other.
     pub fn of_version(version: &str) -> Option<Generation> {
