@@ -3,12 +3,13 @@
 //! rendezvous, and the node and broker steps of their own.
 
 use super::*;
+use crate::vocab::Placement;
 
 impl Checker<'_> {
     /// A fault on a publish or consume step: which targets and actions fit
-    /// which step, which windows each passes, which message it names.
-    /// Long because it checks one section of the file key by key, in the
-    /// file's order, so that errors come out in that order.
+    /// which step, which windows each passes, which message it names. One
+    /// section of the file checked key by key, in the file's order, so that
+    /// errors come out in that order: each part a method of its own.
     pub(super) fn fault(
         &mut self,
         key: &str,
@@ -20,6 +21,45 @@ impl Checker<'_> {
         let spanned = s.fault.as_ref()?;
         let fkey = format!("{key}.fault");
         let f = spanned.get_ref();
+        let (target, act) = (*f.target.get_ref(), *f.action.get_ref());
+        let placement = self.placed(&fkey, f, action)?;
+        let (window, message) =
+            self.window_and_message(&fkey, spanned, action, placement, published)?;
+        let then = self.then_of(&fkey, f, placement);
+        self.family_keys(&fkey, spanned, action, placement);
+        let node = self.fault_node(&fkey, spanned, action, placement);
+        let program = matches!(action, Action::Consume(c) if c.command.is_some());
+        let commit = match &f.commit {
+            None => 1,
+            Some(k) if *k.get_ref() >= 1 && program && window == Window::BeforeCommit => {
+                *k.get_ref()
+            }
+            Some(k) => {
+                self.err(format!("{fkey}.commit"), span(k), ErrorKind::CommitOrdinal);
+                1
+            }
+        };
+        let copies = self.copies(&fkey, spanned, action, window, message);
+        let asserts = self.fault_asserts(&fkey, spanned, action, raw);
+        Some(Fault {
+            node,
+            target,
+            action: act,
+            window,
+            commit,
+            message: message.get_ref().clone(),
+            then,
+            kill_at_depth: f.kill_at_depth,
+            restart_settle: f.restart_settle,
+            restart_drain: false,
+            copies,
+            asserts,
+        })
+    }
+
+    /// The placement a step's fault takes: the registry's for its target,
+    /// action and step, and one the step's consumer admits.
+    fn placed(&mut self, fkey: &str, f: &RawFault, action: &Action) -> Option<&'static Placement> {
         let (target, act) = (*f.target.get_ref(), *f.action.get_ref());
         // The step a target's action belongs on, and the windows it can use
         // there: the placement registry's, nowhere else.
@@ -53,6 +93,21 @@ impl Checker<'_> {
             );
             return None;
         };
+        Some(placement)
+    }
+
+    /// The window (one the step passes) and the message (one of the step's
+    /// own, or published before it); None when either is missing.
+    fn window_and_message<'f>(
+        &mut self,
+        fkey: &str,
+        spanned: &'f Spanned<RawFault>,
+        action: &Action,
+        placement: &Placement,
+        published: &[String],
+    ) -> Option<(Window, &'f Spanned<String>)> {
+        let f = spanned.get_ref();
+        let (target, act) = (*f.target.get_ref(), *f.action.get_ref());
         let windows: Vec<Window> = match action {
             Action::Consume(c) => c.windows_of(placement),
             Action::Publish(p) => p.windows_of(placement),
@@ -61,7 +116,7 @@ impl Checker<'_> {
         };
         let (Some(window), Some(message)) = (&f.window, &f.message) else {
             self.err(
-                fkey,
+                fkey.to_string(),
                 span(spanned),
                 ErrorKind::FaultNeedsWindowAndMessage(target),
             );
@@ -124,8 +179,14 @@ impl Checker<'_> {
             };
             self.err(format!("{fkey}.message"), span(message), kind);
         }
+        Some((window_value, message))
+    }
+
+    /// The `then` a placement follows with; another is an error.
+    fn then_of(&mut self, fkey: &str, f: &RawFault, placement: &Placement) -> Then {
+        let (target, act) = (*f.target.get_ref(), *f.action.get_ref());
         let follows = placement.then;
-        let then = match &f.then {
+        match &f.then {
             Some(t) if *t.get_ref() != follows => {
                 self.err(
                     format!("{fkey}.then"),
@@ -140,13 +201,26 @@ impl Checker<'_> {
                 follows
             }
             _ => follows,
-        };
+        }
+    }
+
+    /// The keys one family reads and no other: a held confirm's timeout,
+    /// a consumer kill's depth and restart.
+    fn family_keys(
+        &mut self,
+        fkey: &str,
+        spanned: &Spanned<RawFault>,
+        action: &Action,
+        placement: &Placement,
+    ) {
+        let f = spanned.get_ref();
+        let (target, act) = (*f.target.get_ref(), *f.action.get_ref());
         // A held confirm needs a producer that gives up on it (the node
         // kill's own confirm rule is checked with its node, below).
         match action {
             Action::Publish(p) if placement.needs_confirm_timeout && !p.confirm_fits(placement) => {
                 self.err(
-                    fkey.clone(),
+                    fkey.to_string(),
                     span(spanned),
                     ErrorKind::HoldNeedsConfirmTimeout {
                         target,
@@ -170,9 +244,22 @@ impl Checker<'_> {
                 ErrorKind::ConsumerOnly("restart_settle"),
             );
         }
-        let node = match (&f.node, target) {
+    }
+
+    /// A node fault's node: named, in a cluster, the producer's own for a
+    /// publish step's kill; no other target names one.
+    fn fault_node(
+        &mut self,
+        fkey: &str,
+        spanned: &Spanned<RawFault>,
+        action: &Action,
+        placement: &Placement,
+    ) -> Option<usize> {
+        let f = spanned.get_ref();
+        let target = *f.target.get_ref();
+        match (&f.node, target) {
             (None, Target::Node) => {
-                self.err(fkey.clone(), span(spanned), ErrorKind::NodeMissing);
+                self.err(fkey.to_string(), span(spanned), ErrorKind::NodeMissing);
                 None
             }
             (Some(n), Target::Node) => {
@@ -198,7 +285,11 @@ impl Checker<'_> {
                         );
                     }
                     if !p.confirm_fits(placement) {
-                        self.err(fkey.clone(), span(spanned), ErrorKind::NodeKillNeedsConfirm);
+                        self.err(
+                            fkey.to_string(),
+                            span(spanned),
+                            ErrorKind::NodeKillNeedsConfirm,
+                        );
                     }
                 }
                 Some(node)
@@ -212,27 +303,28 @@ impl Checker<'_> {
                 None
             }
             (None, _) => None,
-        };
-        let program = matches!(action, Action::Consume(c) if c.command.is_some());
-        let commit = match &f.commit {
-            None => 1,
-            Some(k) if *k.get_ref() >= 1 && program && window_value == Window::BeforeCommit => {
-                *k.get_ref()
-            }
-            Some(k) => {
-                self.err(format!("{fkey}.commit"), span(k), ErrorKind::CommitOrdinal);
-                1
-            }
-        };
-        let copies = match action {
+        }
+    }
+
+    /// The copies of the event a rendezvous or a stall holds.
+    fn copies(
+        &mut self,
+        fkey: &str,
+        spanned: &Spanned<RawFault>,
+        action: &Action,
+        window: Window,
+        message: &Spanned<String>,
+    ) -> Vec<String> {
+        let act = *spanned.get_ref().action.get_ref();
+        match action {
             Action::Consume(c) if act == FaultAction::Rendezvous => {
-                self.rendezvous(&fkey, spanned, c, message)
+                self.rendezvous(fkey, spanned, c, message)
             }
             Action::Consume(c) if act == FaultAction::Stall => {
                 if (c.instances, c.prefetch, c.settle) != (2, 1, Settle::Drain) {
-                    self.err(fkey.clone(), span(spanned), ErrorKind::StallInstances);
+                    self.err(fkey.to_string(), span(spanned), ErrorKind::StallInstances);
                 }
-                if !matches!(window_value, Window::AfterReceive | Window::BeforeCommit) {
+                if !matches!(window, Window::AfterReceive | Window::BeforeCommit) {
                     self.err(
                         format!("{fkey}.window"),
                         span(spanned),
@@ -242,7 +334,20 @@ impl Checker<'_> {
                 vec![message.get_ref().clone()]
             }
             _ => Vec::new(),
-        };
+        }
+    }
+
+    /// The fault's own assertions; a counter read at the kill only on the
+    /// built-in consumer's kill.
+    fn fault_asserts(
+        &mut self,
+        fkey: &str,
+        spanned: &Spanned<RawFault>,
+        action: &Action,
+        raw: &RawLab,
+    ) -> Vec<Assertion> {
+        let f = spanned.get_ref();
+        let (target, act) = (*f.target.get_ref(), *f.action.get_ref());
         let asserts = self.asserts(&format!("{fkey}.assert"), &f.assert, raw);
         let at_kill = asserts
             .iter()
@@ -258,20 +363,7 @@ impl Checker<'_> {
                 ErrorKind::AtKillPlace(c),
             );
         }
-        Some(Fault {
-            node,
-            target,
-            action: act,
-            window: window_value,
-            commit,
-            message: message.get_ref().clone(),
-            then,
-            kill_at_depth: f.kill_at_depth,
-            restart_settle: f.restart_settle,
-            restart_drain: false,
-            copies,
-            asserts,
-        })
+        asserts
     }
 
     /// A rendezvous's own rules: instances to hold, one message at a time

@@ -253,9 +253,50 @@ impl Checker<'_> {
         steps
     }
 
-    /// Long because it checks one section of the file key by key, in the
-    /// file's order, so that errors come out in that order.
+    /// A publish step, checked key by key in the file's order (its
+    /// messages, exchange, park and order keys), so that errors come out in
+    /// that order.
     fn publish(&mut self, key: &str, p: &RawPublish, raw: &RawLab, next_id: &mut usize) -> Publish {
+        let messages = self.messages(key, p, next_id);
+        let exchange = p
+            .exchange
+            .as_ref()
+            .map(|x| x.get_ref().clone())
+            .unwrap_or_default();
+        if let Some(x) = &p.exchange {
+            if !x.get_ref().is_empty() && !raw.exchanges.iter().any(|d| &d.name == x.get_ref()) {
+                self.err(
+                    format!("{key}.publish.exchange"),
+                    span(x),
+                    ErrorKind::UnknownExchange(x.get_ref().clone()),
+                );
+            }
+        }
+        let park = p.park.as_ref().map(|q| q.get_ref().clone());
+        self.park(key, p, raw);
+        self.handoff_keys(key, p);
+        Publish {
+            exchange,
+            messages,
+            deadline_secs: p.deadline_secs.get(),
+            confirm: p.confirm,
+            mandatory: p.mandatory,
+            persistent: p.persistent,
+            timestamp: p.timestamp,
+            park,
+            confirm_timeout_ms: p.confirm_timeout_ms.map(|n| n.get()),
+            resend: p.resend,
+            batch: self.batch(key, p),
+            flush: p.flush,
+            node: self.node(format!("{key}.publish.node"), &p.node),
+            orders: p.orders.as_ref().map(|o| *o.get_ref()),
+            reconcile: p.reconcile,
+            relay: p.relay,
+        }
+    }
+
+    /// The step's messages from their fixtures, numbered from `next_id`.
+    fn messages(&mut self, key: &str, p: &RawPublish, next_id: &mut usize) -> Vec<Message> {
         let mut messages = Vec::new();
         for (j, m) in p.messages.iter().enumerate() {
             let mkey = format!("{key}.publish.messages[{j}]");
@@ -296,21 +337,12 @@ impl Checker<'_> {
                 }
             }
         }
-        let exchange = p
-            .exchange
-            .as_ref()
-            .map(|x| x.get_ref().clone())
-            .unwrap_or_default();
-        if let Some(x) = &p.exchange {
-            if !x.get_ref().is_empty() && !raw.exchanges.iter().any(|d| &d.name == x.get_ref()) {
-                self.err(
-                    format!("{key}.publish.exchange"),
-                    span(x),
-                    ErrorKind::UnknownExchange(x.get_ref().clone()),
-                );
-            }
-        }
-        let park = p.park.as_ref().map(|q| q.get_ref().clone());
+        messages
+    }
+
+    /// The queue a returned or refused publish is parked in: declared, and
+    /// reached only with a confirm (and `mandatory`, or a queue that refuses).
+    fn park(&mut self, key: &str, p: &RawPublish, raw: &RawLab) {
         if let Some(q) = &p.park {
             if !raw.queues.iter().any(|d| d.name.get_ref() == q.get_ref()) {
                 self.err(
@@ -335,6 +367,11 @@ impl Checker<'_> {
                 );
             }
         }
+    }
+
+    /// The order-and-event keys (`orders`, `reconcile`, `relay`) that only
+    /// go together.
+    fn handoff_keys(&mut self, key: &str, p: &RawPublish) {
         if p.reconcile
             && (p.orders.as_ref().map(|o| *o.get_ref()) != Some(Handoff::Direct) || !p.resend)
         {
@@ -360,28 +397,11 @@ impl Checker<'_> {
                 ErrorKind::RelayWithoutOutbox,
             );
         }
-        Publish {
-            exchange,
-            messages,
-            deadline_secs: p.deadline_secs.get(),
-            confirm: p.confirm,
-            mandatory: p.mandatory,
-            persistent: p.persistent,
-            timestamp: p.timestamp,
-            park,
-            confirm_timeout_ms: p.confirm_timeout_ms.map(|n| n.get()),
-            resend: p.resend,
-            batch: self.batch(key, p),
-            flush: p.flush,
-            node: self.node(format!("{key}.publish.node"), &p.node),
-            orders: p.orders.as_ref().map(|o| *o.get_ref()),
-            reconcile: p.reconcile,
-            relay: p.relay,
-        }
     }
 
-    /// Long because it checks one section of the file key by key, in the
-    /// file's order, so that errors come out in that order.
+    /// A consume step, checked key by key in the file's order (its queue,
+    /// retry, program and pattern keys, the messages it names), so that
+    /// errors come out in that order.
     fn consume(
         &mut self,
         key: &str,
@@ -390,6 +410,52 @@ impl Checker<'_> {
         missing_ok: Option<&str>,
         published: &[String],
     ) -> Consume {
+        let tiers = self.consume_queues(key, c, topology, missing_ok);
+        let pattern = c.pattern.as_ref().map_or(Pattern::Inbox, |p| *p.get_ref());
+        self.program_keys(key, c);
+        self.pattern_needs(key, c, pattern);
+        self.consume_messages(key, c, published);
+        Consume {
+            queue: c.queue.get_ref().clone(),
+            service: c.service.clone(),
+            pattern,
+            command: c.command.as_ref().map(|s| s.get_ref().clone()),
+            commits_first: c.commits_first.as_ref().is_some_and(|b| *b.get_ref()),
+            prefetch: c.prefetch.get(),
+            settle: match c.settle {
+                RawSettle::Count(n) => Settle::Count(n.get()),
+                RawSettle::Drain => Settle::Drain,
+            },
+            max_deliveries: c.max_deliveries.map(|n| n.get()),
+            retry: c.retry.as_ref().map(|r| Retry {
+                max_attempts: r.max_attempts.get(),
+                dlq: r.dlq.get_ref().clone(),
+                tiers,
+            }),
+            deadline_secs: c.deadline_secs.get(),
+            transient_failures: c
+                .transient_failures
+                .iter()
+                .map(|(m, n)| (m.clone(), n.get()))
+                .collect(),
+            node: self.node(format!("{key}.consume.node"), &c.node),
+            instances: c.instances.as_ref().map_or(1, |n| n.get_ref().get()),
+            downstream: c.downstream.as_ref().map(|d| Downstream {
+                timeout_ms: d.get_ref().timeout_ms.get(),
+                lose_response: d.get_ref().lose_response.clone(),
+            }),
+        }
+    }
+
+    /// The step's queue and its retry's DLQ and tiers, declared (a tier: a
+    /// queue whose TTL dead-letters back to the work queue); the tiers.
+    fn consume_queues(
+        &mut self,
+        key: &str,
+        c: &RawConsume,
+        topology: &Topology,
+        missing_ok: Option<&str>,
+    ) -> Vec<(String, u64)> {
         let declared = |q: &str| topology.queues.iter().any(|d| d.name == q);
         if !declared(c.queue.get_ref()) {
             self.err(
@@ -429,7 +495,12 @@ impl Checker<'_> {
                 }
             }
         }
-        let pattern = c.pattern.as_ref().map_or(Pattern::Inbox, |p| *p.get_ref());
+        tiers
+    }
+
+    /// A program (`command`) takes no built-in consumer's keys and needs
+    /// the effects query; `commits_first` is a single program's.
+    fn program_keys(&mut self, key: &str, c: &RawConsume) {
         if let Some(d) = &c.commits_first {
             let instances = c.instances.as_ref().map_or(1, |n| n.get_ref().get());
             if c.command.is_none() || instances > 1 {
@@ -461,6 +532,11 @@ impl Checker<'_> {
                 );
             }
         }
+    }
+
+    /// What the built-in consumer's pattern needs: retry tiers, a retry,
+    /// one instance, a downstream (and none where it calls none).
+    fn pattern_needs(&mut self, key: &str, c: &RawConsume, pattern: Pattern) {
         let classified =
             c.command.is_none() && matches!(pattern.def().on_failure, OnFailure::Classified { .. });
         if classified && c.retry.as_ref().is_none_or(|r| r.tiers.is_empty()) {
@@ -503,6 +579,11 @@ impl Checker<'_> {
             ),
             _ => {}
         }
+    }
+
+    /// The messages the step names (a lost response, a transient failure):
+    /// published before it.
+    fn consume_messages(&mut self, key: &str, c: &RawConsume, published: &[String]) {
         let lose = c.downstream.iter().flat_map(|d| &d.get_ref().lose_response);
         for m in lose {
             if !published.contains(m) {
@@ -527,36 +608,6 @@ impl Checker<'_> {
                     },
                 );
             }
-        }
-        Consume {
-            queue: c.queue.get_ref().clone(),
-            service: c.service.clone(),
-            pattern,
-            command: c.command.as_ref().map(|s| s.get_ref().clone()),
-            commits_first: c.commits_first.as_ref().is_some_and(|b| *b.get_ref()),
-            prefetch: c.prefetch.get(),
-            settle: match c.settle {
-                RawSettle::Count(n) => Settle::Count(n.get()),
-                RawSettle::Drain => Settle::Drain,
-            },
-            max_deliveries: c.max_deliveries.map(|n| n.get()),
-            retry: c.retry.as_ref().map(|r| Retry {
-                max_attempts: r.max_attempts.get(),
-                dlq: r.dlq.get_ref().clone(),
-                tiers,
-            }),
-            deadline_secs: c.deadline_secs.get(),
-            transient_failures: c
-                .transient_failures
-                .iter()
-                .map(|(m, n)| (m.clone(), n.get()))
-                .collect(),
-            node: self.node(format!("{key}.consume.node"), &c.node),
-            instances: c.instances.as_ref().map_or(1, |n| n.get_ref().get()),
-            downstream: c.downstream.as_ref().map(|d| Downstream {
-                timeout_ms: d.get_ref().timeout_ms.get(),
-                lose_response: d.get_ref().lose_response.clone(),
-            }),
         }
     }
 }
