@@ -176,9 +176,15 @@ pub fn record(r: &RunRecord, info: &EnvInfo) -> Record {
             version: info.broker_version.clone(),
             source: info.broker_source.clone(),
         },
-        database: Server {
-            version: info.db_version.clone(),
-            source: info.db_source.clone(),
+        database: match &r.own_database {
+            Some((version, source)) => Server {
+                version: version.clone(),
+                source: source.clone(),
+            },
+            None => Server {
+                version: info.db_version.clone(),
+                source: info.db_source.clone(),
+            },
         },
         client: {
             let (library, version) = crate::broker::client_library(r.broker);

@@ -53,6 +53,10 @@ pub struct RunRecord {
     /// The lab file's declared difference for the generation the run was
     /// on: `violations` and the snapshot are that generation's.
     pub declared: Option<DeclaredDifference>,
+    /// The run's own PostgreSQL (a lab's `database = "durable"`): its
+    /// version and what it is, its durability read from the server; None
+    /// on the environment's shared one.
+    pub own_database: Option<(String, String)>,
 }
 
 /// What a lab file says differs on one RabbitMQ generation, and why.
@@ -116,6 +120,7 @@ mod tests {
             facts: Vec::new(),
             settings: Vec::new(),
             declared: None,
+            own_database: None,
         }
     }
 

@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 use mqlab::env::postgres::{bindir, owner, Cluster, Durability};
 
+mod common;
+
 #[tokio::test]
 async fn a_cluster_runs_with_the_durability_asked_for() {
     for (durability, want) in [
@@ -49,4 +51,42 @@ async fn a_cluster_runs_with_the_durability_asked_for() {
             "fsync, full_page_writes under {durability:?}"
         );
     }
+}
+
+/// A lab file's `database = "durable"`: the run gets a PostgreSQL of its
+/// own, whose durability the evidence shows as read from the server, and
+/// the same transcript as on the shared one (its snapshot matches).
+#[test]
+fn a_durable_lab_runs_on_a_database_of_its_own() {
+    let project = common::scratch_project();
+    let lab = project.path().join("labs/consumer-crash.toml");
+    let text = std::fs::read_to_string(&lab).unwrap();
+    let durable = text.replacen("\nfacts = ", "\ndatabase = \"durable\"\nfacts = ", 1);
+    assert_ne!(durable, text);
+    std::fs::write(&lab, durable).unwrap();
+    let evidence = tempfile::tempdir().unwrap();
+    let (code, _, stderr) = common::run(&mut common::mqlab(&[
+        "lab",
+        "consumer-crash",
+        "--root",
+        project.path().to_str().unwrap(),
+        "--evidence",
+        evidence.path().to_str().unwrap(),
+    ]));
+    assert_eq!(code, 0, "{stderr}");
+    let json = std::fs::read_to_string(evidence.path().join("consumer-crash.json")).unwrap();
+    let record: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let source = record["database"]["source"].as_str().unwrap();
+    assert!(
+        source.contains("the run's own cluster")
+            && source.contains("`durable`: fsync=on, full_page_writes=on (read from the server)"),
+        "{source}"
+    );
+    assert!(
+        record["database"]["version"]
+            .as_str()
+            .unwrap()
+            .starts_with("PostgreSQL "),
+        "{json}"
+    );
 }

@@ -203,8 +203,9 @@ fn offered(external: bool) -> Vec<Capability> {
 /// Why `l` cannot run where `offered` is what the environment offers: the
 /// first of its needs that the environment or its broker lacks, in words.
 fn unmet(l: &Lab, offered: &[Capability]) -> Option<String> {
-    let lacks =
-        |c: &Capability| !offered.contains(c) || !crate::broker::offers(l.broker).contains(c);
+    let lacks = |c: &Capability| {
+        !offered.contains(c) || (c.of_broker() && !crate::broker::offers(l.broker).contains(c))
+    };
     let need = l.needs().into_iter().find(lacks)?;
     Some(match (need, l.settings.first()) {
         (Capability::Setting, Some(s)) => format!(
@@ -227,7 +228,7 @@ fn runnable(labs: Vec<Lab>, external: bool, skip: bool) -> Result<(Vec<Lab>, Vec
         return Ok((can, Vec::new()));
     }
     let (on, because) = match external {
-        true => ("--env external", " (the broker is not mqlab's)"),
+        true => ("--env external", " (the servers are not mqlab's)"),
         false => ("this environment", ""),
     };
     let skipped = cannot
@@ -503,5 +504,15 @@ mod tests {
             assert_eq!(unmet(&l, &offered(false)), None, "{run} on local");
             assert_eq!(unmet(&l, &offered(true)).as_deref(), *external, "{run}");
         }
+        // A database of the run's own: the environment's to give, whatever
+        // the broker offers.
+        let mut l = lab("consumer-crash");
+        l.database = crate::vocab::Durability::Durable;
+        assert_eq!(l.needs(), [Capability::OwnDatabase]);
+        assert_eq!(unmet(&l, &offered(false)), None);
+        assert_eq!(
+            unmet(&l, &offered(true)).as_deref(),
+            Some(Capability::OwnDatabase.doc())
+        );
     }
 }

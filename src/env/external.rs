@@ -386,4 +386,18 @@ impl super::Environment for ExternalEnv {
     fn sync_metadata(&self, _n: usize) -> super::EnvFuture<'_, ()> {
         Box::pin(async { Ok(()) })
     }
+
+    /// The database is the user's: a run gets a database in it, never a
+    /// server of its own (the plan refuses such a lab first).
+    fn own_database<'a>(
+        &'a self,
+        _durability: crate::vocab::Durability,
+        _dir: &'a std::path::Path,
+    ) -> super::EnvFuture<'a, super::postgres::Own> {
+        Box::pin(async {
+            anyhow::bail!(
+                "the database is the user's (--env external): mqlab cannot start a PostgreSQL of the run's own"
+            )
+        })
+    }
 }

@@ -415,6 +415,16 @@ pub trait Environment {
         );
         Box::pin(async move { Err(e) })
     }
+    /// A PostgreSQL of the run's own with `durability`, in `dir` (a lab's
+    /// `database = "durable"`), from the machine's PostgreSQL binaries
+    /// (see [`postgres::own`]).
+    fn own_database<'a>(
+        &'a self,
+        durability: crate::vocab::Durability,
+        dir: &'a std::path::Path,
+    ) -> EnvFuture<'a, postgres::Own> {
+        Box::pin(postgres::own(durability, dir))
+    }
     /// Sets a policy for one queue of `vhost` on the running broker and
     /// waits until the queue has it in force (see [`nodes::set_policy`]).
     fn set_policy<'a>(&'a self, p: &'a PolicyRequest<'a>) -> EnvFuture<'a, ()> {

@@ -6,25 +6,17 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use tokio::process::{Child, Command};
 
 use super::{nodes, process};
 
-/// How much of PostgreSQL's durability a cluster keeps.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Durability {
-    /// `initdb --no-sync`, `fsync=off`, `full_page_writes=off`: fast, and
-    /// no different under a SIGKILL of the server (the operating system
-    /// keeps what it wrote); what every lab ran on before, the default.
-    #[default]
-    Fast,
-    /// PostgreSQL's own defaults (`initdb` synced, `fsync` and full page
-    /// writes on): what a power loss, which drops unsynced writes, tests.
-    Durable,
-}
+/// How much of PostgreSQL's durability a cluster keeps: the lab file's
+/// `database` ([`Durability::Fast`] the shared one's, [`Durability::Durable`]
+/// a run's own).
+pub use crate::vocab::Durability;
 
 /// One cluster's place and settings; [`Cluster::init`] then
 /// [`Cluster::spawn`] start it.
@@ -111,6 +103,61 @@ impl Cluster {
             cmd.uid(uid).gid(gid);
         }
         cmd
+    }
+}
+
+/// A PostgreSQL of one run's own, answering on [`Own::port`] as
+/// `postgres` (trust auth); stopped by [`Own::stop`], or with mqlab if it
+/// dies first (the process's parent-death signal).
+pub struct Own {
+    server: Child,
+    pub port: u16,
+    /// The server's version, as it reports it.
+    pub version: String,
+}
+
+/// How long a run's own cluster may take to answer (initdb excluded).
+const OWN_READY: Duration = Duration::from_secs(60);
+
+/// Starts a cluster with `durability` in `dir` (created, traversable by the
+/// user PostgreSQL runs as), from the machine's PostgreSQL binaries.
+pub async fn own(durability: Durability, dir: &Path) -> Result<Own> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+    let port = super::free_ports(1)?[0];
+    let cluster = Cluster {
+        bin: bindir()?,
+        base: dir.join("pg"),
+        log: dir.join("pg.log"),
+        port,
+        owner: owner()?,
+        durability,
+    };
+    cluster.init().await?;
+    let mut server = cluster.spawn(false)?;
+    let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
+    match cluster.ready(&url, Instant::now() + OWN_READY).await {
+        Ok(version) => Ok(Own {
+            server,
+            port,
+            version,
+        }),
+        Err(e) => {
+            Own::halt(&mut server).await;
+            Err(e)
+        }
+    }
+}
+
+impl Own {
+    /// A fast shutdown, then SIGKILL after 5 s.
+    pub async fn stop(mut self) {
+        Own::halt(&mut self.server).await;
+    }
+
+    async fn halt(server: &mut Child) {
+        let sigint = nix::sys::signal::Signal::SIGINT;
+        process::stop(server, sigint, Duration::from_secs(5)).await;
     }
 }
 

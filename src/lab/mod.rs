@@ -42,6 +42,8 @@ pub struct Lab {
     pub facts: Vec<String>,
     /// Broker settings the lab's bounds rely on.
     pub settings: Vec<crate::vocab::BrokerSetting>,
+    /// The PostgreSQL it runs on: the shared one, or one of the run's own.
+    pub database: crate::vocab::Durability,
 }
 
 /// A counterexample's declared difference on one RabbitMQ generation: its
@@ -182,6 +184,7 @@ impl Lab {
         need(QueueFigures, self.reads_queue_process());
         need(Setting, !self.settings.is_empty());
         need(QueueFigures, self.reads_queue_holds());
+        need(OwnDatabase, self.database != crate::vocab::Durability::Fast);
         needs
     }
 

@@ -24,6 +24,10 @@ pub struct RawLab {
     /// The broker it runs against; RabbitMQ when the file does not say.
     #[serde(default)]
     pub broker: crate::vocab::Broker,
+    /// The PostgreSQL it runs on: the environment's shared one (`fast`),
+    /// or one of the run's own (`durable`).
+    #[serde(default)]
+    pub database: crate::vocab::Durability,
     #[serde(default, rename = "exchange")]
     pub exchanges: Vec<RawExchange>,
     #[serde(default, rename = "queue")]

@@ -375,6 +375,14 @@ async fn execute(p: &Params<'_>, env: EnvAccess<'_>, lab: &Lab, sink: &mut dyn S
     if let Some(c) = ctx.conns.take() {
         c.broker.close("done").await;
     }
+    let own_database = match ctx.own_database.take() {
+        Some((db, said)) => {
+            let version = db.version.clone();
+            db.stop().await;
+            Some((version, said))
+        }
+        None => None,
+    };
     // A difference the lab file declares for this generation: its
     // violations, and its own snapshot.
     let declared = p
@@ -425,6 +433,7 @@ async fn execute(p: &Params<'_>, env: EnvAccess<'_>, lab: &Lab, sink: &mut dyn S
         unreachable,
         facts: lab.facts.clone(),
         settings,
+        own_database,
         declared: declared.map(|(g, d)| crate::record::DeclaredDifference {
             generation: g,
             cause: d.cause.clone(),
@@ -526,6 +535,7 @@ impl<'a> Ctx<'a> {
             sink,
             role_seq: 0,
             began: Instant::now(),
+            own_database: None,
         }
     }
 }
@@ -580,6 +590,10 @@ struct Ctx<'a> {
     role_seq: usize,
     /// When the run began: a queue's stamp older than this is not its own.
     began: Instant,
+    /// The run's own PostgreSQL (a lab's `database = "durable"`), stopped
+    /// when the run ends.
+    /// What it is, its durability read from the server, for the evidence.
+    own_database: Option<(crate::env::postgres::Own, String)>,
 }
 
 /// A step's deadline: when it ends, and what a run that passes it says

@@ -4,6 +4,7 @@
 //! restored after a lab.
 
 use super::*;
+use crate::vocab::Durability;
 
 impl Ctx<'_> {
     pub(super) fn phase(&mut self, phase: &str) {
@@ -16,6 +17,9 @@ impl Ctx<'_> {
     /// The lab's own database and vhost objects, fresh.
     pub(super) async fn prepare(&mut self) -> Result<()> {
         self.phase("prepare");
+        if self.lab.database != Durability::Fast {
+            self.start_own_database().await?;
+        }
         let db_name = self.database.clone();
         let mut admin = store::connect(&self.endpoints.pg_url(&self.endpoints.pg_admin)).await?;
         store::create_database(&mut admin, &db_name).await?;
@@ -158,6 +162,47 @@ impl Ctx<'_> {
             Some(port) => addr.at(*port).url(&self.vhost),
             None => addr.url(&self.vhost),
         }
+    }
+
+    /// The run's own PostgreSQL, in the run's directory: the harness and
+    /// the roles reach it instead of the environment's. Its durability is
+    /// read back from the server (`fsync`, `full_page_writes`): a server
+    /// that does not have it fails the run.
+    async fn start_own_database(&mut self) -> Result<()> {
+        let durability = self.lab.database;
+        let dir = self.logs.join("postgres");
+        let env = self.env.read();
+        let own = env
+            .own_database(durability, &dir)
+            .await
+            .context("the run's own PostgreSQL")?;
+        for e in [&mut self.endpoints, &mut self.role_endpoints] {
+            e.pg_host = "127.0.0.1".into();
+            e.pg_port = own.port;
+            e.pg_user = "postgres".into();
+            e.pg_password = None;
+            e.pg_admin = "postgres".into();
+        }
+        let port = own.port;
+        self.own_database = Some((own, String::new()));
+        let mut admin = store::connect(&self.endpoints.pg_url(&self.endpoints.pg_admin)).await?;
+        let (fsync, full_pages): (String, String) =
+            sqlx::query_as("SELECT current_setting('fsync'), current_setting('full_page_writes')")
+                .fetch_one(&mut admin)
+                .await?;
+        let want = match durability {
+            Durability::Durable => "on",
+            Durability::Fast => "off",
+        };
+        if (fsync.as_str(), full_pages.as_str()) != (want, want) {
+            bail!("the run's own PostgreSQL has fsync={fsync}, full_page_writes={full_pages}: not `{durability}`");
+        }
+        if let Some((_, said)) = &mut self.own_database {
+            *said = format!(
+                "the run's own cluster on 127.0.0.1:{port}, `{durability}`: fsync={fsync}, full_page_writes={full_pages} (read from the server)"
+            );
+        }
+        Ok(())
     }
 
     /// The harness's own connection: to the first node that is up and in

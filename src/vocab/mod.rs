@@ -107,6 +107,16 @@ impl Default for Broker {
 }
 
 names! {
+    /// How durable a lab's PostgreSQL is (`database` in a lab file).
+    #[derive(Default)]
+    pub enum Durability ("database durability") {
+        #[default]
+        Fast = "fast": "the environment's shared PostgreSQL: `initdb --no-sync`, `fsync=off`, `full_page_writes=off`; a SIGKILL of the server loses nothing the operating system holds, so no SIGKILL lab tells it from a durable one",
+        Durable = "durable": "a PostgreSQL of the run's own with PostgreSQL's durability (`initdb` synced, `fsync` and full page writes on), started for the run and stopped after it: what a power loss, which drops unsynced writes, tests",
+    }
+}
+
+names! {
     /// What a lab may need beyond publishing and consuming, each offered or
     /// not by a broker ([`crate::broker::offers`]) and by an environment
     /// (`--env external` offers none: the servers are not mqlab's). Checked
@@ -116,6 +126,14 @@ names! {
         Policy = "policy": "a policy step (set with rabbitmqctl eval)",
         QueueFigures = "queue-figures": "a queue's own figures (read with rabbitmqctl eval)",
         Setting = "setting": "a broker setting its bounds rely on, read from the broker",
+        OwnDatabase = "own-database": "a PostgreSQL of the run's own (`database = \"durable\"`), which mqlab starts",
+    }
+}
+
+impl Capability {
+    /// Whether the broker must offer it too (else the environment alone).
+    pub fn of_broker(self) -> bool {
+        !matches!(self, Capability::OwnDatabase)
     }
 }
 

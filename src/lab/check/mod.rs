@@ -191,6 +191,7 @@ impl<'a> Checker<'a> {
             nodes: self.nodes,
             facts,
             settings: raw.settings,
+            database: raw.database,
         })
     }
 
