@@ -184,6 +184,14 @@ pub fn client_library(broker: Broker) -> (&'static str, &'static str) {
     }
 }
 
+/// The variable a user's program (role contract v1) reads its URL of
+/// `broker` from.
+pub fn program_url_var(broker: Broker) -> &'static str {
+    match broker {
+        Broker::RabbitMq => "MQLAB_AMQP_URL",
+    }
+}
+
 /// What mqlab can do to and read from `broker` beyond its labs' publishing
 /// and consuming (on an environment that offers it too).
 pub fn offers(broker: Broker) -> &'static [Capability] {

@@ -302,7 +302,10 @@ impl Ctx<'_> {
                 "MQLAB_CONTRACT",
                 crate::protocol::PROGRAM_CONTRACT.to_string(),
             )
-            .env("MQLAB_AMQP_URL", self.role_url_via(c.node, amqp))
+            .env(
+                crate::broker::program_url_var(self.lab.broker),
+                self.role_url_via(c.node, amqp),
+            )
             .env("MQLAB_DATABASE_URL", db.pg_url(&self.database))
             .env("MQLAB_QUEUE", &c.queue)
             .env("MQLAB_SERVICE", &c.service)
