@@ -338,7 +338,10 @@ fn keep_running(env: Box<dyn Environment>, dir: &Path, labs: &[Lab]) -> Result<(
             serde_json::json!({
                 "lab": l.run_name(),
                 "amqp": e.broker_url(&naming::vhost_for(&l.run_name())),
-                "postgres": e.pg_url(&naming::database_for(&l.run_name())),
+                "postgres": match l.database {
+                    crate::vocab::Durability::Fast => e.pg_url(&naming::database_for(&l.run_name())),
+                    durability => format!("the run's own `{durability}` cluster, stopped when the run ended"),
+                },
             })
         })
         .collect();

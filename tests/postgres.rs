@@ -3,6 +3,7 @@
 //! own durability when a lab asks for it (a power loss tests what is synced).
 
 use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use mqlab::env::postgres::{bindir, owner, Cluster, Durability};
@@ -53,26 +54,64 @@ async fn a_cluster_runs_with_the_durability_asked_for() {
     }
 }
 
-/// A lab file's `database = "durable"`: the run gets a PostgreSQL of its
-/// own, whose durability the evidence shows as read from the server, and
-/// the same transcript as on the shared one (its snapshot matches).
-#[test]
-fn a_durable_lab_runs_on_a_database_of_its_own() {
+/// A scratch project whose `consumer-crash` declares `database = "durable"`.
+fn durable_project() -> tempfile::TempDir {
     let project = common::scratch_project();
     let lab = project.path().join("labs/consumer-crash.toml");
     let text = std::fs::read_to_string(&lab).unwrap();
     let durable = text.replacen("\nfacts = ", "\ndatabase = \"durable\"\nfacts = ", 1);
     assert_ne!(durable, text);
     std::fs::write(&lab, durable).unwrap();
-    let evidence = tempfile::tempdir().unwrap();
-    let (code, _, stderr) = common::run(&mut common::mqlab(&[
+    project
+}
+
+/// Runs `consumer-crash` of `project` (with `env` set), evidence to
+/// `evidence`: the exit code and stderr, once no process of the run is
+/// left (the run's own cluster among them).
+fn run_durable(project: &Path, evidence: &Path, env: &[(&str, &Path)]) -> (i32, String) {
+    let mut cmd = common::mqlab(&[
         "lab",
         "consumer-crash",
         "--root",
-        project.path().to_str().unwrap(),
+        project.to_str().unwrap(),
         "--evidence",
-        evidence.path().to_str().unwrap(),
-    ]));
+        evidence.to_str().unwrap(),
+    ]);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let (code, _, stderr) = common::run(&mut cmd);
+    let run_dir = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("mqlab: run directory "))
+        .expect("the run directory is said");
+    assert!(
+        running_in(run_dir).is_empty(),
+        "left running: {:?}",
+        running_in(run_dir)
+    );
+    (code, stderr)
+}
+
+/// The processes whose command line names `dir`.
+fn running_in(dir: &str) -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(dir))
+        .collect()
+}
+
+/// A lab file's `database = "durable"`: the run gets a PostgreSQL of its
+/// own, whose durability the evidence shows as read from the server, and
+/// the same transcript as on the shared one (its snapshot matches); the
+/// cluster is stopped when the run ends.
+#[test]
+fn a_durable_lab_runs_on_a_database_of_its_own() {
+    let project = durable_project();
+    let evidence = tempfile::tempdir().unwrap();
+    let (code, stderr) = run_durable(project.path(), evidence.path(), &[]);
     assert_eq!(code, 0, "{stderr}");
     let json = std::fs::read_to_string(evidence.path().join("consumer-crash.json")).unwrap();
     let record: serde_json::Value = serde_json::from_str(&json).unwrap();
@@ -88,5 +127,51 @@ fn a_durable_lab_runs_on_a_database_of_its_own() {
             .unwrap()
             .starts_with("PostgreSQL "),
         "{json}"
+    );
+}
+
+/// A run's own cluster without the durability asked for fails the run,
+/// saying what it read from the server: here PostgreSQL's binaries with a
+/// `postgres` that turns `fsync` off (`MQLAB_PG_BIN`).
+#[test]
+fn a_durable_lab_on_a_server_without_fsync_fails() {
+    let project = durable_project();
+    let bin = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(bin.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let real = bindir().unwrap();
+    for e in std::fs::read_dir(&real).unwrap() {
+        let e = e.unwrap();
+        if e.file_name() != "postgres" {
+            std::os::unix::fs::symlink(e.path(), bin.path().join(e.file_name())).unwrap();
+        }
+    }
+    let postgres = bin.path().join("postgres");
+    std::fs::write(
+        &postgres,
+        format!(
+            "#!/bin/sh\nexec {} \"$@\" -c fsync=off\n",
+            real.join("postgres").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&postgres, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let evidence = tempfile::tempdir().unwrap();
+    let (code, stderr) = run_durable(
+        project.path(),
+        evidence.path(),
+        &[("MQLAB_PG_BIN", bin.path())],
+    );
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr
+            .contains("the run's own PostgreSQL has fsync=off, full_page_writes=on: not `durable`"),
+        "{stderr}"
+    );
+    let json = std::fs::read_to_string(evidence.path().join("consumer-crash.json")).unwrap();
+    let record: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let source = record["database"]["source"].as_str().unwrap();
+    assert!(
+        source.starts_with("the run's own cluster on 127.0.0.1:"),
+        "{source}"
     );
 }

@@ -54,12 +54,16 @@ impl Addr {
         }
     }
 
-    /// `host:port`, for a proxy's upstream.
-    pub fn socket(&self) -> Result<std::net::SocketAddr> {
+    /// `host:port` resolved (a name too: the user's broker may have one),
+    /// for a proxy's upstream.
+    pub async fn socket(&self) -> Result<std::net::SocketAddr> {
         use anyhow::Context;
-        format!("{}:{}", self.host, self.port)
-            .parse()
-            .with_context(|| format!("the broker's address {}:{}", self.host, self.port))
+        let what = || format!("the broker's address {}:{}", self.host, self.port);
+        tokio::net::lookup_host((self.host.as_str(), self.port))
+            .await
+            .with_context(what)?
+            .next()
+            .with_context(what)
     }
 }
 

@@ -49,6 +49,7 @@ pub(super) fn cmd_explore(project: &Project, args: ExploreArgs) -> Result<i32, E
         )));
     }
     let (run, lab) = explore_lab(project, &args)?;
+    super::own_databases_possible(std::slice::from_ref(&lab))?;
     let (points, total) = chosen(&args, &lab);
     if let Some(p) = args.partition.as_ref().filter(|_| points.is_empty()) {
         eprintln!("mqlab: partition {p} of {run}'s points holds none; nothing to run");

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::Parser;
 
 use crate::env::Progress;
@@ -217,6 +217,22 @@ fn unmet(l: &Lab, offered: &[Capability]) -> Option<String> {
     })
 }
 
+/// A lab with a database of its own starts it from the machine's
+/// PostgreSQL binaries, whichever environment hosts the rest: checked
+/// before anything starts (a containers-only machine may lack them).
+fn own_databases_possible(labs: &[Lab]) -> Result<(), Error> {
+    if labs
+        .iter()
+        .any(|l| l.needs().contains(&Capability::OwnDatabase))
+    {
+        crate::env::postgres::bindir()
+            .and_then(|_| crate::env::postgres::owner())
+            .context("a lab with `database = \"durable\"` runs a PostgreSQL of its own")
+            .usage()?;
+    }
+    Ok(())
+}
+
 /// The runs whose needs the environment (`external`: `--env external`) and
 /// their broker offer, checked before anything starts: the others refused,
 /// or with `--skip-unsupported` left out and named.
@@ -286,6 +302,7 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32, Error> {
     let labs = plan(project, &args).usage()?;
     let external = args.env.external().usage()?;
     let (labs, skipped) = runnable(labs, external.is_some(), args.skip_unsupported)?;
+    own_databases_possible(&labs)?;
     if let (Some(p), true) = (&args.partition, labs.is_empty()) {
         eprintln!("mqlab: partition {p} holds none of these runs; nothing to run");
         return Ok(exit::OK);

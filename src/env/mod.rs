@@ -15,6 +15,7 @@ use std::time::Duration;
 /// How to reach the servers. Credentials live here and in URLs only, never in
 /// a transcript (nor in `{:?}`).
 #[derive(Clone, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "EndpointsFile")]
 pub struct Endpoints {
     /// The broker the labs run on; its URL for a namespace is the broker
     /// module's ([`crate::broker::Addr::url`]).
@@ -31,6 +32,51 @@ pub struct Endpoints {
 
 fn postgres_db() -> String {
     "postgres".into()
+}
+
+/// [`Endpoints`] as a kept environment's `kept.json` holds them: with a
+/// `broker`, or with the flat `amqp_*` fields an older mqlab wrote (so that
+/// `mqlab env down` still stops its servers).
+#[derive(serde::Deserialize)]
+struct EndpointsFile {
+    broker: Option<crate::broker::Addr>,
+    amqp_host: Option<String>,
+    amqp_port: Option<u16>,
+    amqp_user: Option<String>,
+    amqp_password: Option<String>,
+    pg_host: String,
+    pg_port: u16,
+    pg_user: String,
+    #[serde(default)]
+    pg_password: Option<String>,
+    #[serde(default = "postgres_db")]
+    pg_admin: String,
+}
+
+impl TryFrom<EndpointsFile> for Endpoints {
+    type Error = &'static str;
+
+    fn try_from(f: EndpointsFile) -> Result<Endpoints, Self::Error> {
+        let broker = match (f.broker, f.amqp_host, f.amqp_port, f.amqp_user, f.amqp_password) {
+            (Some(b), ..) => b,
+            (None, Some(host), Some(port), Some(user), Some(password)) => crate::broker::Addr {
+                broker: crate::vocab::Broker::RabbitMq,
+                host,
+                port,
+                user,
+                password,
+            },
+            _ => return Err("the endpoints name no broker (`broker`, or `amqp_host`, `amqp_port`, `amqp_user` and `amqp_password`)"),
+        };
+        Ok(Endpoints {
+            broker,
+            pg_host: f.pg_host,
+            pg_port: f.pg_port,
+            pg_user: f.pg_user,
+            pg_password: f.pg_password,
+            pg_admin: f.pg_admin,
+        })
+    }
 }
 
 impl std::fmt::Debug for Endpoints {
@@ -452,6 +498,22 @@ fn needs_cluster<'a>(what: &str) -> EnvFuture<'a, ()> {
 
 #[cfg(test)]
 mod tests {
+    /// A kept.json written before the broker had a module of its own
+    /// (flat `amqp_*` fields) still reads, as the one written now does.
+    #[test]
+    fn endpoints_read_in_both_shapes() {
+        let old = r#"{"amqp_host":"127.0.0.1","amqp_port":5,"amqp_user":"u","amqp_password":"p","pg_host":"127.0.0.1","pg_port":6,"pg_user":"postgres"}"#;
+        let e: super::Endpoints = serde_json::from_str(old).unwrap();
+        assert_eq!((e.broker.port, e.pg_port), (5, 6));
+        assert_eq!(e.broker_url("v"), "amqp://u:p@127.0.0.1:5/v");
+        let now = serde_json::to_string(&e).unwrap();
+        let again: super::Endpoints = serde_json::from_str(&now).unwrap();
+        assert_eq!(again.broker_url("v"), e.broker_url("v"));
+        let none = r#"{"pg_host":"h","pg_port":6,"pg_user":"postgres"}"#;
+        let e = serde_json::from_str::<super::Endpoints>(none).unwrap_err();
+        assert!(e.to_string().contains("name no broker"), "{e}");
+    }
+
     #[test]
     fn ports_are_drawn_outside_the_ephemeral_range() {
         assert_eq!(super::lease_range("32768\t60999\n"), 10_000..32_768);

@@ -367,22 +367,7 @@ async fn execute(p: &Params<'_>, env: EnvAccess<'_>, lab: &Lab, sink: &mut dyn S
             }
         },
     };
-    // The next cluster lab starts on three healthy nodes, whatever this one
-    // left cut off or down (and however it ended).
-    if let Err(e) = ctx.restore_cluster().await {
-        error.get_or_insert(format!("restoring the cluster after the lab: {e:#}"));
-    }
-    if let Some(c) = ctx.conns.take() {
-        c.broker.close("done").await;
-    }
-    let own_database = match ctx.own_database.take() {
-        Some((db, said)) => {
-            let version = db.version.clone();
-            db.stop().await;
-            Some((version, said))
-        }
-        None => None,
-    };
+    let own_database = ctx.end(&mut error).await;
     // A difference the lab file declares for this generation: its
     // violations, and its own snapshot.
     let declared = p
@@ -590,9 +575,8 @@ struct Ctx<'a> {
     role_seq: usize,
     /// When the run began: a queue's stamp older than this is not its own.
     began: Instant,
-    /// The run's own PostgreSQL (a lab's `database = "durable"`), stopped
-    /// when the run ends.
-    /// What it is, its durability read from the server, for the evidence.
+    /// The run's own PostgreSQL (a lab's `database = "durable"`) and what
+    /// the evidence says of it; stopped when the run ends.
     own_database: Option<(crate::env::postgres::Own, String)>,
 }
 

@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::vocab::Durability;
+use std::os::unix::fs::PermissionsExt;
 
 impl Ctx<'_> {
     pub(super) fn phase(&mut self, phase: &str) {
@@ -36,9 +37,9 @@ impl Ctx<'_> {
         std::fs::create_dir_all(&self.logs)?;
         self.conns = Some(Conns { broker, db });
         let addr = &self.endpoints.broker;
-        let mut upstreams = vec![addr.socket()?];
+        let mut upstreams = vec![addr.socket().await?];
         for port in self.node_ports.iter().skip(1) {
-            upstreams.push(addr.at(*port).socket()?);
+            upstreams.push(addr.at(*port).socket().await?);
         }
         let (proxy, events) =
             Proxy::start(upstreams, crate::broker::codec(self.lab.broker)).await?;
@@ -170,6 +171,14 @@ impl Ctx<'_> {
     /// that does not have it fails the run.
     async fn start_own_database(&mut self) -> Result<()> {
         let durability = self.lab.database;
+        // Traversable by the user PostgreSQL runs as, whatever the umask.
+        for d in [self.logs.parent(), Some(self.logs.as_path())]
+            .into_iter()
+            .flatten()
+        {
+            std::fs::create_dir_all(d)?;
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755))?;
+        }
         let dir = self.logs.join("postgres");
         let env = self.env.read();
         let own = env
@@ -183,8 +192,11 @@ impl Ctx<'_> {
             e.pg_password = None;
             e.pg_admin = "postgres".into();
         }
-        let port = own.port;
-        self.own_database = Some((own, String::new()));
+        let cluster = format!(
+            "the run's own cluster on 127.0.0.1:{}, `{durability}`",
+            own.port
+        );
+        self.own_database = Some((own, cluster));
         let mut admin = store::connect(&self.endpoints.pg_url(&self.endpoints.pg_admin)).await?;
         let (fsync, full_pages): (String, String) =
             sqlx::query_as("SELECT current_setting('fsync'), current_setting('full_page_writes')")
@@ -198,11 +210,30 @@ impl Ctx<'_> {
             bail!("the run's own PostgreSQL has fsync={fsync}, full_page_writes={full_pages}: not `{durability}`");
         }
         if let Some((_, said)) = &mut self.own_database {
-            *said = format!(
-                "the run's own cluster on 127.0.0.1:{port}, `{durability}`: fsync={fsync}, full_page_writes={full_pages} (read from the server)"
-            );
+            said.push_str(&format!(
+                ": fsync={fsync}, full_page_writes={full_pages} (read from the server)"
+            ));
         }
         Ok(())
+    }
+
+    /// After the last step, however the run ended: the cluster restored
+    /// (an error of its own if that fails), the harness's links closed, the
+    /// run's own PostgreSQL stopped (its version and what it was, for the
+    /// evidence).
+    pub(super) async fn end(&mut self, error: &mut Option<String>) -> Option<(String, String)> {
+        // The next cluster lab starts on three healthy nodes, whatever this
+        // one left cut off or down.
+        if let Err(e) = self.restore_cluster().await {
+            error.get_or_insert(format!("restoring the cluster after the lab: {e:#}"));
+        }
+        if let Some(c) = self.conns.take() {
+            c.broker.close("done").await;
+        }
+        let (db, said) = self.own_database.take()?;
+        let version = db.version.clone();
+        db.stop().await;
+        Some((version, said))
     }
 
     /// The harness's own connection: to the first node that is up and in

@@ -111,7 +111,7 @@ names! {
     #[derive(Default)]
     pub enum Durability ("database durability") {
         #[default]
-        Fast = "fast": "the environment's shared PostgreSQL: `initdb --no-sync`, `fsync=off`, `full_page_writes=off`; a SIGKILL of the server loses nothing the operating system holds, so no SIGKILL lab tells it from a durable one",
+        Fast = "fast": "the environment's shared PostgreSQL (the local environment's: `initdb --no-sync`, `fsync=off`, `full_page_writes=off`, which no SIGKILL lab tells from a durable one: the operating system keeps what was written; a container's: its image's settings; --env external's: the user's)",
         Durable = "durable": "a PostgreSQL of the run's own with PostgreSQL's durability (`initdb` synced, `fsync` and full page writes on), started for the run and stopped after it: what a power loss, which drops unsynced writes, tests",
     }
 }
