@@ -349,14 +349,18 @@ pub async fn await_leader(
 /// after the cut) and every other running node has seen it go. Measured: a
 /// publish on node 2 sent after node 1 paused but before node 2 noticed
 /// (1 s later, under load) was nacked, and so was every resend on that
-/// channel for 35 s.
+/// channel for 35 s. Each node's checks, and the pause, have 60 s of their
+/// own: one shared deadline left the last node too little on a loaded
+/// machine, where each `rabbitmqctl eval` in a container takes seconds
+/// (seen once in CI: node 3's monitor "still counts node 1" with its
+/// last eval cut off by the deadline).
 pub async fn await_paused(nodes: &impl Nodes, n: usize) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(60);
     let gone = format!("lists:member('{}', nodes()).", nodes.name(n));
     for m in (1..=nodes.count()).filter(|m| *m != n) {
         if !nodes.running(m).await {
             continue;
         }
+        let deadline = Instant::now() + Duration::from_secs(60);
         if let Err(seen) = super::poll_eval(deadline, "false", || nodes.eval(m, &gone)).await {
             bail!("node {m} still sees node {n} 60 s after it was cut off ({seen})");
         }
@@ -381,6 +385,7 @@ pub async fn await_paused(nodes: &impl Nodes, n: usize) -> Result<()> {
             bail!("node {m}'s node monitor did not answer after node {n} was cut off ({seen})");
         }
     }
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if !nodes.running(n).await {
             bail!("node {n} is not running: it was cut off, not killed");
