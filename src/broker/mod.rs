@@ -59,10 +59,16 @@ impl Addr {
     pub async fn socket(&self) -> Result<std::net::SocketAddr> {
         use anyhow::Context;
         let what = || format!("the broker's address {}:{}", self.host, self.port);
-        tokio::net::lookup_host((self.host.as_str(), self.port))
+        let all: Vec<_> = tokio::net::lookup_host((self.host.as_str(), self.port))
             .await
             .with_context(what)?
-            .next()
+            .collect();
+        // IPv4 first: mqlab's own brokers listen on 127.0.0.1 only, and
+        // `localhost` may resolve to ::1 first.
+        all.iter()
+            .find(|a| a.is_ipv4())
+            .or(all.first())
+            .copied()
             .with_context(what)
     }
 }

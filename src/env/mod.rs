@@ -36,7 +36,7 @@ fn postgres_db() -> String {
 
 /// [`Endpoints`] as a kept environment's `kept.json` holds them: with a
 /// `broker`, or with the flat `amqp_*` fields an older mqlab wrote (so that
-/// `mqlab env down` still stops its servers).
+/// `--env-dir` still attaches to an environment it kept).
 #[derive(serde::Deserialize)]
 struct EndpointsFile {
     broker: Option<crate::broker::Addr>,

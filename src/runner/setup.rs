@@ -230,7 +230,16 @@ impl Ctx<'_> {
         if let Some(c) = self.conns.take() {
             c.broker.close("done").await;
         }
-        let (db, said) = self.own_database.take()?;
+        let Some((db, said)) = self.own_database.take() else {
+            // A durable lab whose cluster never started: not the shared one.
+            let d = self.lab.database;
+            return (d != Durability::Fast).then(|| {
+                (
+                    String::new(),
+                    format!("the run's own `{d}` cluster: it did not start"),
+                )
+            });
+        };
         let version = db.version.clone();
         db.stop().await;
         Some((version, said))
