@@ -4,9 +4,8 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::time::{Duration, Instant};
 
-use mqlab::env::postgres::{bindir, owner, Cluster, Durability};
+use mqlab::env::postgres::{bindir, durability_at, own, Durability};
 
 mod common;
 
@@ -19,33 +18,9 @@ async fn a_cluster_runs_with_the_durability_asked_for() {
         let dir = tempfile::tempdir().unwrap();
         // Traversable by the user PostgreSQL runs as.
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let port = mqlab::env::free_ports(1).unwrap()[0];
-        let cluster = Cluster {
-            bin: bindir().unwrap(),
-            base: dir.path().join("pg"),
-            log: dir.path().join("pg.log"),
-            port,
-            owner: owner().unwrap(),
-            durability,
-        };
-        cluster.init().await.unwrap();
-        let mut server = cluster.spawn(false).unwrap();
-        let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
-        let deadline = Instant::now() + Duration::from_secs(60);
-        cluster.ready(&url, deadline).await.unwrap();
-        let mut db = mqlab::store::connect(&url).await.unwrap();
-        let seen: (String, String) =
-            sqlx::query_as("SELECT current_setting('fsync'), current_setting('full_page_writes')")
-                .fetch_one(&mut db)
-                .await
-                .unwrap();
-        drop(db);
-        mqlab::env::process::stop(
-            &mut server,
-            nix::sys::signal::Signal::SIGINT,
-            Duration::from_secs(5),
-        )
-        .await;
+        let server = own(durability, &dir.path().join("pg")).await.unwrap();
+        let seen = durability_at(&server.url()).await.unwrap();
+        server.stop().await;
         assert_eq!(
             (seen.0.as_str(), seen.1.as_str()),
             want,

@@ -135,8 +135,10 @@ pub async fn own(durability: Durability, dir: &Path) -> Result<Own> {
     };
     cluster.init().await?;
     let mut server = cluster.spawn(false)?;
-    let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
-    match cluster.ready(&url, Instant::now() + OWN_READY).await {
+    match cluster
+        .ready(&admin_url(port), Instant::now() + OWN_READY)
+        .await
+    {
         Ok(version) => Ok(Own {
             server,
             port,
@@ -149,7 +151,28 @@ pub async fn own(durability: Durability, dir: &Path) -> Result<Own> {
     }
 }
 
+/// A cluster of mqlab's own on 127.0.0.1:`port`, its `postgres` database.
+fn admin_url(port: u16) -> String {
+    format!("postgres://postgres@127.0.0.1:{port}/postgres")
+}
+
+/// What a server at `url` has of its durability, as it reports it:
+/// `fsync` and `full_page_writes` (`on` or `off`).
+pub async fn durability_at(url: &str) -> Result<(String, String)> {
+    let mut db = crate::store::connect(url).await?;
+    let seen =
+        sqlx::query_as("SELECT current_setting('fsync'), current_setting('full_page_writes')")
+            .fetch_one(&mut db)
+            .await?;
+    Ok(seen)
+}
+
 impl Own {
+    /// Its administrative database's URL, as `postgres`.
+    pub fn url(&self) -> String {
+        admin_url(self.port)
+    }
+
     /// A fast shutdown, then SIGKILL after 5 s.
     pub async fn stop(mut self) {
         Own::halt(&mut self.server).await;

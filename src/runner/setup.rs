@@ -197,10 +197,8 @@ impl Ctx<'_> {
             own.port
         );
         self.own_database = Some((own, cluster));
-        let mut admin = store::connect(&self.endpoints.pg_url(&self.endpoints.pg_admin)).await?;
-        let (fsync, full_pages): (String, String) =
-            sqlx::query_as("SELECT current_setting('fsync'), current_setting('full_page_writes')")
-                .fetch_one(&mut admin)
+        let (fsync, full_pages) =
+            crate::env::postgres::durability_at(&self.endpoints.pg_url(&self.endpoints.pg_admin))
                 .await?;
         let want = match durability {
             Durability::Durable => "on",
