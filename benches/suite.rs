@@ -87,10 +87,10 @@ fn main() {
         let run_dir = RunDir::create(exe).expect("run directory");
         let boot = rt.block_on(async {
             let opts = EnvOptions {
-                rabbitmq: Default::default(),
+                generation: Default::default(),
                 dir: run_dir.path().to_path_buf(),
                 keep: false,
-                amqp_port: None,
+                broker_port: None,
                 pg_port: None,
                 ready_timeout: Duration::from_secs(60),
                 vhosts: vec!["soak".into()],

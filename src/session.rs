@@ -45,17 +45,18 @@ pub struct Setup {
     /// The user's servers (`--env external`).
     pub external: Option<crate::env::external::ExternalConfig>,
     pub ready_timeout: Duration,
-    pub amqp_port: Option<u16>,
+    /// The ports asked for (`--amqp-port`, `--pg-port`).
+    pub broker_port: Option<u16>,
     pub pg_port: Option<u16>,
     /// The vhosts (and databases) the runs get.
     pub vhosts: Vec<String>,
     pub management: bool,
     /// A three-node cluster.
     pub cluster: bool,
-    /// The RabbitMQ generation asked for (`--rabbitmq`): a local node's,
-    /// and what the server must report (None: 3.10 locally, a container's
-    /// image's).
-    pub rabbitmq: Option<crate::env::Generation>,
+    /// The broker generation asked for (`--rabbitmq`): a local node's,
+    /// and what the server must report (None: the broker's base generation
+    /// locally, a container's image's).
+    pub generation: Option<crate::env::Generation>,
 }
 
 /// A session's resources. Fields drop in order: the runtime (and with it
@@ -106,10 +107,10 @@ impl Session {
         let run_dir = RunDir::create(&exe).map_err(Error::Environment)?;
         let opts = EnvOptions {
             dir: run_dir.path().to_path_buf(),
-            rabbitmq: setup.rabbitmq,
+            generation: setup.generation,
             ready_timeout: setup.ready_timeout,
             keep: setup.keep,
-            amqp_port: setup.amqp_port,
+            broker_port: setup.broker_port,
             pg_port: setup.pg_port,
             vhosts: setup.vhosts,
             progress,
@@ -253,18 +254,19 @@ async fn start_environment(
     Ok(env)
 }
 
-/// The generation asked for (`--rabbitmq`) is the one the server reports:
+/// The generation asked for (`--rabbitmq 4.0`) is the one the server reports:
 /// a container's image could be another, and a run must not be filed under
 /// the wrong generation.
 fn generation_matches(opts: &EnvOptions, env: &dyn Environment) -> Result<(), Error> {
-    let Some(g) = opts.rabbitmq else {
+    let Some(g) = opts.generation else {
         return Ok(());
     };
     let version = &env.info().broker_version;
     match crate::vocab::Generation::of_version(version) == Some(g) {
         true => Ok(()),
         false => Err(Error::Environment(anyhow::anyhow!(
-            "--rabbitmq {}, but the broker reports {version} (a container's image decides its generation)",
+            "{} {}, but the broker reports {version} (a container's image decides its generation)",
+            g.broker().generation_flag(),
             g.name()
         ))),
     }
@@ -337,7 +339,7 @@ fn keep_running(env: Box<dyn Environment>, dir: &Path, labs: &[Lab]) -> Result<(
         .map(|l| {
             serde_json::json!({
                 "lab": l.run_name(),
-                "amqp": e.broker_url(&naming::vhost_for(&l.run_name())),
+                "broker": e.broker_url(&naming::vhost_for(&l.run_name())),
                 "postgres": match l.database {
                     crate::vocab::Durability::Fast => e.pg_url(&naming::database_for(&l.run_name())),
                     durability => format!("the run's own `{durability}` cluster, stopped when the run ended"),
@@ -354,7 +356,7 @@ fn keep_running(env: Box<dyn Environment>, dir: &Path, labs: &[Lab]) -> Result<(
         eprintln!(
             "  {:<36} {}",
             r["lab"].as_str().unwrap_or(""),
-            r["amqp"].as_str().unwrap_or("")
+            r["broker"].as_str().unwrap_or("")
         );
         eprintln!("  {:<36} {}", "", r["postgres"].as_str().unwrap_or(""));
     }

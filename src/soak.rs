@@ -185,9 +185,9 @@ impl crate::faults::Harness for Soak<'_> {
         "soak"
     }
 
-    /// The soak runs on the environment's RabbitMQ.
+    /// The soak runs on the environment's broker.
     fn broker(&self) -> crate::vocab::Broker {
-        crate::vocab::Broker::RabbitMq
+        self.env.endpoints().broker.broker
     }
 
     fn say(&mut self, _role: Role, line: &str) {

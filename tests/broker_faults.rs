@@ -50,11 +50,11 @@ fn with_env(containers: bool) {
         .unwrap();
     rt.block_on(async {
         let opts = EnvOptions {
-            rabbitmq: Default::default(),
+            generation: Default::default(),
             dir: run_dir.path().to_path_buf(),
             ready_timeout: Duration::from_secs(90),
             keep: false,
-            amqp_port: None,
+            broker_port: None,
             pg_port: None,
             vhosts: vec!["faults".into()],
             progress: Default::default(),
@@ -119,14 +119,14 @@ fn with_env(containers: bool) {
         env.pause_broker().await.unwrap();
         let silent = tokio::time::timeout(
             Duration::from_millis(500),
-            mqlab::broker::rabbitmq::version(&env.endpoints().broker),
+            mqlab::broker::version(&env.endpoints().broker),
         )
         .await;
         assert!(silent.is_err(), "a paused broker answered");
         env.resume_broker().await.unwrap();
         let version = tokio::time::timeout(
             Duration::from_secs(10),
-            mqlab::broker::rabbitmq::version(&env.endpoints().broker),
+            mqlab::broker::version(&env.endpoints().broker),
         )
         .await;
         assert!(version.unwrap().unwrap().starts_with("RabbitMQ "));

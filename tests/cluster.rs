@@ -58,11 +58,11 @@ fn three_nodes_one_cluster_node_kill_and_partition() {
     );
     rt.block_on(async {
         let opts = EnvOptions {
-            rabbitmq: Default::default(),
+            generation: Default::default(),
             dir: run_dir.path().to_path_buf(),
             ready_timeout: Duration::from_secs(120),
             keep: false,
-            amqp_port: None,
+            broker_port: None,
             pg_port: None,
             vhosts: vec!["cluster".into()],
             progress: Default::default(),
@@ -72,7 +72,7 @@ fn three_nodes_one_cluster_node_kill_and_partition() {
         let started = Instant::now();
         let mut env: Box<dyn Environment> = Box::new(ClusterEnv::start(&opts).await.unwrap());
         eprintln!("cluster ready in {:.1} s", started.elapsed().as_secs_f64());
-        let ports = env.amqp_ports();
+        let ports = env.broker_ports();
         assert_eq!(ports.len(), 3);
         let endpoints = env.endpoints().clone();
         let url = |n: usize| endpoints.broker.at(ports[n - 1]).url("cluster");

@@ -217,6 +217,14 @@ pub fn codec(broker: Broker) -> fn() -> Box<dyn Codec> {
     }
 }
 
+/// The version of the server that answers at `a` (`RabbitMQ 3.10.8`), read
+/// from the server itself, not from a package.
+pub async fn version(a: &Addr) -> Result<String> {
+    match a.broker {
+        Broker::RabbitMq => rabbitmq::version(a).await,
+    }
+}
+
 /// The harness's link to the broker namespace at `url`.
 pub async fn admin(url: &str) -> Result<Box<dyn Admin>> {
     speaks_amqp(url)?;

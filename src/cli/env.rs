@@ -43,12 +43,12 @@ pub(super) fn cmd_env_up(
         images: Default::default(),
         external: None,
         ready_timeout: Duration::from_secs(ready_timeout),
-        amqp_port,
+        broker_port: amqp_port,
         pg_port,
         vhosts,
         management,
         cluster: false,
-        rabbitmq,
+        generation: rabbitmq,
     };
     let terminal = sinks::Terminal::new(project.snapshots_dir());
     let mut session = Session::open(setup, progress(&terminal))?;

@@ -478,12 +478,12 @@ fn setup(project: &Project, env: &args::EnvArgs, vhosts: Vec<String>) -> Result<
         images: images(project, env).usage()?,
         external: None,
         ready_timeout: Duration::from_secs(env.ready_timeout),
-        amqp_port: env.amqp_port,
+        broker_port: env.amqp_port,
         pg_port: env.pg_port,
         vhosts,
         management: false,
         cluster: false,
-        rabbitmq: env.rabbitmq,
+        generation: env.rabbitmq,
     })
 }
 

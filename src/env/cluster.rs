@@ -186,7 +186,7 @@ impl ClusterEnv {
     }
 
     /// Every node's AMQP port on 127.0.0.1, node 1 first.
-    pub fn amqp_ports(&self) -> Vec<u16> {
+    pub fn broker_ports(&self) -> Vec<u16> {
         std::iter::once(self.base.endpoints.broker.port)
             .chain(self.peers.iter().map(|p| p.amqp_port))
             .collect()
@@ -295,13 +295,13 @@ impl Nodes for ClusterEnv {
 
     async fn ready(&self, n: usize, deadline: Instant) -> Result<()> {
         self.base
-            .node_ready(self.amqp_ports()[n - 1], deadline)
+            .node_ready(self.broker_ports()[n - 1], deadline)
             .await
     }
 
     /// Its AMQP listener on 127.0.0.1 refuses: the broker stopped serving.
     async fn stopped(&self, n: usize) -> Result<bool> {
-        let port = self.amqp_ports()[n - 1];
+        let port = self.broker_ports()[n - 1];
         Ok(tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await
             .is_err())
@@ -380,8 +380,8 @@ impl super::Environment for ClusterEnv {
         &self.base.info
     }
 
-    fn amqp_ports(&self) -> Vec<u16> {
-        ClusterEnv::amqp_ports(self)
+    fn broker_ports(&self) -> Vec<u16> {
+        ClusterEnv::broker_ports(self)
     }
 
     fn stop(self: Box<Self>) -> futures_util::future::LocalBoxFuture<'static, ()> {

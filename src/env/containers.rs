@@ -17,8 +17,8 @@ use testcontainers::{ContainerAsync, GenericImage, ImageExt};
 
 use super::guard::RUN_VAR;
 use super::nodes::{self, Nodes};
-use super::{definitions_json, free_ports, Endpoints, EnvInfo, EnvOptions};
-use crate::broker::rabbitmq;
+use super::rabbitmq::definitions_json;
+use super::{free_ports, Endpoints, EnvInfo, EnvOptions};
 
 mod cluster;
 
@@ -164,7 +164,7 @@ fn rabbit_request(
         )
         .with_copy_to(
             CopyTargetOptions::new("/etc/rabbitmq/advanced.config"),
-            super::ADVANCED_CONFIG.as_bytes().to_vec(),
+            super::rabbitmq::ADVANCED_CONFIG.as_bytes().to_vec(),
         )
         .with_copy_to(
             CopyTargetOptions::new("/etc/rabbitmq/mqlab-definitions.json"),
@@ -237,7 +237,7 @@ impl ContainersEnv {
         ContainersEnv {
             rabbit: None,
             postgres: None,
-            endpoints: Endpoints::loopback(amqp_port, pg_port),
+            endpoints: Endpoints::loopback(super::rabbitmq::loopback(amqp_port), pg_port),
             info: EnvInfo {
                 kind: "containers",
                 broker_version: String::new(),
@@ -265,7 +265,7 @@ impl ContainersEnv {
     ) -> Result<ContainersEnv> {
         let ports = free_ports(2)?;
         let (amqp_port, pg_port) = (
-            opts.amqp_port.unwrap_or(ports[0]),
+            opts.broker_port.unwrap_or(ports[0]),
             opts.pg_port.unwrap_or(ports[1]),
         );
         let cluster = match &opts.cluster {
@@ -361,7 +361,7 @@ impl ContainersEnv {
     async fn broker_ready(&self, deadline: Instant) -> Result<String> {
         let url = self.endpoints.broker_url(&self.ready.0);
         if nodes::answers_amqp(&url, deadline).await {
-            return rabbitmq::version(&self.endpoints.broker).await;
+            return crate::broker::version(&self.endpoints.broker).await;
         }
         let logs = match &self.rabbit {
             Some(c) => tail_logs(c).await,
@@ -471,8 +471,8 @@ impl super::Environment for ContainersEnv {
         &self.info
     }
 
-    fn amqp_ports(&self) -> Vec<u16> {
-        ContainersEnv::amqp_ports(self)
+    fn broker_ports(&self) -> Vec<u16> {
+        ContainersEnv::broker_ports(self)
     }
 
     fn stop(mut self: Box<Self>) -> futures_util::future::LocalBoxFuture<'static, ()> {

@@ -11,7 +11,6 @@ use anyhow::{bail, Context, Result};
 use url::Url;
 
 use super::{Endpoints, EnvInfo};
-use crate::broker::rabbitmq;
 use crate::store;
 
 /// Where the user's servers are, from `--amqp-url`, `--management-url` and
@@ -129,7 +128,7 @@ impl ExternalEnv {
             );
         }
         let e = &config.endpoints;
-        within("the broker (--amqp-url)", rabbitmq::version(&e.broker)).await?;
+        within("the broker (--amqp-url)", crate::broker::version(&e.broker)).await?;
         let mut db = within(
             "PostgreSQL (--database-url)",
             store::connect(&e.pg_url(&e.pg_admin)),
@@ -212,7 +211,7 @@ impl ExternalEnv {
                 .await?;
         }
         let e = &self.endpoints;
-        self.info.broker_version = within("the broker", rabbitmq::version(&e.broker)).await?;
+        self.info.broker_version = within("the broker", crate::broker::version(&e.broker)).await?;
         let mut db = within("PostgreSQL", store::connect(&e.pg_url(&e.pg_admin))).await?;
         self.info.db_version = store::server_version(&mut db).await?;
         self.info.ready = started.elapsed();

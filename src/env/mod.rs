@@ -9,6 +9,11 @@ pub mod local;
 pub mod nodes;
 pub mod postgres;
 pub mod process;
+pub mod rabbitmq;
+
+/// The generation a local node or a container runs (`--rabbitmq`).
+pub use crate::vocab::Generation;
+pub use rabbitmq::rabbitmq_4_root;
 
 use std::time::Duration;
 
@@ -89,16 +94,10 @@ impl std::fmt::Debug for Endpoints {
 }
 
 impl Endpoints {
-    /// Both servers on 127.0.0.1, with the lab user and `postgres` (trust auth).
-    pub fn loopback(amqp_port: u16, pg_port: u16) -> Endpoints {
+    /// `broker`, and a PostgreSQL on 127.0.0.1 as `postgres` (trust auth).
+    pub fn loopback(broker: crate::broker::Addr, pg_port: u16) -> Endpoints {
         Endpoints {
-            broker: crate::broker::Addr {
-                broker: crate::vocab::Broker::RabbitMq,
-                host: "127.0.0.1".into(),
-                port: amqp_port,
-                user: AMQP_USER.into(),
-                password: AMQP_PASSWORD.into(),
-            },
+            broker,
             pg_host: "127.0.0.1".into(),
             pg_port,
             pg_user: "postgres".into(),
@@ -128,30 +127,6 @@ impl Endpoints {
 }
 
 use crate::naming::url_encode;
-
-/// Asks `eval` (a `rabbitmqctl eval`) every 200 ms until it answers `want`
-/// or `deadline` passes; a failing or slow eval (a loaded machine) counts as
-/// "not yet". The error is the last answer, for the caller's message.
-pub(crate) async fn poll_eval<F, Fut>(
-    deadline: std::time::Instant,
-    want: &str,
-    mut eval: F,
-) -> Result<(), String>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<String>>,
-{
-    loop {
-        let seen = tokio::time::timeout_at(deadline.into(), eval()).await;
-        if matches!(&seen, Ok(Ok(out)) if out == want) {
-            return Ok(());
-        }
-        if std::time::Instant::now() > deadline {
-            return Err(format!("{seen:?}"));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
 
 /// What the evidence says about the servers: read from the running servers.
 #[derive(Clone, Debug)]
@@ -189,43 +164,19 @@ impl std::fmt::Debug for Progress {
     }
 }
 
-/// The generation a local node or a container runs: 3.10 from the
-/// machine's own Debian packages, 4.0 from a Debian trixie root
-/// (`scripts/rabbitmq-4-root.sh`; its binaries need trixie's libraries) or
-/// its image. The broker's exact version is read from the server, as always.
-pub use crate::vocab::Generation;
-
-/// `--rabbitmq 3.10 | 4.0`, from the vocabulary's table.
-impl clap::ValueEnum for Generation {
-    fn value_variants<'a>() -> &'a [Self] {
-        &[Generation::V3_10, Generation::V4_0]
-    }
-
-    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
-        Some(clap::builder::PossibleValue::new(self.name()).help(self.doc()))
-    }
-}
-
-/// Where the 4.0 root is: `MQLAB_RABBITMQ_4_ROOT`, or where
-/// `scripts/rabbitmq-4-root.sh` builds it.
-pub fn rabbitmq_4_root() -> std::path::PathBuf {
-    std::env::var_os("MQLAB_RABBITMQ_4_ROOT")
-        .map(Into::into)
-        .unwrap_or_else(|| "/var/tmp/mqlab-images/rabbitmq-4.0".into())
-}
-
 #[derive(Clone, Debug)]
 pub struct EnvOptions {
     /// The run directory: the environment keeps its servers' files under `env/`.
     pub dir: std::path::PathBuf,
-    /// The RabbitMQ generation asked for (`--rabbitmq`; None: a local
+    /// The broker generation asked for (`--rabbitmq`; None: a local
     /// node's default, a container's image's). The server must report it.
-    pub rabbitmq: Option<Generation>,
+    pub generation: Option<Generation>,
     pub ready_timeout: Duration,
     /// Leave the servers running after mqlab exits (`--keep`).
     pub keep: bool,
-    /// Ports the user asked for; free ones are picked otherwise.
-    pub amqp_port: Option<u16>,
+    /// Ports the user asked for (`--amqp-port`, `--pg-port`); free ones are
+    /// picked otherwise.
+    pub broker_port: Option<u16>,
     pub pg_port: Option<u16>,
     /// One isolated vhost per lab run, created at broker boot.
     pub vhosts: Vec<String>,
@@ -236,14 +187,6 @@ pub struct EnvOptions {
     /// Start a cluster (`nodes = 3` labs): node 1 named and addressed for it.
     pub cluster: Option<cluster::ClusterNet>,
 }
-
-/// The lab broker's only user. A fixed password is fine for a throwaway node
-/// bound to 127.0.0.1; it never reaches a transcript.
-pub const AMQP_USER: &str = "mqlab";
-pub const AMQP_PASSWORD: &str = "mqlab";
-/// `base64(salt ++ sha256(salt ++ "mqlab"))`, salt `mqlb`: RabbitMQ's
-/// `rabbit_password_hashing_sha256` format for the definitions file.
-const AMQP_PASSWORD_HASH: &str = "bXFsYqOmh5m7bntlzLoTNCAJ+VXuXuQBgrO3dSCfBLDxX2PX";
 
 /// Free loopback ports, distinct, for servers this process is about to start.
 ///
@@ -325,31 +268,6 @@ fn random_u32() -> u32 {
     h.finish() as u32
 }
 
-/// `advanced.config` for the lab node: a quorum queue's at-least-once
-/// dead-letter worker retries a message its target did not take every
-/// `dead_letter_worker_publisher_confirm_timeout` ms (3 min by default, not
-/// settable in rabbitmq.conf in 3.10): 1 s lets a lab show the message
-/// arriving once the target exists.
-pub const ADVANCED_CONFIG: &str =
-    "[{rabbit, [{dead_letter_worker_publisher_confirm_timeout, 1000}]}].\n";
-
-/// Vhosts, the lab user and its permissions, imported at boot: no CLI round
-/// trips (each `rabbitmqctl` call costs ~0.7 s).
-pub fn definitions_json(vhosts: &[String]) -> serde_json::Value {
-    serde_json::json!({
-        "users": [{
-            "name": AMQP_USER,
-            "password_hash": AMQP_PASSWORD_HASH,
-            "hashing_algorithm": "rabbit_password_hashing_sha256",
-            "tags": ["administrator"]
-        }],
-        "vhosts": vhosts.iter().map(|v| serde_json::json!({"name": v})).collect::<Vec<_>>(),
-        "permissions": vhosts.iter().map(|v| serde_json::json!({
-            "user": AMQP_USER, "vhost": v, "configure": ".*", "write": ".*", "read": ".*"
-        })).collect::<Vec<_>>(),
-    })
-}
-
 pub(super) fn not_ours() -> anyhow::Result<()> {
     anyhow::bail!(
         "the broker is the user's (--env external): mqlab cannot kill, restart or pause it"
@@ -378,8 +296,8 @@ pub trait Environment {
     fn reused(&self) -> bool {
         false
     }
-    /// Each node's AMQP port on 127.0.0.1, node 1 first.
-    fn amqp_ports(&self) -> Vec<u16> {
+    /// Each broker node's port on 127.0.0.1, node 1 first.
+    fn broker_ports(&self) -> Vec<u16> {
         vec![self.endpoints().broker.port]
     }
     /// Stops the servers and removes what they left.

@@ -85,7 +85,7 @@ pub async fn set_policy(nodes: &impl Nodes, p: &super::PolicyRequest<'_>) -> Res
         erlang_binary(p.definition)
     );
     let deadline = Instant::now() + Duration::from_secs(10);
-    super::poll_eval(deadline, "true", || nodes.eval(1, &in_force))
+    poll_eval(deadline, "true", || nodes.eval(1, &in_force))
         .await
         .map_err(|last| {
             anyhow::anyhow!(
@@ -335,7 +335,7 @@ pub async fn await_leader(
     }
     let m = asked.context("no other node is running")?;
     let expr = leader_elsewhere(vhost, queue, &nodes.name(gone));
-    super::poll_eval(deadline, "true", || nodes.eval(m, &expr))
+    poll_eval(deadline, "true", || nodes.eval(m, &expr))
         .await
         .map_err(|seen| {
             anyhow::anyhow!(
@@ -361,7 +361,7 @@ pub async fn await_paused(nodes: &impl Nodes, n: usize) -> Result<()> {
             continue;
         }
         let deadline = Instant::now() + Duration::from_secs(60);
-        if let Err(seen) = super::poll_eval(deadline, "false", || nodes.eval(m, &gone)).await {
+        if let Err(seen) = poll_eval(deadline, "false", || nodes.eval(m, &gone)).await {
             bail!("node {m} still sees node {n}, cut off, after 60 s of asking ({seen})");
         }
         // Until node m's rabbit_node_monitor has handled node n's `DOWN`:
@@ -377,11 +377,11 @@ pub async fn await_paused(nodes: &impl Nodes, n: usize) -> Result<()> {
         let written = format!(
             "not lists:member('{name}', element(3, rabbit_node_monitor:read_cluster_status()))."
         );
-        if let Err(seen) = super::poll_eval(deadline, "true", || nodes.eval(m, &written)).await {
+        if let Err(seen) = poll_eval(deadline, "true", || nodes.eval(m, &written)).await {
             bail!("node {m}'s node monitor still counts node {n}, cut off, running after 60 s of asking ({seen})");
         }
         let handled = "is_list(rabbit_node_monitor:partitions()).";
-        if let Err(seen) = super::poll_eval(deadline, "true", || nodes.eval(m, handled)).await {
+        if let Err(seen) = poll_eval(deadline, "true", || nodes.eval(m, handled)).await {
             bail!("node {m}'s node monitor did not answer within 60 s after node {n} was cut off and it saw so ({seen})");
         }
     }
@@ -424,6 +424,30 @@ pub(super) fn leader_elsewhere(vhost: &str, queue: &str, gone: &str) -> String {
          {{Name, _}} -> case ra:members({{Name, node()}}, 2000) of {{ok, _, {{_, L}}}} -> L =/= '{gone}'; _ -> false end; \
          _ -> false end; _ -> false end."
     )
+}
+
+/// Asks `eval` (a `rabbitmqctl eval`) every 200 ms until it answers `want`
+/// or `deadline` passes; a failing or slow eval (a loaded machine) counts as
+/// "not yet". The error is the last answer, for the caller's message.
+async fn poll_eval<F, Fut>(
+    deadline: std::time::Instant,
+    want: &str,
+    mut eval: F,
+) -> Result<(), String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<String>>,
+{
+    loop {
+        let seen = tokio::time::timeout_at(deadline.into(), eval()).await;
+        if matches!(&seen, Ok(Ok(out)) if out == want) {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(format!("{seen:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 #[cfg(test)]

@@ -121,7 +121,7 @@ impl<'a> Suite<'a> {
             vhost: self.vhost.clone(),
             reused: self.env.reused(),
             prefix: self.env.prefix(),
-            node_ports: self.env.amqp_ports(),
+            node_ports: self.env.broker_ports(),
             settings: self.settings.clone(),
             generation: crate::vocab::Generation::of_version(&self.env.info().broker_version),
         }
@@ -389,9 +389,9 @@ async fn execute(p: &Params<'_>, env: EnvAccess<'_>, lab: &Lab, sink: &mut dyn S
         Some((g, _)) => g.snapshot(&run),
         None => run.clone(),
     };
-    // The common snapshots are 3.10's transcripts: a run on another
-    // generation rewrites only a snapshot its lab file declares for it.
-    let may_update = declared.is_some() || p.generation == Some(crate::vocab::Generation::V3_10);
+    // The common snapshots are the base generation's transcripts: a run on
+    // another generation rewrites only a snapshot its lab file declares.
+    let may_update = declared.is_some() || p.generation.is_some_and(|g| g.is_base());
     let snapshot = compare_snapshot(p, lab, &snapshot_name, &transcript, passed && may_update);
     let refused = update_refused(passed, may_update, p.generation, lab.variant.as_deref());
     ctx.sink.tell(&Event::SnapshotCompared {

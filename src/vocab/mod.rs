@@ -97,6 +97,13 @@ impl Broker {
             Broker::RabbitMq => "RabbitMQ",
         }
     }
+
+    /// The flag that asks for one of its generations (`--rabbitmq 4.0`).
+    pub fn generation_flag(self) -> &'static str {
+        match self {
+            Broker::RabbitMq => "--rabbitmq",
+        }
+    }
 }
 
 impl Default for Broker {
@@ -139,7 +146,7 @@ impl Capability {
 
 names! {
     /// A broker setting a lab's bounds rely on (`settings` in a lab file).
-    /// mqlab's own brokers set it (`env::ADVANCED_CONFIG`); before such a
+    /// mqlab's own brokers set it (`env::rabbitmq::ADVANCED_CONFIG`); before such a
     /// lab runs, the setting is read from the broker, and a run on a broker
     /// where it differs, or where mqlab cannot read it, is refused.
     pub enum BrokerSetting ("broker setting") {
@@ -197,15 +204,31 @@ impl Generation {
         format!("{run}.{}-{}", self.broker(), self)
     }
 
+    /// The generation whose transcripts the common snapshots are: a run on
+    /// another one rewrites only a snapshot its lab file declares for it.
+    pub fn is_base(self) -> bool {
+        matches!(self, Generation::V3_10)
+    }
+
+    /// The base generation of `broker` ([`Self::is_base`]).
+    pub fn base_of(broker: Broker) -> Generation {
+        Self::ALL
+            .iter()
+            .map(|(g, _, _)| *g)
+            .find(|g| g.broker() == broker && g.is_base())
+            .expect("every broker has a base generation")
+    }
+
     /// The generation of a broker that reports `version` (`RabbitMQ 4.0.5`,
     /// or a cluster's `RabbitMQ 4.0.5 (3 nodes)`); `None` for any other.
     pub fn of_version(version: &str) -> Option<Generation> {
-        let number = version.strip_prefix("RabbitMQ ")?;
         Self::ALL
             .iter()
-            .find(|(_, n, _)| {
-                number
-                    .strip_prefix(n)
+            .find(|(g, n, _)| {
+                version
+                    .strip_prefix(g.broker().product())
+                    .and_then(|v| v.strip_prefix(' '))
+                    .and_then(|v| v.strip_prefix(n))
                     .is_some_and(|rest| rest.starts_with('.'))
             })
             .map(|(g, _, _)| *g)

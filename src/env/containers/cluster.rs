@@ -44,7 +44,7 @@ impl ContainersEnv {
         self.cluster.as_ref().map_or(1, |c| c.names.len())
     }
 
-    pub fn amqp_ports(&self) -> Vec<u16> {
+    pub fn broker_ports(&self) -> Vec<u16> {
         match &self.cluster {
             Some(c) => c.ports.clone(),
             None => vec![self.endpoints.broker.port],
@@ -62,7 +62,7 @@ impl ContainersEnv {
     }
 
     pub(super) async fn node_ready(&self, n: usize, deadline: Instant) -> Result<()> {
-        let node = self.endpoints.broker.at(self.amqp_ports()[n - 1]);
+        let node = self.endpoints.broker.at(self.broker_ports()[n - 1]);
         if nodes::answers_amqp(&node.url(&self.ready.0), deadline).await {
             return Ok(());
         }

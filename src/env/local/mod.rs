@@ -12,7 +12,8 @@ use nix::sys::signal::Signal;
 use tokio::process::{Child, ChildStdin};
 
 use super::nodes;
-use super::{definitions_json, free_ports, Endpoints, EnvInfo, EnvOptions};
+use super::rabbitmq::definitions_json;
+use super::{free_ports, Endpoints, EnvInfo, EnvOptions};
 use super::{postgres, process};
 
 mod rabbit;
@@ -93,13 +94,13 @@ impl Kept {
 impl LocalEnv {
     pub async fn start(opts: &EnvOptions) -> Result<LocalEnv> {
         let started = Instant::now();
-        let bins = Binaries::find(opts.rabbitmq.unwrap_or_default())?;
+        let bins = Binaries::find(opts.generation.unwrap_or_default())?;
         let owner = postgres::owner()?;
         let dir = opts.dir.join("env");
         std::fs::create_dir_all(&dir)?;
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
         let ports = free_ports(5)?;
-        let amqp_port = requested(opts.amqp_port, "--amqp-port")?.unwrap_or(ports[0]);
+        let amqp_port = requested(opts.broker_port, "--amqp-port")?.unwrap_or(ports[0]);
         let pg_port = requested(opts.pg_port, "--pg-port")?.unwrap_or(ports[3]);
         let (dist_port, epmd_port) = (ports[1], ports[2]);
         let mut env = LocalEnv {
@@ -120,7 +121,7 @@ impl LocalEnv {
                 opts.ready_timeout,
             ),
             postgres: None,
-            endpoints: Endpoints::loopback(amqp_port, pg_port),
+            endpoints: Endpoints::loopback(super::rabbitmq::loopback(amqp_port), pg_port),
             info: EnvInfo {
                 kind: "local",
                 broker_version: String::new(),
@@ -232,7 +233,7 @@ impl LocalEnv {
             _lock: None,
             vhosts: Vec::new(),
             management_port: None,
-            endpoints: Endpoints::loopback(0, 0),
+            endpoints: Endpoints::loopback(super::rabbitmq::loopback(0), 0),
             info: EnvInfo {
                 kind: "local",
                 broker_version: String::new(),

@@ -15,7 +15,8 @@ use super::{Kept, LocalEnv, KEPT_FILE};
 use crate::broker::rabbitmq;
 use crate::env::guard::RUN_VAR;
 use crate::env::nodes::{self, Nodes};
-use crate::env::{definitions_json, postgres, process, EnvOptions};
+use crate::env::rabbitmq::definitions_json;
+use crate::env::{postgres, process, EnvOptions};
 
 pub(in crate::env) struct Binaries {
     pub(in crate::env) rabbitmq_server: PathBuf,
@@ -298,7 +299,7 @@ impl LocalEnv {
         std::fs::write(base.join("etc/enabled_plugins"), plugins)?;
         std::fs::write(
             base.join("etc/advanced.config"),
-            crate::env::ADVANCED_CONFIG,
+            crate::env::rabbitmq::ADVANCED_CONFIG,
         )?;
         Ok(())
     }

@@ -292,12 +292,8 @@ impl Checker<'_> {
         for (g, diff) in &v.rabbitmq {
             let at = format!("{key}.rabbitmq.{g}");
             let generation = match g.parse::<Generation>() {
-                Ok(Generation::V3_10) => {
-                    self.err(
-                        at.clone(),
-                        None,
-                        ErrorKind::BaseGeneration(Generation::V3_10),
-                    );
+                Ok(base) if base.is_base() => {
+                    self.err(at.clone(), None, ErrorKind::BaseGeneration(base));
                     continue;
                 }
                 Ok(generation) => generation,
