@@ -15,6 +15,7 @@
 use std::collections::BTreeMap;
 
 use crate::exit;
+use crate::failure::Failure;
 use crate::lab::{Action, Assertion, Consume, Fault, Lab, Settle, Step};
 use crate::record::RunRecord;
 use crate::vocab::{Check, Counter, Explore, FaultAction, Placement, Site, Window, PLACEMENTS};
@@ -45,7 +46,7 @@ pub enum Verdict {
 
 impl Verdict {
     pub fn of(r: &RunRecord) -> Verdict {
-        if let Some(why) = &r.unreachable {
+        if let Some(Failure::Unreachable(why)) = &r.failure {
             return Verdict::Unreachable(why.clone());
         }
         if let Some(e) = &r.error {

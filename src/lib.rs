@@ -15,6 +15,7 @@ pub mod evidence;
 pub mod exit;
 pub mod expect;
 pub mod explore;
+pub mod failure;
 pub mod faults;
 pub mod lab;
 pub mod lazyfs;

@@ -42,9 +42,9 @@ pub struct RunRecord {
     pub verdict: LabVerdict,
     pub snapshot: SnapshotResult,
     pub duration: Duration,
-    /// The fault's window was never reached (its message never got there,
-    /// or the program's order never passes it): why.
-    pub unreachable: Option<String>,
+    /// The kind of the harness failure in `error` (a window never reached,
+    /// a deadline, a role that exited...).
+    pub failure: Option<crate::failure::Failure>,
     /// The lab's harness facts: assertions fixed by how it runs, shown
     /// apart from the claim's evidence.
     pub facts: Vec<String>,
@@ -95,6 +95,19 @@ impl RunRecord {
             _ => "counterexample confirmed",
         }
     }
+
+    /// The summary's verdict: [`Self::verdict_text`], with the kind of a
+    /// harness failure (`FAIL (deadline)`), so that a run that broke is not
+    /// read as a claim refuted.
+    pub fn summary_text(&self) -> String {
+        match (
+            self.verdict_text(),
+            self.failure.as_ref().and_then(|f| f.label()),
+        ) {
+            ("FAIL", Some(kind)) => format!("FAIL ({kind})"),
+            (text, _) => text.to_string(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -116,7 +129,7 @@ mod tests {
             verdict,
             snapshot,
             duration: Duration::ZERO,
-            unreachable: None,
+            failure: None,
             facts: Vec::new(),
             settings: Vec::new(),
             declared: None,
@@ -147,5 +160,33 @@ mod tests {
             record(LabVerdict::CounterexampleConfirmed, SnapshotResult::Matched).verdict_text(),
             "counterexample confirmed"
         );
+    }
+
+    /// The summary names a harness failure's kind; a verdict the checks
+    /// gave keeps its word.
+    #[test]
+    fn the_summary_names_a_failure_kind() {
+        use crate::failure::Failure;
+        let broke = |f: Failure| RunRecord {
+            error: Some("phase p exceeded 1 s".into()),
+            failure: Some(f),
+            ..record(
+                LabVerdict::Failed("phase p exceeded 1 s".into()),
+                SnapshotResult::Matched,
+            )
+        };
+        assert_eq!(broke(Failure::Deadline).summary_text(), "FAIL (deadline)");
+        assert_eq!(
+            broke(Failure::Unreachable("w".into())).summary_text(),
+            "FAIL (unreachable)"
+        );
+        assert_eq!(broke(Failure::Other).summary_text(), "FAIL");
+        let refuted = record(
+            LabVerdict::Failed("failed: lost=3".into()),
+            SnapshotResult::Matched,
+        );
+        assert_eq!(refuted.summary_text(), "FAIL");
+        let holds = record(LabVerdict::Holds, SnapshotResult::Matched);
+        assert_eq!(holds.summary_text(), "safe pattern holds");
     }
 }

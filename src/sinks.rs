@@ -150,7 +150,7 @@ impl Sink for Summary {
                 out(&format!(
                     "{:<36} {:<26} {:>8.2}",
                     r.run,
-                    r.verdict_text(),
+                    r.summary_text(),
                     r.duration.as_secs_f64()
                 ));
             }

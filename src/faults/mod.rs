@@ -69,43 +69,6 @@ use crate::env::Environment;
 use crate::vocab::{Broker, Role, Status};
 use proxy::{Proxy, ProxyEvent};
 
-/// A run that ended because its fault's window was never reached: no
-/// verdict on the claim either way. `why` goes into the record (explore's
-/// cell, the summary); the error's text is the run's error.
-#[derive(Debug)]
-pub struct Unreachable {
-    why: String,
-    message: String,
-}
-
-impl Unreachable {
-    /// The error for a window never reached, said as `why`.
-    pub fn error(why: String) -> anyhow::Error {
-        Self::said(why.clone(), why)
-    }
-
-    /// The same, said at more length than the record's `why`.
-    pub fn said(why: String, message: String) -> anyhow::Error {
-        anyhow::Error::new(Unreachable { why, message })
-    }
-
-    /// Why a run's error is an unreached window, if it is one (under any
-    /// context the error gained on its way up).
-    pub fn of(e: &anyhow::Error) -> Option<String> {
-        e.chain()
-            .find_map(|c| c.downcast_ref::<Unreachable>())
-            .map(|u| u.why.clone())
-    }
-}
-
-impl std::fmt::Display for Unreachable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for Unreachable {}
-
 /// What the broker family's restart asks of whoever runs it: the runner
 /// between two steps, and `soak` mid-stream. One sequence for both, so a
 /// soak restarts the broker as a lab does.

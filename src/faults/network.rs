@@ -5,7 +5,8 @@
 use anyhow::Result;
 
 use super::proxy::Rule;
-use super::{Run, Stage, Unreachable};
+use super::{Run, Stage};
+use crate::failure::Failure;
 use crate::lab::Fault;
 
 /// The proxy drops `f`'s publish and cuts the connection: the producer
@@ -19,7 +20,7 @@ pub async fn cut_publish(s: &mut impl Stage, f: &Fault, phase: &str) -> Result<(
     if s.producer_exit().await? == 0 {
         // The publish never left (a reconciliation with nothing to send):
         // the window was not reached, no verdict.
-        return Err(Unreachable::error(format!(
+        return Err(Failure::unreachable(format!(
             "phase {phase}: the producer finished; its publish of {} was never cut",
             f.message
         )));

@@ -141,11 +141,11 @@ pub async fn run<C: Crowd>(c: &mut C, f: &Fault, settle: usize) -> Result<()> {
                     "consumer-1 waits on a lock before the rendezvous at {}: nothing else should hold one",
                     f.message
                 ),
-                Seen::Exited(code) => bail!(
+                Seen::Exited(code) => return Err(crate::failure::Failure::RoleExited.error(format!(
                     "consumer-{} exited ({code}) before the rendezvous at {}",
                     i + 1,
                     f.message
-                ),
+                ))),
             }
         };
         if i == 0 && !matches!(arrival, Arrival::Window(_)) {
@@ -215,12 +215,12 @@ pub async fn run<C: Crowd>(c: &mut C, f: &Fault, settle: usize) -> Result<()> {
                     c.resume(i)?;
                 }
                 Seen::Received(_) | Seen::Other | Seen::LockWait => {}
-                Seen::Exited(code) => bail!(
+                Seen::Exited(code) => return Err(crate::failure::Failure::RoleExited.error(format!(
                     "consumer-{} exited ({code}) after the rendezvous at {}, with {} of {settle} messages settled",
                     i + 1,
                     f.message,
                     settled.len()
-                ),
+                ))),
             }
         }
     }

@@ -599,7 +599,13 @@ mod tests {
             (r, s.lines())
         });
         let e = r.expect_err("a publish never cut has no verdict");
-        assert!(super::super::Unreachable::of(&e).is_some(), "{e:#}");
+        assert!(
+            matches!(
+                crate::failure::Failure::of(&e),
+                crate::failure::Failure::Unreachable(_)
+            ),
+            "{e:#}"
+        );
         assert_eq!(lines, ["start_producer reconnect=false", "producer_exit 0"]);
     }
 

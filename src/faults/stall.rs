@@ -44,10 +44,12 @@ pub async fn run<C: Crowd>(c: &mut C, f: &Fault, settle: usize) -> Result<()> {
                     );
                 }
             }
-            Seen::Exited(code) => bail!(
-                "consumer-1 exited ({code}) before it reached the stall at {}",
-                f.message
-            ),
+            Seen::Exited(code) => {
+                return Err(crate::failure::Failure::RoleExited.error(format!(
+                    "consumer-1 exited ({code}) before it reached the stall at {}",
+                    f.message
+                )))
+            }
             Seen::AtWindow(_) | Seen::Received(_) | Seen::Other | Seen::LockWait => {}
         }
     }
@@ -80,11 +82,11 @@ pub async fn run<C: Crowd>(c: &mut C, f: &Fault, settle: usize) -> Result<()> {
                 f.window,
                 f.message
             ),
-            Seen::Exited(code) => bail!(
+            Seen::Exited(code) => return Err(crate::failure::Failure::RoleExited.error(format!(
                 "consumer-2 exited ({code}) during the stall at {}, with {} of {settle} messages settled",
                 f.message,
                 settled.len()
-            ),
+            ))),
             Seen::AtWindow(_) | Seen::Received(_) | Seen::Other => {}
         }
     }
@@ -101,10 +103,10 @@ pub async fn run<C: Crowd>(c: &mut C, f: &Fault, settle: usize) -> Result<()> {
             Seen::Settled(m) => {
                 settled.insert(m);
             }
-            Seen::Exited(code) => bail!(
+            Seen::Exited(code) => return Err(crate::failure::Failure::RoleExited.error(format!(
                 "consumer-1 exited ({code}) after the stall at {} before it settled it",
                 f.message
-            ),
+            ))),
             Seen::AtWindow(m) => bail!(
                 "consumer-1 came to the window with {m} again after the stall: it was delivered again"
             ),

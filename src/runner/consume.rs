@@ -261,7 +261,7 @@ impl Ctx<'_> {
                             };
                             if let (Some(why), Some(f)) = (missed, fault) {
                                 process::kill_now(&mut proc.child);
-                                return Err(Unreachable::error(format!(
+                                return Err(Failure::unreachable(format!(
                                     "window `{window}` is unreachable for this program at {}: {why}",
                                     f.message
                                 )));
@@ -289,7 +289,7 @@ impl Ctx<'_> {
                     Seen::Unreachable { message, why } => {
                         process::kill_now(&mut proc.child);
                         let window = bb.lock().expect("black box").window_name();
-                        return Err(Unreachable::error(format!(
+                        return Err(Failure::unreachable(format!(
                             "window `{window}` is unreachable for this program at {message}: {why}"
                         )));
                     }
@@ -473,19 +473,19 @@ async fn next_seen(
         e = seen.recv() => e.context("the proxies stopped"),
         status = proc.child.wait() => {
             let code = exit_code(status?);
-            bail!(
+            Err(Failure::RoleExited.error(format!(
                 "phase {phase}: the program exited with {code} after it settled {settled} of {settle} messages (acked, transaction ended); last lines of its output:\n{}",
                 process::tail(&proc.log, 10)
-            );
+            )))
         }
         _ = tokio::time::sleep_until(d.at.into()) => {
             process::kill_now(&mut proc.child);
             let why = bb.lock().expect("black box").stuck().map(|w| format!(" {w};")).unwrap_or_default();
-            bail!(
+            Err(Failure::Deadline.error(format!(
                 "phase {phase} exceeded {} s: the program settled {settled} of {settle} messages (acked, transaction ended);{why} last lines of its output:\n{}",
                 d.secs,
                 process::tail(&proc.log, 10)
-            );
+            )))
         }
     }
 }

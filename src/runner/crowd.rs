@@ -3,6 +3,7 @@
 //! ([`crate::faults::rendezvous`]) sequences them.
 
 use super::*;
+use crate::failure::Failure;
 use crate::faults::rendezvous::{Crowd, Seen as CrowdSeen};
 
 impl Ctx<'_> {
@@ -351,14 +352,14 @@ impl Crowd for Programs<'_, '_> {
                 Next::Seen(Some(s)) => return Ok(self.seen(i, s)),
                 Next::Seen(None) => bail!("the proxies of consumer-{} stopped", i + 1),
                 Next::Exit(status) => return Ok(CrowdSeen::Exited(exit_code(status?))),
-                Next::Late => bail!(
+                Next::Late => return Err(Failure::Deadline.error(format!(
                     "phase {} exceeded {} s: consumer-{} did not get to the rendezvous at {}; last lines of its output:\n{}",
                     self.d.phase,
                     self.d.secs,
                     i + 1,
                     self.f.message,
                     process::tail(&p.proc.log, 10)
-                ),
+                ))),
                 Next::Tick => {}
             }
             if let Some(known) = locks {

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::checker::{Owed, Queued};
+use crate::failure::Failure;
 use crate::vocab::{ORIGINAL_QUEUE, PARKED_BY};
 
 impl Ctx<'_> {
@@ -66,7 +67,7 @@ impl Ctx<'_> {
         if let Some(d) = &self.downstream {
             let unlost = d.unlost();
             if !unlost.is_empty() {
-                return Err(Unreachable::error(format!(
+                return Err(Failure::unreachable(format!(
                     "the downstream never lost a response for {}: the lab's fault did not happen (no call for that event)",
                     unlost.join(", ")
                 )));

@@ -29,11 +29,12 @@ use crate::broker::Admin;
 use crate::checker::{self, Asserted, Events, History, LabVerdict, Observed, Outcome, Point};
 use crate::env::{process, Endpoints, Environment};
 use crate::events::{Event, Sink};
+use crate::failure::Failure;
 use crate::faults::blackbox::{BlackBox, Seen};
 use crate::faults::downstream::Downstream;
 use crate::faults::pgproxy::PgProxy;
 use crate::faults::proxy::{Proxy, ProxyEvent};
-use crate::faults::Unreachable;
+
 use crate::lab::{Action, Assertion, Consume, Fault, Lab, Project, Publish, Settle};
 use crate::naming::{database_for, vhost_for};
 use crate::protocol::{
@@ -356,18 +357,17 @@ async fn execute(p: &Params<'_>, env: EnvAccess<'_>, lab: &Lab, sink: &mut dyn S
     let run = lab.run_name();
     let mut ctx = Ctx::new(p, env, lab, &run, sink);
     let (settings, refused) = settings_of(&p.settings, &lab.settings);
-    let mut unreachable = None;
-    let mut error = match refused {
-        Some(why) => Some(why),
+    let (mut failure, mut error) = match refused {
+        Some(why) => (Some(Failure::Refused), Some(why)),
         None => match ctx.run_steps().await {
-            Ok(()) => None,
-            Err(e) => {
-                unreachable = Unreachable::of(&e);
-                Some(format!("{e:#}"))
-            }
+            Ok(()) => (None, None),
+            Err(e) => (Some(Failure::of(&e)), Some(format!("{e:#}"))),
         },
     };
     let own_database = ctx.end(&mut error).await;
+    if error.is_some() {
+        failure.get_or_insert(Failure::Other);
+    }
     // A difference the lab file declares for this generation: its
     // violations, and its own snapshot.
     let declared = p
@@ -415,7 +415,7 @@ async fn execute(p: &Params<'_>, env: EnvAccess<'_>, lab: &Lab, sink: &mut dyn S
         verdict,
         snapshot,
         duration: started.elapsed(),
-        unreachable,
+        failure,
         facts: lab.facts.clone(),
         settings,
         own_database,
@@ -669,7 +669,7 @@ impl Ctx<'_> {
             }
             if let Some(rule) = self.proxy().armed() {
                 self.proxy().disarm();
-                return Err(Unreachable::error(format!("phase {phase}: the network fault never happened ({rule:?}): the role never sent or received that frame")));
+                return Err(Failure::unreachable(format!("phase {phase}: the network fault never happened ({rule:?}): the role never sent or received that frame")));
             }
             self.assert(&step.asserts).await?;
         }

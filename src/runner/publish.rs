@@ -131,11 +131,10 @@ impl crate::faults::Stage for StepStage<'_, '_, Publish> {
         match tokio::time::timeout_at(self.d.at.into(), rx.recv()).await {
             Ok(Some(event)) => Ok(event),
             Ok(None) => bail!("phase {}: the proxy stopped", self.d.phase),
-            Err(_) => bail!(
+            Err(_) => Err(Failure::Deadline.error(format!(
                 "phase {} exceeded {} s waiting for the proxy",
-                self.d.phase,
-                self.d.secs
-            ),
+                self.d.phase, self.d.secs
+            ))),
         }
     }
 

@@ -33,10 +33,10 @@ impl Ctx<'_> {
             Ok(line) => Ok(line?),
             Err(_) => {
                 process::kill_now(&mut p.child);
-                bail!(
+                Err(Failure::Deadline.error(format!(
                     "phase {phase} exceeded {secs} s; last lines of the role's log:\n{}",
                     process::tail(&p.log, 10)
-                )
+                )))
             }
         }
     }
@@ -51,7 +51,9 @@ impl Ctx<'_> {
             Ok(status) => Ok(exit_code(status?)),
             Err(_) => {
                 process::kill_now(&mut p.child);
-                bail!("phase {phase} exceeded {secs} s waiting for the role to exit")
+                Err(Failure::Deadline.error(format!(
+                    "phase {phase} exceeded {secs} s waiting for the role to exit"
+                )))
             }
         }
     }
@@ -64,10 +66,10 @@ impl Ctx<'_> {
     ) -> Result<()> {
         let code = self.wait_exit(proc, d).await?;
         if code != 0 {
-            bail!(
+            return Err(Failure::RoleExited.error(format!(
                 "the producer exited with {code}; last lines of its log:\n{}",
                 process::tail(&proc.log, 10)
-            );
+            )));
         }
         Ok(())
     }
@@ -82,10 +84,10 @@ impl Ctx<'_> {
     ) -> Result<()> {
         loop {
             let Some(line) = self.next_line(proc, d).await? else {
-                bail!(
+                return Err(Failure::RoleExited.error(format!(
                     "the producer exited before it logged {message} {status}; last lines of its log:\n{}",
                     process::tail(&proc.log, 10)
-                );
+                )));
             };
             self.emit(Role::Producer, &line);
             let entry = Entry::parse(&format!("[{}] {line}", Role::Producer));
@@ -161,15 +163,16 @@ impl Ctx<'_> {
     ) -> Result<()> {
         if !self.follow(proc, role, d, Some(&f.message)).await? {
             let code = self.wait_exit(proc, d).await?;
-            return Err(Unreachable::said(
-                format!("the {role} never reached `{}` for {}", f.window, f.message),
-                format!(
+            return Err(Failure::Unreachable(format!(
+                "the {role} never reached `{}` for {}",
+                f.window, f.message
+            ))
+            .error(format!(
                     "the {role} exited with {code} before reaching window `{}` for {}; last lines of its log:\n{}",
                     f.window,
                     f.message,
                     process::tail(&proc.log, 10)
-                ),
-            ));
+                )));
         }
         Ok(())
     }
