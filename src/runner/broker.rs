@@ -56,22 +56,22 @@ impl crate::faults::Run for Ctx<'_> {
 
     fn node_down(&mut self, n: usize, down: bool) {
         match down {
-            true => self.nodes_down.insert(n),
-            false => self.nodes_down.remove(&n),
+            true => self.servers.nodes_down.insert(n),
+            false => self.servers.nodes_down.remove(&n),
         };
     }
 
     fn node_cut(&mut self, n: Option<usize>) {
         match n {
             Some(n) => {
-                self.nodes_cut.insert(n);
+                self.servers.nodes_cut.insert(n);
             }
-            None => self.nodes_cut.clear(),
+            None => self.servers.nodes_cut.clear(),
         }
     }
 
     fn broker_paused(&mut self, paused: bool) {
-        self.broker_paused = paused;
+        self.servers.broker_paused = paused;
     }
 }
 

@@ -89,7 +89,7 @@ impl Ctx<'_> {
         // process is gone: the queue's state is read after that.
         self.await_consumers_gone(&c.queue, &phase, deadline)
             .await?;
-        self.observed.consumer_exit_code = Some(code);
+        self.log.observed.consumer_exit_code = Some(code);
         if code != 0 {
             tracing::warn!(
                 "consumer exited with {code}: {}",
@@ -236,9 +236,12 @@ impl Ctx<'_> {
         if c.commits_first {
             bb.lock().expect("black box").declare_commits_first();
         }
-        let upstream = format!("{}:{}", self.endpoints.pg_host, self.endpoints.pg_port)
-            .parse()
-            .context("the database's address")?;
+        let upstream = format!(
+            "{}:{}",
+            self.links.endpoints.pg_host, self.links.endpoints.pg_port
+        )
+        .parse()
+        .context("the database's address")?;
         let pg = PgProxy::start(upstream, bb.clone()).await?;
         self.proxy().watch(Some(bb.clone()));
         if let Some(f) = kill {
@@ -282,7 +285,7 @@ impl Ctx<'_> {
                                 Some(status) => exit_code(status),
                                 None => -1,
                             };
-                            self.observed.consumer_exit_code = Some(code);
+                            self.log.observed.consumer_exit_code = Some(code);
                             return Ok(());
                         }
                     }
@@ -397,18 +400,18 @@ impl Ctx<'_> {
         fault: Option<&Fault>,
     ) -> Result<()> {
         let lab = self.lab;
-        let event = self.observed.events.of(message).to_string();
+        let event = self.log.observed.events.of(message).to_string();
         let rows = store::program_rows_for(
             &mut self.conns().db,
             lab.effects.as_deref().unwrap_or_default(),
             &event,
         )
         .await?;
-        self.observed.crash_business_rows = Some(rows);
+        self.log.observed.crash_business_rows = Some(rows);
         let pid = proc.child.id().context("program already reaped")?;
         signal::killpg(Pid::from_raw(pid as i32), Signal::SIGKILL).ok();
         let code = exit_code(proc.child.wait().await?);
-        self.observed.crash_exit_code = Some(code);
+        self.log.observed.crash_exit_code = Some(code);
         let line = self
             .observe_line(message, queue)
             .with("exitCode", code)

@@ -20,7 +20,7 @@ impl Ctx<'_> {
         settle: usize,
         d: Deadline<'_>,
     ) -> Result<()> {
-        let db = store::connect(&self.endpoints.pg_url(&self.database)).await?;
+        let db = store::connect(&self.links.endpoints.pg_url(&self.database)).await?;
         let mut crowd = Instances {
             ctx: self,
             c,
@@ -215,8 +215,8 @@ impl Crowd for Instances<'_, '_> {
                     process::tail(&proc.log, 10)
                 );
             }
-            let worst = self.ctx.observed.consumer_exit_code.unwrap_or(0);
-            self.ctx.observed.consumer_exit_code = Some(if code != 0 { code } else { worst });
+            let worst = self.ctx.log.observed.consumer_exit_code.unwrap_or(0);
+            self.ctx.log.observed.consumer_exit_code = Some(if code != 0 { code } else { worst });
         }
         Ok(())
     }
@@ -233,7 +233,7 @@ impl Ctx<'_> {
         settle: usize,
         d: Deadline<'_>,
     ) -> Result<()> {
-        let db = store::connect(&self.endpoints.pg_url(&self.database)).await?;
+        let db = store::connect(&self.links.endpoints.pg_url(&self.database)).await?;
         let mut crowd = Programs {
             ctx: self,
             c,
@@ -310,7 +310,7 @@ impl Crowd for Programs<'_, '_> {
             .arm_rendezvous(self.f.window, &self.f.copies, self.f.commit);
         let upstream = format!(
             "{}:{}",
-            self.ctx.endpoints.pg_host, self.ctx.endpoints.pg_port
+            self.ctx.links.endpoints.pg_host, self.ctx.links.endpoints.pg_port
         )
         .parse()
         .context("the database's address")?;
@@ -406,8 +406,8 @@ impl Crowd for Programs<'_, '_> {
                     process::tail(&p.proc.log, 10)
                 );
             }
-            let worst = self.ctx.observed.consumer_exit_code.unwrap_or(0);
-            self.ctx.observed.consumer_exit_code = Some(if code != 0 { code } else { worst });
+            let worst = self.ctx.log.observed.consumer_exit_code.unwrap_or(0);
+            self.ctx.log.observed.consumer_exit_code = Some(if code != 0 { code } else { worst });
         }
         Ok(())
     }

@@ -11,18 +11,21 @@ impl Ctx<'_> {
     /// lab), after which the harness's channel, closed by that error, is
     /// opened again.
     pub(super) async fn queue_state(&mut self, queue: &str) -> Result<Option<(u32, u32)>> {
-        let nodes = (self.nodes_down.clone(), self.nodes_cut.clone());
+        let nodes = (
+            self.servers.nodes_down.clone(),
+            self.servers.nodes_cut.clone(),
+        );
         // Only while the lab holds a node down or cut off: an answer
         // given with every node up is never taken as lasting.
         let faulted = !nodes.0.is_empty() || !nodes.1.is_empty();
-        if faulted && self.home_node_down.get(queue) == Some(&nodes) {
+        if faulted && self.servers.home_node_down.get(queue) == Some(&nodes) {
             return Ok(None);
         }
         match self.conns().broker.queue_state(queue).await {
             Ok(s) => Ok(Some(s)),
             Err(e) if e.downcast_ref::<crate::broker::HomeNodeDown>().is_some() => {
                 if faulted {
-                    self.home_node_down.insert(queue.to_string(), nodes);
+                    self.servers.home_node_down.insert(queue.to_string(), nodes);
                 }
                 self.conns().broker.reopen().await?;
                 Ok(None)
@@ -52,19 +55,19 @@ impl Ctx<'_> {
 
     /// Judges one point of the history now, prints its lines and keeps it.
     pub(super) fn judge(&mut self, point: Point, role: Role) {
-        let entries = self.transcript.entries();
+        let entries = self.log.transcript.entries();
         for (outcome, line) in checker::judge(&point, &entries) {
             self.emit(role, &line);
-            self.sink.tell(&Event::Outcome(&outcome));
-            self.outcomes.push(outcome);
+            self.log.sink.tell(&Event::Outcome(&outcome));
+            self.log.outcomes.push(outcome);
         }
-        self.history.points.push(point);
+        self.log.history.points.push(point);
     }
 
     /// The total-queue checks, from ground truth read now: `[check]` lines.
     pub(super) async fn check(&mut self) -> Result<()> {
         // At the end, not at an assertion: a fault's may come before the call.
-        if let Some(d) = &self.downstream {
+        if let Some(d) = &self.links.downstream {
             let unlost = d.unlost();
             if !unlost.is_empty() {
                 return Err(Failure::unreachable(format!(
@@ -77,7 +80,7 @@ impl Ctx<'_> {
         let ground = self.ground().await?;
         let mut queued = BTreeSet::new();
         let mut queued_in = Queued::default();
-        let owed = owed(self.lab, &self.observed.events);
+        let owed = owed(self.lab, &self.log.observed.events);
         // A producer's parking queue is its outbox: a copy the producer
         // parked there (marked) is held for the queue its event is owed to,
         // when there is exactly one (with more, which one refused it is not
@@ -123,10 +126,10 @@ impl Ctx<'_> {
             }
         }
         let point = Point::Checks {
-            after_line: self.transcript.lines().len(),
+            after_line: self.log.transcript.lines().len(),
             ground,
             queued,
-            events: self.observed.events.clone(),
+            events: self.log.observed.events.clone(),
             owed,
             queued_in,
         };
@@ -192,17 +195,17 @@ impl Ctx<'_> {
             return Ok(());
         }
         self.await_tiers_empty().await?;
-        self.observed.ground = self.ground().await?;
-        self.observed.downstream = self.downstream.as_ref().map(|d| d.calls());
-        self.observed.downstream_callers = self.lab.downstream_callers();
+        self.log.observed.ground = self.ground().await?;
+        self.log.observed.downstream = self.links.downstream.as_ref().map(|d| d.calls());
+        self.log.observed.downstream_callers = self.lab.downstream_callers();
         let queues: Vec<String> = self.lab.queue_names().map(str::to_string).collect();
         for q in queues {
             // A queue on a node that is down is not read: a counter that
             // needs its depth says so.
             // An earlier reading is not this one: it goes.
             match self.queue_state(&q).await? {
-                Some((ready, _)) => self.observed.depths.insert(q, ready),
-                None => self.observed.depths.remove(&q),
+                Some((ready, _)) => self.log.observed.depths.insert(q, ready),
+                None => self.log.observed.depths.remove(&q),
             };
         }
         // Only the queues a `dlqHeader` counter reads are peeked: a peek
@@ -220,13 +223,14 @@ impl Ctx<'_> {
             .collect();
         for q in read {
             let peeked = self.conns().broker.peek(&q).await?;
-            self.observed
+            self.log
+                .observed
                 .dlq
                 .insert(q, peeked.into_iter().map(|p| p.headers).collect());
         }
         let point = Point::Assert {
-            after_line: self.transcript.lines().len(),
-            observed: self.observed.clone(),
+            after_line: self.log.transcript.lines().len(),
+            observed: self.log.observed.clone(),
             assertions: asserts
                 .iter()
                 .map(|a| Asserted {

@@ -376,9 +376,10 @@ async fn execute(p: &Params<'_>, env: EnvAccess<'_>, lab: &Lab, sink: &mut dyn S
     let violations = declared.map_or(&lab.violations, |(_, d)| &d.violations);
     let verdict = match &error {
         Some(e) => LabVerdict::Failed(e.clone()),
-        None => checker::lab_verdict(&ctx.outcomes, lab.variant.as_ref().map(|_| violations)),
+        None => checker::lab_verdict(&ctx.log.outcomes, lab.variant.as_ref().map(|_| violations)),
     };
-    let (transcript, outcomes, mut history) = (ctx.transcript, ctx.outcomes, ctx.history);
+    let (transcript, outcomes, mut history) =
+        (ctx.log.transcript, ctx.log.outcomes, ctx.log.history);
     history.lines = transcript.lines().to_vec();
     let passed = matches!(
         verdict,
@@ -394,7 +395,7 @@ async fn execute(p: &Params<'_>, env: EnvAccess<'_>, lab: &Lab, sink: &mut dyn S
     let may_update = declared.is_some() || p.generation.is_some_and(|g| g.is_base());
     let snapshot = compare_snapshot(p, lab, &snapshot_name, &transcript, passed && may_update);
     let refused = update_refused(passed, may_update, p.generation, lab.variant.as_deref());
-    ctx.sink.tell(&Event::SnapshotCompared {
+    ctx.log.sink.tell(&Event::SnapshotCompared {
         run: &snapshot_name,
         result: &snapshot,
         update_refused: refused.as_deref(),
@@ -496,31 +497,34 @@ impl<'a> Ctx<'a> {
                 p.vhost.clone().unwrap_or_else(|| vhost_for(run))
             ),
             database: database_for(&format!("{}{run}", p.prefix)),
-            node_ports: p.node_ports.clone(),
-            nodes_down: BTreeSet::new(),
-            nodes_cut: BTreeSet::new(),
-            home_node_down: BTreeMap::new(),
-            broker_paused: false,
+            servers: Servers {
+                node_ports: p.node_ports.clone(),
+                ..Servers::default()
+            },
             shared_vhost: p.vhost.is_some() || p.reused,
             run: run.to_string(),
-            role_endpoints: endpoints.clone(),
-            endpoints,
+            links: Links {
+                role_endpoints: endpoints.clone(),
+                endpoints,
+                conns: None,
+                proxy: None,
+                downstream: None,
+                own_database: None,
+            },
             env,
             exe: p.exe,
             root: &p.project.root,
             logs: p.run_dir.join("roles").join(run),
-            conns: None,
-            proxy: None,
-            downstream: None,
             step: 0,
-            transcript: Transcript::default(),
-            observed: Observed::default(),
-            outcomes: Vec::new(),
-            history: History::default(),
-            sink,
+            log: RunLog {
+                transcript: Transcript::default(),
+                observed: Observed::default(),
+                outcomes: Vec::new(),
+                history: History::default(),
+                sink,
+            },
             role_seq: 0,
             began: Instant::now(),
-            own_database: None,
         }
     }
 }
@@ -531,12 +535,57 @@ struct Conns {
     db: PgConnection,
 }
 
+/// A run's state, in three parts besides what names the run: what the lab
+/// did to the servers ([`Servers`], undone when it ends), its links to them
+/// (connections, the proxy, the downstream service), and what it wrote
+/// ([`RunLog`]). A step's own state (its deadline) is a stage's
+/// ([`stage::StepStage`]).
 struct Ctx<'a> {
     lab: &'a Lab,
     run: String,
     vhost: String,
     database: String,
-    /// Every node's AMQP port: the proxy's upstreams, node 1 first.
+    servers: Servers,
+    /// Other runs used this vhost before: delete the lab's queues first.
+    shared_vhost: bool,
+    links: Links,
+    /// The environment: to itself for a broker fault, shared (reads only)
+    /// by a run beside concurrent runs.
+    env: EnvAccess<'a>,
+    exe: &'a Path,
+    /// The project's directory: a program's working directory.
+    root: &'a Path,
+    logs: PathBuf,
+    /// The index of the running step (journal files are per step).
+    step: usize,
+    log: RunLog<'a>,
+    role_seq: usize,
+    /// When the run began: a queue's stamp older than this is not its own.
+    began: Instant,
+}
+
+/// A run's links to the servers: their endpoints, the harness's own
+/// connections, the proxy the roles go through, the downstream service and
+/// the run's own PostgreSQL; closed or stopped when the run ends.
+struct Links {
+    /// The servers themselves (the harness's own connections).
+    endpoints: Endpoints,
+    /// What roles connect to: the broker through the proxy.
+    role_endpoints: Endpoints,
+    conns: Option<Conns>,
+    proxy: Option<(Proxy, mpsc::UnboundedReceiver<ProxyEvent>)>,
+    /// The downstream service a consume step's pattern calls, for the run.
+    downstream: Option<Downstream>,
+    /// The run's own PostgreSQL (a lab's `database = "durable"`) and what
+    /// the evidence says of it; stopped when the run ends.
+    own_database: Option<(crate::env::postgres::Own, String)>,
+}
+
+/// What a lab did to the servers, and has not undone yet: the runner
+/// restores them when the run ends, whatever ended it.
+#[derive(Default)]
+struct Servers {
+    /// Every node's broker port: the proxy's upstreams, node 1 first.
     node_ports: Vec<u16>,
     /// Cluster nodes killed by the lab, and not restarted yet.
     nodes_down: BTreeSet<usize>,
@@ -548,36 +597,16 @@ struct Ctx<'a> {
     home_node_down: BTreeMap<String, (BTreeSet<usize>, BTreeSet<usize>)>,
     /// The broker paused by the lab and not resumed yet.
     broker_paused: bool,
-    /// Other runs used this vhost before: delete the lab's queues first.
-    shared_vhost: bool,
-    /// The servers themselves (the harness's own connections).
-    endpoints: Endpoints,
-    /// What roles connect to: the broker through the proxy.
-    role_endpoints: Endpoints,
-    /// The environment: to itself for a broker fault, shared (reads only)
-    /// by a run beside concurrent runs.
-    env: EnvAccess<'a>,
-    exe: &'a Path,
-    /// The project's directory: a program's working directory.
-    root: &'a Path,
-    logs: PathBuf,
-    conns: Option<Conns>,
-    proxy: Option<(Proxy, mpsc::UnboundedReceiver<ProxyEvent>)>,
-    /// The downstream service a consume step's pattern calls, for the run.
-    downstream: Option<Downstream>,
-    /// The index of the running step (journal files are per step).
-    step: usize,
+}
+
+/// What a run wrote: its transcript (and the sink that shows each line as
+/// it comes), what the roles reported, the assertions and checks judged.
+struct RunLog<'a> {
     transcript: Transcript,
     observed: Observed,
     outcomes: Vec<Outcome>,
     history: History,
     sink: &'a mut dyn Sink,
-    role_seq: usize,
-    /// When the run began: a queue's stamp older than this is not its own.
-    began: Instant,
-    /// The run's own PostgreSQL (a lab's `database = "durable"`) and what
-    /// the evidence says of it; stopped when the run ends.
-    own_database: Option<(crate::env::postgres::Own, String)>,
 }
 
 /// A step's deadline: when it ends, and what a run that passes it says
@@ -677,8 +706,8 @@ impl Ctx<'_> {
     }
 
     fn emit(&mut self, role: Role, body: &str) {
-        let line = self.transcript.push(role, body).to_string();
-        self.sink.tell(&Event::Line(&line));
+        let line = self.log.transcript.push(role, body).to_string();
+        self.log.sink.tell(&Event::Line(&line));
     }
 }
 

@@ -63,7 +63,12 @@ impl Ctx<'_> {
 
     /// The proxy acted: its `[fault]` line, from its event.
     pub(super) async fn proxy_effect(&mut self, phase: &str, deadline: Instant) -> Result<()> {
-        let rx = &mut self.proxy.as_mut().expect("prepared before any step").1;
+        let rx = &mut self
+            .links
+            .proxy
+            .as_mut()
+            .expect("prepared before any step")
+            .1;
         let Ok(Some(event)) = tokio::time::timeout_at(deadline.into(), rx.recv()).await else {
             bail!("phase {phase}: a role lost its connection or a confirm, and the proxy did not cause it");
         };
@@ -94,7 +99,7 @@ impl Ctx<'_> {
     /// left before reading again): its `[fault]` line after the consumer's
     /// lines, and the proxy's gate opened for whatever connects next.
     pub(super) async fn unnoticed_cut(&mut self, phase: &str) -> Result<()> {
-        let pending = match self.proxy.as_mut() {
+        let pending = match self.links.proxy.as_mut() {
             Some((_, rx)) => !rx.is_empty(),
             None => false,
         };
@@ -127,7 +132,13 @@ impl crate::faults::Stage for StepStage<'_, '_, Publish> {
     }
 
     async fn proxy_event(&mut self) -> Result<ProxyEvent> {
-        let rx = &mut self.ctx.proxy.as_mut().expect("prepared before any step").1;
+        let rx = &mut self
+            .ctx
+            .links
+            .proxy
+            .as_mut()
+            .expect("prepared before any step")
+            .1;
         match tokio::time::timeout_at(self.d.at.into(), rx.recv()).await {
             Ok(Some(event)) => Ok(event),
             Ok(None) => bail!("phase {}: the proxy stopped", self.d.phase),

@@ -187,14 +187,14 @@ impl Ctx<'_> {
         d: Deadline<'_>,
     ) -> Result<()> {
         // Ground truth at the moment of the kill, before anything can change it.
-        self.observed.crash_business_rows =
+        self.log.observed.crash_business_rows =
             Some(store::business_rows_for(&mut self.conns().db, &f.message).await?);
         // What a queue-depth monitor sees while the consumer holds its
         // prefetched deliveries unacked: read before they go back.
         for q in queues_read_at_kill(f, Counter::DepthAtKill) {
             match self.queue_state(&q).await? {
-                Some((ready, _)) => self.observed.depths_at_kill.insert(q, ready),
-                None => self.observed.depths_at_kill.remove(&q),
+                Some((ready, _)) => self.log.observed.depths_at_kill.insert(q, ready),
+                None => self.log.observed.depths_at_kill.remove(&q),
             };
         }
         // And the queue's own process: what it delivered unacked, and
@@ -225,12 +225,14 @@ impl Ctx<'_> {
                 }
             }
             if counted.contains(&q) {
-                self.observed
+                self.log
+                    .observed
                     .unacked_at_kill
                     .insert(q.clone(), held.unacked);
             }
             if aged.contains(&q) {
-                self.observed
+                self.log
+                    .observed
                     .ages_shown_at_kill
                     .insert(q, held.oldest_stamp.is_some());
             }
@@ -241,7 +243,7 @@ impl Ctx<'_> {
         while let Some(line) = self.next_line(proc, d).await? {
             self.emit(role, &line);
         }
-        self.observed.crash_exit_code = Some(code);
+        self.log.observed.crash_exit_code = Some(code);
         Ok(())
     }
 
@@ -251,7 +253,7 @@ impl Ctx<'_> {
             lab: &self.lab.name,
             broker: self.lab.broker,
             broker_url: self.role_url(node),
-            database_url: self.endpoints.pg_url(&self.database),
+            database_url: self.links.endpoints.pg_url(&self.database),
         }
     }
 
@@ -274,7 +276,7 @@ impl Ctx<'_> {
             downstream: c
                 .downstream
                 .as_ref()
-                .zip(self.downstream.as_ref())
+                .zip(self.links.downstream.as_ref())
                 .map(|(d, server)| DownstreamConfig {
                     url: server.url(),
                     timeout_ms: d.timeout_ms,
@@ -294,7 +296,7 @@ impl Ctx<'_> {
     ) -> Result<RoleProc> {
         self.role_seq += 1;
         let log = self.logs.join(format!("{}-program.log", self.role_seq));
-        let mut db = self.endpoints.clone();
+        let mut db = self.links.endpoints.clone();
         db.pg_port = pg_port;
         // `exec`: the program itself is the process mqlab signals and reaps
         // (its exit status, not a shell's), with variables expanded.

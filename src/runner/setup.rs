@@ -9,7 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 
 impl Ctx<'_> {
     pub(super) fn phase(&mut self, phase: &str) {
-        self.sink.tell(&Event::Phase {
+        self.log.sink.tell(&Event::Phase {
             run: &self.run,
             phase,
         });
@@ -22,10 +22,11 @@ impl Ctx<'_> {
             self.start_own_database().await?;
         }
         let db_name = self.database.clone();
-        let mut admin = store::connect(&self.endpoints.pg_url(&self.endpoints.pg_admin)).await?;
+        let mut admin =
+            store::connect(&self.links.endpoints.pg_url(&self.links.endpoints.pg_admin)).await?;
         store::create_database(&mut admin, &db_name).await?;
         drop(admin);
-        let mut db = store::connect(&self.endpoints.pg_url(&db_name)).await?;
+        let mut db = store::connect(&self.links.endpoints.pg_url(&db_name)).await?;
         store::migrate(&mut db).await?;
         let broker = self.connect_broker().await?;
         if self.shared_vhost {
@@ -35,17 +36,17 @@ impl Ctx<'_> {
         broker.declare(&self.lab.topology).await?;
         self.sync_metadata().await?;
         std::fs::create_dir_all(&self.logs)?;
-        self.conns = Some(Conns { broker, db });
-        let addr = &self.endpoints.broker;
+        self.links.conns = Some(Conns { broker, db });
+        let addr = &self.links.endpoints.broker;
         let mut upstreams = vec![addr.socket().await?];
-        for port in self.node_ports.iter().skip(1) {
+        for port in self.servers.node_ports.iter().skip(1) {
             upstreams.push(addr.at(*port).socket().await?);
         }
         let (proxy, events) =
             Proxy::start(upstreams, crate::broker::codec(self.lab.broker)).await?;
-        self.role_endpoints.broker.port = proxy.port;
-        self.proxy = Some((proxy, events));
-        self.observed.events = Events(
+        self.links.role_endpoints.broker.port = proxy.port;
+        self.links.proxy = Some((proxy, events));
+        self.log.observed.events = Events(
             self.lab
                 .steps
                 .iter()
@@ -63,7 +64,7 @@ impl Ctx<'_> {
                 .collect(),
         );
         // The waits a retried message owes, as the lab declares its tiers.
-        self.observed.retry_tiers = self
+        self.log.observed.retry_tiers = self
             .lab
             .steps
             .iter()
@@ -74,7 +75,7 @@ impl Ctx<'_> {
             .map(|r| r.tiers.iter().map(|(_, ttl)| *ttl).collect())
             .unwrap_or_default();
         // After the events: it names the messages it loses by their event.
-        self.downstream = self.start_downstream().await?;
+        self.links.downstream = self.start_downstream().await?;
         Ok(())
     }
 
@@ -93,7 +94,7 @@ impl Ctx<'_> {
                 lose.extend(
                     d.lose_response
                         .iter()
-                        .map(|m| self.observed.events.of(m).to_string()),
+                        .map(|m| self.log.observed.events.of(m).to_string()),
                 );
             }
         }
@@ -115,8 +116,8 @@ impl Ctx<'_> {
 
     /// The node the harness talks to: the first that is up and not cut off.
     pub(super) fn harness_node(&self) -> usize {
-        (1..=self.node_ports.len())
-            .find(|n| !self.nodes_down.contains(n) && !self.nodes_cut.contains(n))
+        (1..=self.servers.node_ports.len())
+            .find(|n| !self.servers.nodes_down.contains(n) && !self.servers.nodes_cut.contains(n))
             .unwrap_or(1)
     }
 
@@ -128,21 +129,21 @@ impl Ctx<'_> {
             return Ok(());
         };
         let mut first: Option<anyhow::Error> = None;
-        if self.broker_paused {
+        if self.servers.broker_paused {
             match env.resume_broker().await {
-                Ok(()) => self.broker_paused = false,
+                Ok(()) => self.servers.broker_paused = false,
                 Err(e) => {
                     first.get_or_insert(e);
                 }
             }
         }
-        if !self.nodes_cut.is_empty() {
+        if !self.servers.nodes_cut.is_empty() {
             if let Err(e) = env.heal().await {
                 first.get_or_insert(e);
             }
-            self.nodes_cut.clear();
+            self.servers.nodes_cut.clear();
         }
-        for n in std::mem::take(&mut self.nodes_down) {
+        for n in std::mem::take(&mut self.servers.nodes_down) {
             if let Err(e) = env.restart_node(n).await {
                 first.get_or_insert(e);
             }
@@ -157,8 +158,8 @@ impl Ctx<'_> {
 
     /// A role's broker URL through `proxy` (None: the harness's proxy).
     pub(super) fn role_url_via(&self, node: usize, proxy: Option<&Proxy>) -> String {
-        let addr = &self.role_endpoints.broker;
-        let proxy = proxy.or(self.proxy.as_ref().map(|(p, _)| p));
+        let addr = &self.links.role_endpoints.broker;
+        let proxy = proxy.or(self.links.proxy.as_ref().map(|(p, _)| p));
         match proxy.and_then(|p| p.ports.get(node.wrapping_sub(1))) {
             Some(port) => addr.at(*port).url(&self.vhost),
             None => addr.url(&self.vhost),
@@ -185,7 +186,7 @@ impl Ctx<'_> {
             .own_database(durability, &dir)
             .await
             .context("the run's own PostgreSQL")?;
-        for e in [&mut self.endpoints, &mut self.role_endpoints] {
+        for e in [&mut self.links.endpoints, &mut self.links.role_endpoints] {
             e.pg_host = "127.0.0.1".into();
             e.pg_port = own.port;
             e.pg_user = "postgres".into();
@@ -196,10 +197,11 @@ impl Ctx<'_> {
             "the run's own cluster on 127.0.0.1:{}, `{durability}`",
             own.port
         );
-        self.own_database = Some((own, cluster));
-        let (fsync, full_pages) =
-            crate::env::postgres::durability_at(&self.endpoints.pg_url(&self.endpoints.pg_admin))
-                .await?;
+        self.links.own_database = Some((own, cluster));
+        let (fsync, full_pages) = crate::env::postgres::durability_at(
+            &self.links.endpoints.pg_url(&self.links.endpoints.pg_admin),
+        )
+        .await?;
         let want = match durability {
             Durability::Durable => "on",
             Durability::Fast => "off",
@@ -207,7 +209,7 @@ impl Ctx<'_> {
         if (fsync.as_str(), full_pages.as_str()) != (want, want) {
             bail!("the run's own PostgreSQL has fsync={fsync}, full_page_writes={full_pages}: not `{durability}`");
         }
-        if let Some((_, said)) = &mut self.own_database {
+        if let Some((_, said)) = &mut self.links.own_database {
             said.push_str(&format!(
                 ": fsync={fsync}, full_page_writes={full_pages} (read from the server)"
             ));
@@ -225,10 +227,10 @@ impl Ctx<'_> {
         if let Err(e) = self.restore_cluster().await {
             error.get_or_insert(format!("restoring the cluster after the lab: {e:#}"));
         }
-        if let Some(c) = self.conns.take() {
+        if let Some(c) = self.links.conns.take() {
             c.broker.close("done").await;
         }
-        let Some((db, said)) = self.own_database.take() else {
+        let Some((db, said)) = self.links.own_database.take() else {
             // A durable lab whose cluster never started: not the shared one.
             let d = self.lab.database;
             return (d != Durability::Fast).then(|| {
@@ -247,13 +249,23 @@ impl Ctx<'_> {
     /// the majority (node 1 but in a cluster lab that stopped or cut it off).
     pub(super) async fn connect_broker(&self) -> Result<Box<dyn Admin>> {
         let node = self.harness_node();
-        let addr = &self.endpoints.broker;
-        let port = self.node_ports.get(node - 1).copied().unwrap_or(addr.port);
+        let addr = &self.links.endpoints.broker;
+        let port = self
+            .servers
+            .node_ports
+            .get(node - 1)
+            .copied()
+            .unwrap_or(addr.port);
         crate::broker::admin(&addr.at(port).url(&self.vhost)).await
     }
 
     pub(super) fn proxy(&self) -> &Proxy {
-        &self.proxy.as_ref().expect("prepared before any step").0
+        &self
+            .links
+            .proxy
+            .as_ref()
+            .expect("prepared before any step")
+            .0
     }
 
     /// PostgreSQL's ground truth now (a program's effects by the lab's query).
@@ -263,6 +275,6 @@ impl Ctx<'_> {
     }
 
     pub(super) fn conns(&mut self) -> &mut Conns {
-        self.conns.as_mut().expect("prepared before any step")
+        self.links.conns.as_mut().expect("prepared before any step")
     }
 }

@@ -68,6 +68,6 @@ impl<S> crate::faults::Run for StepStage<'_, '_, S> {
     }
 
     fn broker_paused(&mut self, paused: bool) {
-        self.ctx.broker_paused = paused;
+        self.ctx.servers.broker_paused = paused;
     }
 }
