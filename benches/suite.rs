@@ -87,6 +87,7 @@ fn main() {
         let run_dir = RunDir::create(exe).expect("run directory");
         let boot = rt.block_on(async {
             let opts = EnvOptions {
+                broker: Default::default(),
                 generation: Default::default(),
                 dir: run_dir.path().to_path_buf(),
                 keep: false,

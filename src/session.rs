@@ -107,6 +107,7 @@ impl Session {
         let run_dir = RunDir::create(&exe).map_err(Error::Environment)?;
         let opts = EnvOptions {
             dir: run_dir.path().to_path_buf(),
+            broker: Default::default(),
             generation: setup.generation,
             ready_timeout: setup.ready_timeout,
             keep: setup.keep,
@@ -140,17 +141,34 @@ impl Session {
         self.run_dir.path()
     }
 
-    /// Starts the environment, runs `work` on it until it ends or a signal
-    /// comes, then stops the environment, or with `keep` (and no signal)
-    /// leaves it running with `runs`' URLs in its kept file.
+    /// Starts the environment of `runs`' broker (one broker: see
+    /// [`by_broker`]; none: the default one), runs `work` on it until it
+    /// ends or a signal comes, then stops the environment, or with `keep`
+    /// (and no signal) leaves it running with `runs`' URLs in its kept file.
     pub fn run<T>(
         &mut self,
         sink: &mut dyn Sink,
         runs: &[Lab],
         work: impl AsyncFnOnce(&mut (dyn Environment + 'static), &mut dyn Sink) -> T,
     ) -> Result<Ended<T>, Error> {
+        let broker = runs.first().map_or_else(Default::default, |l| l.broker);
+        if let Some(other) = runs.iter().find(|l| l.broker != broker) {
+            return Err(Error::Environment(anyhow::anyhow!(
+                "one environment hosts one broker: {} runs on {}, {} on {broker} (a bug: by_broker groups them)",
+                runs[0].run_name(),
+                broker,
+                other.run_name(),
+            )));
+        }
         let (attach, external) = (self.attach.take(), self.external.take());
-        let (kind, keep, images, opts) = (self.kind, self.keep, &self.images, &self.opts);
+        let opts = &EnvOptions {
+            broker,
+            // A cluster when one of these runs needs it (`nodes = 3`).
+            cluster: (self.opts.cluster.clone())
+                .filter(|_| runs.is_empty() || runs.iter().any(Lab::is_cluster)),
+            ..self.opts.clone()
+        };
+        let (kind, keep, images) = (self.kind, self.keep, &self.images);
         let dir = self.run_dir.path();
         self.rt.block_on(async {
             let mut env = match external {
@@ -191,6 +209,20 @@ impl Session {
         }
         path
     }
+}
+
+/// The runs by the broker each runs on, in the order of their first run:
+/// one environment each, started only when a selected run needs it, one
+/// after the other.
+pub fn by_broker(runs: Vec<Lab>) -> Vec<Vec<Lab>> {
+    let mut groups: Vec<Vec<Lab>> = Vec::new();
+    for lab in runs {
+        match groups.iter_mut().find(|g| g[0].broker == lab.broker) {
+            Some(g) => g.push(lab),
+            None => groups.push(vec![lab]),
+        }
+    }
+    groups
 }
 
 /// Chooses, starts and announces the environment; Ctrl-C while it boots

@@ -50,6 +50,7 @@ fn with_env(containers: bool) {
         .unwrap();
     rt.block_on(async {
         let opts = EnvOptions {
+            broker: Default::default(),
             generation: Default::default(),
             dir: run_dir.path().to_path_buf(),
             ready_timeout: Duration::from_secs(90),

@@ -58,6 +58,7 @@ fn three_nodes_one_cluster_node_kill_and_partition() {
     );
     rt.block_on(async {
         let opts = EnvOptions {
+            broker: Default::default(),
             generation: Default::default(),
             dir: run_dir.path().to_path_buf(),
             ready_timeout: Duration::from_secs(120),

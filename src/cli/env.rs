@@ -31,6 +31,8 @@ pub(super) fn cmd_env_up(
             labs.push(project.load(&run).usage()?);
         }
     }
+    // One environment, of one broker: the default one's, for its labs.
+    labs.retain(|l| l.broker == crate::vocab::Broker::default());
     let mut vhosts: Vec<String> = labs
         .iter()
         .map(|l| naming::vhost_for(&l.run_name()))

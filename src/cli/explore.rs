@@ -71,7 +71,7 @@ pub(super) fn cmd_explore(project: &Project, args: ExploreArgs) -> Result<i32, E
     let started = Instant::now();
     let mut results = Vec::new();
     let (exe, run_dir) = (session.exe().to_path_buf(), session.run_dir().to_path_buf());
-    let ended = session.run(&mut sink, &[], async |env, sink| {
+    let ended = session.run(&mut sink, std::slice::from_ref(&lab), async |env, sink| {
         let mut suite = Suite {
             project,
             env,

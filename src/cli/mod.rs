@@ -277,6 +277,30 @@ fn runnable(labs: Vec<Lab>, external: bool, skip: bool) -> Result<(Vec<Lab>, Vec
     Ok((can, cannot.iter().map(Lab::run_name).collect()))
 }
 
+/// Runs on several brokers need an environment each, which mqlab starts:
+/// not a kept one (`--env-dir`), not the user's (`--env external`), and
+/// none left running (`--keep`).
+fn one_environment_possible(groups: &[Vec<Lab>], setup: &Setup) -> Result<(), Error> {
+    let [first, second, ..] = groups else {
+        return Ok(());
+    };
+    let given = [
+        (setup.keep, "--keep"),
+        (setup.attach.is_some(), "--env-dir"),
+        (setup.external.is_some(), "--env external"),
+    ];
+    match given.iter().find(|(on, _)| *on) {
+        Some((_, flag)) => Err(Error::Usage(anyhow::anyhow!(
+            "{flag} is one environment, of one broker: these runs are on {} ({}) and {} ({}); run each broker's apart",
+            first[0].broker,
+            first[0].run_name(),
+            second[0].broker,
+            second[0].run_name()
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Where `mqlab lab`'s events go: the terminal and the summary table, and
 /// the outputs its flags ask for.
 fn lab_sinks(terminal: sinks::Terminal, args: &LabArgs) -> Fanout {
@@ -317,6 +341,8 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32, Error> {
         cluster: labs.iter().any(Lab::is_cluster),
         ..setup(project, &args.env, vhosts)?
     };
+    let groups = crate::session::by_broker(labs);
+    one_environment_possible(&groups, &setup)?;
     let terminal = sinks::Terminal::new(project.snapshots_dir());
     let mut session = Session::open(setup, progress(&terminal))?;
     let mut sink = lab_sinks(terminal, &args);
@@ -324,27 +350,38 @@ fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32, Error> {
     let started = Instant::now();
     let mut records: Vec<RunRecord> = Vec::new();
     let (exe, run_dir) = (session.exe().to_path_buf(), session.run_dir().to_path_buf());
-    let ended = session.run(&mut sink, &labs, async |env, sink| {
-        let mut suite = Suite {
-            project,
-            env,
-            exe: &exe,
-            run_dir: &run_dir,
-            update: args.update,
-            vhost: None,
-            checks_only: false,
-            jobs: args.jobs,
-            settings: Default::default(),
-        };
-        suite.run(&labs, &mut records, sink).await
-    });
-    let ended = match ended {
-        Ok(e) => e,
-        Err(e) => {
-            session.close(false);
-            return Err(e);
-        }
+    let mut ended = crate::session::Ended {
+        value: Some(()),
+        interrupted: None,
+        kept: false,
     };
+    // One environment per broker, one after the other.
+    for group in &groups {
+        let run = session.run(&mut sink, group, async |env, sink| {
+            let mut suite = Suite {
+                project,
+                env,
+                exe: &exe,
+                run_dir: &run_dir,
+                update: args.update,
+                vhost: None,
+                checks_only: false,
+                jobs: args.jobs,
+                settings: Default::default(),
+            };
+            suite.run(group, &mut records, sink).await
+        });
+        ended = match run {
+            Ok(e) => e,
+            Err(e) => {
+                session.close(false);
+                return Err(e);
+            }
+        };
+        if ended.interrupted.is_some() {
+            break;
+        }
+    }
     // What ended is reported, even when the suite was interrupted.
     sink.tell(&Event::SuiteFinished {
         records: &records,

@@ -168,6 +168,8 @@ impl std::fmt::Debug for Progress {
 pub struct EnvOptions {
     /// The run directory: the environment keeps its servers' files under `env/`.
     pub dir: std::path::PathBuf,
+    /// The broker it starts (the runs' own: one environment per broker).
+    pub broker: crate::vocab::Broker,
     /// The broker generation asked for (`--rabbitmq`; None: a local
     /// node's default, a container's image's). The server must report it.
     pub generation: Option<Generation>,

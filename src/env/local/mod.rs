@@ -13,7 +13,7 @@ use tokio::process::{Child, ChildStdin};
 
 use super::nodes;
 use super::rabbitmq::definitions_json;
-use super::{free_ports, Endpoints, EnvInfo, EnvOptions};
+use super::{free_ports, Endpoints, EnvInfo, EnvOptions, Generation};
 use super::{postgres, process};
 
 mod rabbit;
@@ -94,7 +94,8 @@ impl Kept {
 impl LocalEnv {
     pub async fn start(opts: &EnvOptions) -> Result<LocalEnv> {
         let started = Instant::now();
-        let bins = Binaries::find(opts.generation.unwrap_or_default())?;
+        let generation = opts.generation.unwrap_or(Generation::base_of(opts.broker));
+        let bins = Binaries::find(generation)?;
         let owner = postgres::owner()?;
         let dir = opts.dir.join("env");
         std::fs::create_dir_all(&dir)?;
