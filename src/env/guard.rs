@@ -171,13 +171,23 @@ pub fn reap(dir: &Path, patience: Duration) {
     }
 }
 
-/// Live processes whose environment carries `MQLAB_RUN=<mark>` (zombies
-/// have no environment left and are not counted).
+/// Live processes of the run in directory `mark`: those whose environment
+/// carries `MQLAB_RUN=<mark>` (zombies have no environment left and are not
+/// counted), and those working inside the directory. A PostgreSQL backend
+/// is one of the second kind only: it writes its process title over its
+/// environment, and it leaves the postmaster's process group (setsid), so
+/// one stuck when its postmaster was killed (seen: a `CREATE DATABASE`
+/// waiting forever on a lock of a dead process) is found by its working
+/// directory, the cluster's data directory.
 pub fn marked_processes(mark: &str) -> Vec<i32> {
     let needle = format!("{RUN_VAR}={mark}");
     let me = std::process::id() as i32;
     let Ok(rd) = std::fs::read_dir("/proc") else {
         return Vec::new();
+    };
+    let inside = |pid: i32| {
+        std::fs::read_link(format!("/proc/{pid}/cwd"))
+            .is_ok_and(|cwd| works_in(&cwd.to_string_lossy(), mark))
     };
     rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
         .filter(|pid| *pid != me)
@@ -185,6 +195,38 @@ pub fn marked_processes(mark: &str) -> Vec<i32> {
             std::fs::read(format!("/proc/{pid}/environ"))
                 .map(|env| env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()))
                 .unwrap_or(false)
+                || inside(*pid)
         })
         .collect()
+}
+
+/// Whether a working directory (as `/proc/<pid>/cwd` reads, ` (deleted)`
+/// once removed) lies inside the run directory `dir`.
+fn works_in(cwd: &str, dir: &str) -> bool {
+    let cwd = cwd.strip_suffix(" (deleted)").unwrap_or(cwd);
+    let dir = dir.trim_end_matches('/');
+    !dir.is_empty()
+        && cwd
+            .strip_prefix(dir)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
+#[cfg(test)]
+mod tests {
+    /// A process counts as the run's when it works in the run directory or
+    /// below it, the directory removed or not; a sibling with a longer name
+    /// does not.
+    #[test]
+    fn a_working_directory_inside_the_run() {
+        let run = "/tmp/x/mqlab-ab";
+        assert!(super::works_in(
+            "/tmp/x/mqlab-ab/env/pg/data (deleted)",
+            run
+        ));
+        assert!(super::works_in("/tmp/x/mqlab-ab", run));
+        assert!(super::works_in("/tmp/x/mqlab-ab/env", "/tmp/x/mqlab-ab/"));
+        assert!(!super::works_in("/tmp/x/mqlab-abc/env", run));
+        assert!(!super::works_in("/tmp/x", run));
+        assert!(!super::works_in("/", ""));
+    }
 }
