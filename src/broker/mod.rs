@@ -152,10 +152,11 @@ pub enum Frame {
         redelivered: bool,
         auto_ack: bool,
     },
-    /// A client settles the delivery its tag names (`message`, when the
-    /// codec saw that delivery); `multiple`: and every one before it.
+    /// A client settles deliveries: the one its tag names or, with
+    /// `multiple`, every one not settled yet up to it (a batch), `covers`
+    /// in the order they were delivered (the deliveries the codec saw).
     Settled {
-        message: Option<String>,
+        covers: Vec<String>,
         multiple: bool,
         how: Settle,
     },

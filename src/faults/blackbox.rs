@@ -126,6 +126,10 @@ pub struct BlackBox {
     /// transaction): a statement before the next delivery contradicts a
     /// declared order.
     skip_settled: bool,
+    /// The program sent a statement since the current delivery: an ack of
+    /// it before its transaction ends is an ack before the COMMIT, not a
+    /// skip (a batch acked with `multiple` before its last COMMIT).
+    in_tx: bool,
     /// Wakes the AMQP proxy to pass a delivery it held.
     pub release: Arc<Notify>,
     seen: mpsc::UnboundedSender<Seen>,
@@ -151,6 +155,7 @@ impl BlackBox {
             awaiting_tx_end: false,
             declared: false,
             skip_settled: false,
+            in_tx: false,
             release: Arc::new(Notify::new()),
             seen,
         }
@@ -246,6 +251,7 @@ impl BlackBox {
         self.commit_pending = false;
         self.awaiting_tx_end = false;
         self.skip_settled = false;
+        self.in_tx = false;
     }
 
     pub fn frozen(&self) -> bool {
@@ -271,6 +277,7 @@ impl BlackBox {
 
     /// The program's transaction ended (COMMIT or ROLLBACK answered).
     pub fn on_tx_end(&mut self) {
+        self.in_tx = false;
         if std::mem::take(&mut self.awaiting_tx_end) {
             self.release.notify_one();
             if let Some(m) = self.current.clone() {
@@ -339,6 +346,7 @@ impl BlackBox {
         }
         self.current = Some(message.to_string());
         self.skip_settled = false;
+        self.in_tx = false;
         self.commits = 0;
         self.awaiting_tx_end = true;
         self.say(Seen::Delivered {
@@ -366,7 +374,11 @@ impl BlackBox {
     /// declared order, one that comes after a message was settled as a skip
     /// and before the next delivery is that message's: it acked first.
     pub fn on_statement(&mut self) {
-        if self.frozen || !self.declared || !self.skip_settled {
+        if self.frozen {
+            return;
+        }
+        self.in_tx = true;
+        if !self.declared || !self.skip_settled {
             return;
         }
         let m = self.current.clone().unwrap_or_default();
@@ -462,10 +474,13 @@ impl BlackBox {
                 return Pass::Hold;
             }
             // A program that commits before it acks and acks with no
-            // COMMIT skipped the message: there is no commit to kill after.
-            let why = match self.commits_first {
-                Some(true) => "it acks it with no COMMIT (a skip)",
-                _ => "it acks before it commits",
+            // COMMIT and no statement skipped the message: there is no
+            // commit to kill after.
+            let skip = self.commits_first == Some(true)
+                && !(self.in_tx && self.current.as_deref() == Some(m.as_str()));
+            let why = match skip {
+                true => "it acks it with no COMMIT (a skip)",
+                false => "it acks before it commits",
             };
             self.say(Seen::Unreachable {
                 message: m.clone(),
@@ -476,15 +491,21 @@ impl BlackBox {
         self.acked.insert(m.clone());
         self.say(Seen::Acked { message: m.clone() });
         if self.current.as_deref() == Some(m.as_str()) {
-            // Acked with no transaction ended since its delivery, by a
-            // program that commits before it acks: it skipped the message.
-            if self.commits_first == Some(true) && std::mem::take(&mut self.awaiting_tx_end) {
+            // Acked with no transaction ended since its delivery, and no
+            // statement sent, by a program that commits before it acks: it
+            // skipped the message.
+            if self.commits_first == Some(true)
+                && !self.in_tx
+                && std::mem::take(&mut self.awaiting_tx_end)
+            {
                 self.ended.insert(m.clone());
                 self.skip_settled = true;
                 self.release.notify_one();
             }
-            self.settle(&m);
         }
+        // An earlier message too (a batch acked with `multiple`): its
+        // transaction ended before the delivery after it.
+        self.settle(&m);
         if is_target(Window::AfterAck, self) && self.committed.contains(&m) {
             self.fire(m);
         }
@@ -731,5 +752,75 @@ mod tests {
         b.on_deliver("mid-1", false, true);
         assert_eq!(b.on_commit_request(), Pass::Hold);
         assert!(contradicted(&mut rx, "mid-1"));
+    }
+
+    fn settled(seen: &[Seen]) -> Vec<&str> {
+        seen.iter()
+            .filter_map(|s| match s {
+                Seen::Settled { message } => Some(message.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Two messages, each committed in turn, then one ack with `multiple`
+    /// (the proxy calls `on_ack` for each message it covers, in delivery
+    /// order): both settle; `after-commit-before-ack` of the first holds
+    /// that ack.
+    #[test]
+    fn a_batch_acked_together() {
+        let batch = |b: &mut BlackBox| {
+            for m in ["mid-1", "mid-2"] {
+                b.on_deliver(m, false, false);
+                b.on_statement();
+                commit(b);
+            }
+        };
+        let (mut b, mut rx) = bb();
+        batch(&mut b);
+        assert_eq!(b.on_ack("mid-1"), Pass::Forward);
+        assert_eq!(b.on_ack("mid-2"), Pass::Forward);
+        assert_eq!(settled(&drain(&mut rx)), ["mid-1", "mid-2"]);
+
+        let (mut b, mut rx) = bb();
+        b.arm(Window::AfterCommitBeforeAck, "mid-1", 1);
+        batch(&mut b);
+        assert_eq!(b.on_ack("mid-1"), Pass::Hold);
+        assert!(b.frozen());
+        assert!(
+            matches!(drain(&mut rx).last(), Some(Seen::Fire { message }) if message == "mid-1")
+        );
+    }
+
+    /// A batch acked before its last COMMIT: the ack of the current message
+    /// comes after its statements, so it is no skip. The next delivery
+    /// waits for its transaction, `after-ack-before-commit` holds its
+    /// COMMIT, and `after-commit-before-ack` is said unreachable.
+    #[test]
+    fn a_batch_acked_before_its_last_commit() {
+        let acked_early = |b: &mut BlackBox| {
+            b.on_deliver("mid-1", false, false);
+            b.on_statement();
+            commit(b);
+            b.on_deliver("mid-2", false, false);
+            b.on_statement();
+            b.on_ack("mid-1");
+            b.on_ack("mid-2");
+        };
+        let (mut b, mut rx) = bb();
+        b.arm(Window::AfterAckBeforeCommit, "mid-2", 1);
+        acked_early(&mut b);
+        assert!(b.holds_next_delivery());
+        assert_eq!(b.on_commit_request(), Pass::Hold);
+        assert!(b.frozen());
+        assert_eq!(settled(&drain(&mut rx)), ["mid-1"]);
+
+        let (mut b, mut rx) = bb();
+        b.arm(Window::AfterCommitBeforeAck, "mid-2", 1);
+        acked_early(&mut b);
+        assert!(drain(&mut rx).iter().any(|s| matches!(
+            s,
+            Seen::Unreachable { message, why } if message == "mid-2" && why == "it acks before it commits"
+        )));
     }
 }

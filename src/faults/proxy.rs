@@ -359,21 +359,24 @@ fn judge(dir: Dir, frame: &[u8], conn: &mut Conn, shared: &Shared) -> Verdict {
                 b.lock().expect("black box").on_consume(no_ack);
             }
         }
-        // What the black box and the cut follow is a single ack naming a
-        // delivery the codec saw (a `multiple` ack counts for the delivery
-        // its tag names).
+        // An ack, of one delivery or (`multiple`) of a batch: the black box
+        // follows each message it covers, in delivery order (one held holds
+        // the frame, so the broker sees none of the batch); the cut, the
+        // ack that covers its message.
         Frame::Settled {
-            message: Some(message),
+            covers,
             how: Settle::Ack,
             ..
         } => {
             if let Some(b) = &bb {
-                if b.lock().expect("black box").on_ack(&message) == Pass::Hold {
+                let mut b = b.lock().expect("black box");
+                if covers.iter().any(|m| b.on_ack(m) == Pass::Hold) {
                     return Verdict::Drop;
                 }
             }
             if let Some(Rule::CutOnAck { message: cut }) = rule.as_ref() {
-                if *cut == message {
+                if covers.contains(cut) {
+                    let message = cut.clone();
                     let _ = shared.events.send(ProxyEvent::Cut { message });
                     *rule = None;
                     shared.gate.send_replace(false);

@@ -40,9 +40,23 @@ impl AmqpCodec {
         self.no_ack.remove(&ch);
     }
 
-    fn settled(&self, ch: u16, tag: u64, multiple: bool, how: Settle) -> Frame {
+    /// The deliveries a settle of `tag` covers: that one or, with
+    /// `multiple`, every one of the channel's up to it (tag 0: all of
+    /// them), in tag order. Settled, they are forgotten: a later
+    /// `multiple` covers only what is still outstanding.
+    fn settled(&mut self, ch: u16, tag: u64, multiple: bool, how: Settle) -> Frame {
+        let mut covers: Vec<(u64, String)> = self
+            .deliveries
+            .iter()
+            .filter(|((c, t), _)| *c == ch && (*t == tag || (multiple && (tag == 0 || *t <= tag))))
+            .map(|((_, t), m)| (*t, m.clone()))
+            .collect();
+        covers.sort();
+        for (t, _) in &covers {
+            self.deliveries.remove(&(ch, *t));
+        }
         Frame::Settled {
-            message: self.deliveries.get(&(ch, tag)).cloned(),
+            covers: covers.into_iter().map(|(_, m)| m).collect(),
             multiple,
             how,
         }

@@ -132,9 +132,9 @@ fn delivered(m: &str, redelivered: bool, auto_ack: bool) -> Frame {
     }
 }
 
-fn settled(m: Option<&str>, multiple: bool, how: Settle) -> Frame {
+fn settled(covers: &[&str], multiple: bool, how: Settle) -> Frame {
     Frame::Settled {
-        message: m.map(str::to_string),
+        covers: covers.iter().map(|m| m.to_string()).collect(),
         multiple,
         how,
     }
@@ -222,7 +222,8 @@ fn publishes_are_numbered_per_channel_in_confirm_mode_only() {
 }
 
 /// A consumer: qos, consume, deliveries (one redelivered), a single ack,
-/// a `multiple` ack, a nack with and without requeue, a reject.
+/// a `multiple` ack covering the two still outstanding, a nack, a reject, a
+/// `multiple` nack of tag 0 (all of them); a tag settled is forgotten.
 #[test]
 fn a_consumer_is_delivered_and_settles() {
     let reject = |tag, requeue| {
@@ -277,45 +278,65 @@ fn a_consumer_is_delivered_and_settles() {
         (
             ToBroker,
             ack(1, 1, false),
-            f(settled(Some("mid-1"), false, Settle::Ack)),
+            f(settled(&["mid-1"], false, Settle::Ack)),
         ),
         (
             ToBroker,
-            ack(1, 2, true),
-            f(settled(Some("mid-2"), true, Settle::Ack)),
+            ack(1, 3, true),
+            f(settled(&["mid-2", "mid-3"], true, Settle::Ack)),
+        ),
+        // Settled already: a single ack of it covers nothing.
+        (
+            ToBroker,
+            ack(1, 2, false),
+            f(settled(&[], false, Settle::Ack)),
         ),
         (
             ToBroker,
-            nack(1, 3, false, true),
+            nack(1, 4, false, true),
+            f(settled(&["mid-4"], false, Settle::Nack { requeue: true })),
+        ),
+        (ToClient, deliver(1, 5, true), f(Frame::Other)),
+        (
+            ToClient,
+            header(1, "mid-4", 0),
+            f(delivered("mid-4", true, false)),
+        ),
+        (
+            ToBroker,
+            reject(5, false),
             f(settled(
-                Some("mid-3"),
-                false,
-                Settle::Nack { requeue: true },
-            )),
-        ),
-        (
-            ToBroker,
-            nack(1, 4, true, false),
-            f(settled(
-                Some("mid-4"),
-                true,
-                Settle::Nack { requeue: false },
-            )),
-        ),
-        (
-            ToBroker,
-            reject(4, false),
-            f(settled(
-                Some("mid-4"),
+                &["mid-4"],
                 false,
                 Settle::Reject { requeue: false },
+            )),
+        ),
+        (ToClient, deliver(1, 6, false), f(Frame::Other)),
+        (
+            ToClient,
+            header(1, "mid-5", 0),
+            f(delivered("mid-5", false, false)),
+        ),
+        (ToClient, deliver(1, 7, false), f(Frame::Other)),
+        (
+            ToClient,
+            header(1, "mid-6", 0),
+            f(delivered("mid-6", false, false)),
+        ),
+        (
+            ToBroker,
+            nack(1, 0, true, false),
+            f(settled(
+                &["mid-5", "mid-6"],
+                true,
+                Settle::Nack { requeue: false },
             )),
         ),
         // A tag the codec never saw delivered names no message.
         (
             ToBroker,
             ack(1, 9, false),
-            f(settled(None, false, Settle::Ack)),
+            f(settled(&[], false, Settle::Ack)),
         ),
     ]);
 }
@@ -341,7 +362,7 @@ fn an_auto_ack_consumer_and_a_channel_opened_again() {
         (
             ToBroker,
             ack(1, 1, false),
-            f(settled(None, false, Settle::Ack)),
+            f(settled(&[], false, Settle::Ack)),
         ),
         (ToClient, deliver(1, 1, false), f(Frame::Other)),
         (
