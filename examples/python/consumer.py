@@ -27,6 +27,15 @@ from outside, on the program's AMQP and PostgreSQL connections.
     consumer.py cached-inbox  safe, with a cache of its inbox read at start:
                            an eventId it knows is acked with no database
                            statement (the inbox still decides the others)
+    consumer.py batched    safe, shaped as many production consumers are: its
+                           own prefetch (10, whatever MQLAB_PREFETCH says),
+                           each message's inbox and business rows in one
+                           transaction, acks in batches (basic.ack with
+                           multiple=True every second message, and whatever
+                           is pending once the queue is quiet for 0.3 s)
+    consumer.py batch-acked-early  the same, acking each batch before the
+                           COMMIT of its last message (broken: a crash
+                           between that ack and that COMMIT loses it)
 """
 
 import json
@@ -46,6 +55,8 @@ MODES = (
     "memory-dedup",
     "check-then-insert",
     "cached-inbox",
+    "batched",
+    "batch-acked-early",
 )
 if MODE not in MODES:
     sys.exit(f"usage: consumer.py {'|'.join(MODES)} (not {MODE!r})")
@@ -74,6 +85,10 @@ def main():
 
     connection = pika.BlockingConnection(pika.URLParameters(os.environ["MQLAB_AMQP_URL"]))
     channel = connection.channel()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    if MODE in ("batched", "batch-acked-early"):
+        consume_in_batches(channel, db, service)
+        return
     channel.basic_qos(prefetch_count=int(os.environ.get("MQLAB_PREFETCH", "1")))
 
     seen = set()
@@ -145,11 +160,55 @@ def main():
         if MODE in ("safe", "two-tx", "cached-inbox"):
             ch.basic_ack(method.delivery_tag)
 
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     channel.basic_consume(
         os.environ["MQLAB_QUEUE"], on_message, auto_ack=(MODE == "auto-ack")
     )
     channel.start_consuming()
+
+
+def consume_in_batches(channel, db, service):
+    """Prefetch 10, one transaction per message, one ack per two messages
+    (multiple=True), and the rest acked once the queue is quiet."""
+    channel.basic_qos(prefetch_count=10)
+    pending = None  # the delivery tag of the last message not acked yet
+    count = 0
+    queue = os.environ["MQLAB_QUEUE"]
+    for method, _properties, body in channel.consume(queue, inactivity_timeout=0.3):
+        if method is None:  # quiet: ack what is pending
+            if pending is not None:
+                channel.basic_ack(pending, multiple=True)
+                pending = None
+            continue
+        event = json.loads(body)
+        count += 1
+        ends_batch = count % 2 == 0
+        with db.cursor() as cur:
+            cur.execute(
+                "INSERT INTO py_inbox (service, event_id) VALUES (%s, %s) "
+                "ON CONFLICT DO NOTHING",
+                (service, event["eventId"]),
+            )
+            applies = cur.rowcount == 1
+            if applies:
+                cur.execute(
+                    "INSERT INTO py_reservations (service, event_id, order_id, amount) "
+                    "VALUES (%s, %s, %s, %s)",
+                    (service, event["eventId"], event["orderId"], event["amount"]),
+                )
+            if MODE == "batch-acked-early" and ends_batch:
+                # The mistake: the batch is acked while its last message's
+                # transaction is still open.
+                channel.basic_ack(method.delivery_tag, multiple=True)
+            if applies:
+                db.commit()
+            else:
+                db.rollback()  # a duplicate: applied before
+        if ends_batch:
+            if MODE == "batched":
+                channel.basic_ack(method.delivery_tag, multiple=True)
+            pending = None
+        else:
+            pending = method.delivery_tag
 
 
 if __name__ == "__main__":

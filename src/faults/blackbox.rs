@@ -132,6 +132,14 @@ pub struct BlackBox {
     in_tx: bool,
     /// Wakes the AMQP proxy to pass a delivery it held.
     pub release: Arc<Notify>,
+    /// The AMQP proxy holds a delivery for the end of the current
+    /// transaction: the database's answer that ends it reaches the program
+    /// only once that delivery has passed ([`BlackBox::deliveries`] counts
+    /// up), so what the program does next (a batch's ack) comes after it in
+    /// every run.
+    delivery_held: bool,
+    /// Deliveries passed so far (and resets), for whoever waits for one.
+    passed: watch::Sender<u64>,
     seen: mpsc::UnboundedSender<Seen>,
 }
 
@@ -157,6 +165,8 @@ impl BlackBox {
             skip_settled: false,
             in_tx: false,
             release: Arc::new(Notify::new()),
+            delivery_held: false,
+            passed: watch::Sender::new(0),
             seen,
         }
     }
@@ -252,6 +262,25 @@ impl BlackBox {
         self.awaiting_tx_end = false;
         self.skip_settled = false;
         self.in_tx = false;
+        self.delivery_passed();
+    }
+
+    /// The AMQP proxy holds a delivery until the transaction ends.
+    pub fn hold_delivery(&mut self) {
+        self.delivery_held = true;
+    }
+
+    fn delivery_passed(&mut self) {
+        self.delivery_held = false;
+        self.passed.send_modify(|n| *n += 1);
+    }
+
+    /// When a delivery is held: the deliveries passed so far, and their
+    /// count's changes, for the PostgreSQL proxy to wait until the held one
+    /// has passed before it answers the transaction's end to the program.
+    pub fn deliveries(&self) -> Option<(u64, watch::Receiver<u64>)> {
+        self.delivery_held
+            .then(|| (*self.passed.borrow(), self.passed.subscribe()))
     }
 
     pub fn frozen(&self) -> bool {
@@ -326,6 +355,7 @@ impl BlackBox {
     /// The broker delivers a message to the program (the frame passes; at
     /// `on-deliver` everything after it is held).
     pub fn on_deliver(&mut self, message: &str, redelivered: bool, auto_ack: bool) -> Pass {
+        self.delivery_passed();
         if self.frozen {
             return Pass::Hold;
         }
@@ -458,21 +488,51 @@ impl BlackBox {
 
     /// The program acks a message.
     pub fn on_ack(&mut self, message: &str) -> Pass {
+        self.on_acks(&[message.to_string()])
+    }
+
+    /// The program acks the messages one frame covers (one, or a batch
+    /// acked with `multiple`), in delivery order. The frame passes whole or
+    /// not at all: held at `after-commit-before-ack` of one of them, none
+    /// of the batch is acked (the broker sees none); passed, each is acked,
+    /// then `after-ack` fires.
+    pub fn on_acks(&mut self, covers: &[String]) -> Pass {
         if self.frozen {
             return Pass::Hold;
         }
-        let m = message.to_string();
-        let is_target = |w: Window, me: &Self| matches!(&me.target, Some((tw, tm)) if *tw == w && *tm == m && !me.fired);
-        if is_target(Window::AfterCommitBeforeAck, self) {
-            if self.committed.contains(&m) {
-                self.say(Seen::Held {
-                    message: m.clone(),
-                    what: "ack",
-                    commit: None,
-                });
-                self.fire(m);
-                return Pass::Hold;
-            }
+        let held = covers.iter().find(|m| {
+            self.is_target(Window::AfterCommitBeforeAck, m) && self.committed.contains(*m)
+        });
+        if let Some(m) = held.cloned() {
+            self.say(Seen::Held {
+                message: m.clone(),
+                what: "ack",
+                commit: None,
+            });
+            self.fire(m);
+            return Pass::Hold;
+        }
+        for m in covers {
+            self.ack_one(m);
+        }
+        let after = covers
+            .iter()
+            .find(|m| self.is_target(Window::AfterAck, m) && self.committed.contains(*m));
+        if let Some(m) = after.cloned() {
+            self.fire(m);
+        }
+        Pass::Forward
+    }
+
+    /// `w` is armed for `m` and not reached yet.
+    fn is_target(&self, w: Window, m: &str) -> bool {
+        matches!(&self.target, Some((tw, tm)) if *tw == w && tm == m && !self.fired)
+    }
+
+    /// One message of an ack that passes.
+    fn ack_one(&mut self, m: &str) {
+        let m = m.to_string();
+        if self.is_target(Window::AfterCommitBeforeAck, &m) {
             // A program that commits before it acks and acks with no
             // COMMIT and no statement skipped the message: there is no
             // commit to kill after.
@@ -506,10 +566,6 @@ impl BlackBox {
         // An earlier message too (a batch acked with `multiple`): its
         // transaction ended before the delivery after it.
         self.settle(&m);
-        if is_target(Window::AfterAck, self) && self.committed.contains(&m) {
-            self.fire(m);
-        }
-        Pass::Forward
     }
 }
 
@@ -778,8 +834,8 @@ mod tests {
         };
         let (mut b, mut rx) = bb();
         batch(&mut b);
-        assert_eq!(b.on_ack("mid-1"), Pass::Forward);
-        assert_eq!(b.on_ack("mid-2"), Pass::Forward);
+        let both = ["mid-1".to_string(), "mid-2".to_string()];
+        assert_eq!(b.on_acks(&both), Pass::Forward);
         assert_eq!(settled(&drain(&mut rx)), ["mid-1", "mid-2"]);
 
         let (mut b, mut rx) = bb();
@@ -804,8 +860,7 @@ mod tests {
             commit(b);
             b.on_deliver("mid-2", false, false);
             b.on_statement();
-            b.on_ack("mid-1");
-            b.on_ack("mid-2");
+            b.on_acks(&["mid-1".to_string(), "mid-2".to_string()]);
         };
         let (mut b, mut rx) = bb();
         b.arm(Window::AfterAckBeforeCommit, "mid-2", 1);

@@ -203,17 +203,24 @@ async fn server_to_client(
         }
         buf.drain(..used);
         let mut out = Vec::new();
-        {
+        let mut ended = false;
+        let held_delivery = {
             let mut b = bb.lock().expect("black box");
             if !b.paused() || b.frozen() {
                 for msg in held.drain(..) {
-                    answered(&mut b, &msg);
+                    ended |= answered(&mut b, &msg);
                     // Frozen (the kill comes): the program hears nothing more.
                     if !b.frozen() {
                         out.extend_from_slice(&msg);
                     }
                 }
             }
+            b.deliveries()
+        };
+        // A transaction ended and freed a delivery the AMQP proxy held: the
+        // program hears the end once that delivery has passed to it.
+        if let (true, false, Some((seen, mut passed))) = (ended, out.is_empty(), held_delivery) {
+            let _ = passed.wait_for(|n| *n > seen).await;
         }
         if !out.is_empty() && to.write_all(&out).await.is_err() {
             return;
@@ -221,22 +228,26 @@ async fn server_to_client(
     }
 }
 
-/// The server's answer `msg` as the black box sees it: a transaction's end.
-fn answered(b: &mut BlackBox, msg: &[u8]) {
+/// The server's answer `msg` as the black box sees it: whether it ends a
+/// transaction.
+fn answered(b: &mut BlackBox, msg: &[u8]) -> bool {
     if msg.len() > 1 && msg[0] == b'C' {
         match command_tag(msg) {
             Some("COMMIT") => {
                 b.on_commit_done(true);
                 b.on_tx_end();
+                return true;
             }
             // A ROLLBACK, or the answer to a COMMIT of a failed transaction.
             Some("ROLLBACK") => {
                 b.on_commit_done(false);
                 b.on_tx_end();
+                return true;
             }
             _ => {}
         }
     }
+    false
 }
 
 /// The SQL of a client message that carries one, upper-cased and trimmed:

@@ -262,6 +262,9 @@ async fn pump(
                     .as_ref()
                     .is_some_and(|b| b.lock().expect("black box").holds_next_delivery());
             if held {
+                if let Some(b) = &bb {
+                    b.lock().expect("black box").hold_delivery();
+                }
                 break;
             }
             let frame = pending.pop_front().expect("a pending frame");
@@ -360,17 +363,15 @@ fn judge(dir: Dir, frame: &[u8], conn: &mut Conn, shared: &Shared) -> Verdict {
             }
         }
         // An ack, of one delivery or (`multiple`) of a batch: the black box
-        // follows each message it covers, in delivery order (one held holds
-        // the frame, so the broker sees none of the batch); the cut, the
-        // ack that covers its message.
+        // follows the messages it covers (held, the broker sees none of the
+        // batch); the cut, the ack that covers its message.
         Frame::Settled {
             covers,
             how: Settle::Ack,
             ..
         } => {
             if let Some(b) = &bb {
-                let mut b = b.lock().expect("black box");
-                if covers.iter().any(|m| b.on_ack(m) == Pass::Hold) {
+                if b.lock().expect("black box").on_acks(&covers) == Pass::Hold {
                     return Verdict::Drop;
                 }
             }
