@@ -354,8 +354,10 @@ fn header(r: &Record) -> String {
         ));
     }
     if let Some(d) = &r.declared_difference {
+        // The product, as the broker's version names it (`RabbitMQ 4.0.5`).
+        let product = r.broker.version.split(' ').next().unwrap_or_default();
         md.push_str(&format!(
-            "| declared for RabbitMQ {} | {} ({}) |\n",
+            "| declared for {product} {} | {} ({}) |\n",
             cell(&d.generation),
             cell(&d.cause),
             cell(&d.source)

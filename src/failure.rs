@@ -43,14 +43,14 @@ impl Failure {
             .map_or(Failure::Other, |r| r.failure.clone())
     }
 
-    /// The summary's word for it, after `FAIL`; None for [`Failure::Other`].
-    pub fn label(&self) -> Option<&'static str> {
+    /// The summary's word for it, after `FAIL`.
+    pub fn label(&self) -> &'static str {
         match self {
-            Failure::Deadline => Some("deadline"),
-            Failure::Unreachable(_) => Some("unreachable"),
-            Failure::RoleExited => Some("role exited"),
-            Failure::Refused => Some("refused"),
-            Failure::Other => None,
+            Failure::Deadline => "deadline",
+            Failure::Unreachable(_) => "unreachable",
+            Failure::RoleExited => "role exited",
+            Failure::Refused => "refused",
+            Failure::Other => "error",
         }
     }
 }
@@ -90,6 +90,6 @@ mod tests {
             Failure::Unreachable("never there".into())
         );
         assert_eq!(Failure::of(&anyhow::anyhow!("other")), Failure::Other);
-        assert_eq!(Failure::Other.label(), None);
+        assert_eq!(Failure::Other.label(), "error");
     }
 }

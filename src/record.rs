@@ -102,7 +102,7 @@ impl RunRecord {
     pub fn summary_text(&self) -> String {
         match (
             self.verdict_text(),
-            self.failure.as_ref().and_then(|f| f.label()),
+            self.failure.as_ref().map(|f| f.label()),
         ) {
             ("FAIL", Some(kind)) => format!("FAIL ({kind})"),
             (text, _) => text.to_string(),
@@ -180,7 +180,7 @@ mod tests {
             broke(Failure::Unreachable("w".into())).summary_text(),
             "FAIL (unreachable)"
         );
-        assert_eq!(broke(Failure::Other).summary_text(), "FAIL");
+        assert_eq!(broke(Failure::Other).summary_text(), "FAIL (error)");
         let refuted = record(
             LabVerdict::Failed("failed: lost=3".into()),
             SnapshotResult::Matched,

@@ -163,6 +163,11 @@ impl Session {
         let (attach, external) = (self.attach.take(), self.external.take());
         let opts = &EnvOptions {
             broker,
+            // A second broker's environment keeps its files apart.
+            dir: match broker == Default::default() {
+                true => self.opts.dir.clone(),
+                false => self.opts.dir.join(broker.name()),
+            },
             // A cluster when one of these runs needs it (`nodes = 3`).
             cluster: (self.opts.cluster.clone())
                 .filter(|_| runs.is_empty() || runs.iter().any(Lab::is_cluster)),
@@ -274,7 +279,7 @@ async fn start_environment(
     let start = async {
         Ok::<Box<dyn Environment>, anyhow::Error>(match containers {
             true => Box::new(ContainersEnv::start(opts, &images.0, &images.1).await?),
-            false => Box::new(LocalEnv::start(opts).await?),
+            false => crate::env::local::start(opts).await?,
         })
     };
     let env = tokio::select! {
@@ -466,4 +471,30 @@ pub async fn interrupted() -> String {
         }
     }
     std::future::pending().await
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    fn lab(name: &str) -> crate::lab::Lab {
+        let text = format!(
+            "name = \"{name}\"\nclaim = \"c\"\n[[queue]]\nname = \"q\"\n[[step]]\npublish = {{ routing_key = \"q\", messages = [\"order-1001\"] }}\n"
+        );
+        let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+        crate::lab::from_str(&text, name, &fixtures, None).unwrap()
+    }
+
+    /// Runs keep their order within their broker's group, and a group
+    /// comes where its first run came (one broker today: one group).
+    #[test]
+    fn runs_are_grouped_by_broker_in_order() {
+        let groups = super::by_broker(vec![lab("b"), lab("a"), lab("c")]);
+        let names: Vec<Vec<String>> = groups
+            .iter()
+            .map(|g| g.iter().map(|l| l.name.clone()).collect())
+            .collect();
+        assert_eq!(names, [["b", "a", "c"]]);
+        assert!(super::by_broker(Vec::new()).is_empty());
+    }
 }

@@ -30,7 +30,9 @@ fn labs(project: &Project) -> Result<()> {
                                 diff.violations
                                     .keys()
                                     .filter(|a| !var.violations.contains_key(*a))
-                                    .map(|a| (a.clone(), format!("{v} on RabbitMQ {g}"))),
+                                    .map(|a| {
+                                        (a.clone(), format!("{v} on {} {g}", g.broker().product()))
+                                    }),
                             );
                         }
                         falsified.extend(var.violations.into_keys().map(|a| (a, v.clone())));

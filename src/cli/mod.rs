@@ -322,6 +322,8 @@ fn lab_sinks(terminal: sinks::Terminal, args: &LabArgs) -> Fanout {
     sink
 }
 
+/// Long because it is the command's one sequence: plan, refusals, the
+/// session, a run per broker, the report; each part a few lines.
 fn cmd_lab(project: &Project, args: LabArgs) -> Result<i32, Error> {
     let labs = plan(project, &args).usage()?;
     let external = args.env.external().usage()?;

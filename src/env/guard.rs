@@ -173,7 +173,7 @@ pub fn reap(dir: &Path, patience: Duration) {
 
 /// Live processes of the run in directory `mark`: those whose environment
 /// carries `MQLAB_RUN=<mark>` (zombies have no environment left and are not
-/// counted), and those working inside the directory. A PostgreSQL backend
+/// counted), and PostgreSQL processes working inside the directory. A PostgreSQL backend
 /// is one of the second kind only: it writes its process title over its
 /// environment, and it leaves the postmaster's process group (setsid), so
 /// one stuck when its postmaster was killed (seen: a `CREATE DATABASE`
@@ -185,9 +185,12 @@ pub fn marked_processes(mark: &str) -> Vec<i32> {
     let Ok(rd) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
+    // A PostgreSQL process only: a shell someone opened in the run
+    // directory to read its logs is not the run's.
     let inside = |pid: i32| {
-        std::fs::read_link(format!("/proc/{pid}/cwd"))
-            .is_ok_and(|cwd| works_in(&cwd.to_string_lossy(), mark))
+        std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "postgres")
+            && std::fs::read_link(format!("/proc/{pid}/cwd"))
+                .is_ok_and(|cwd| works_in(&cwd.to_string_lossy(), mark))
     };
     rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
         .filter(|pid| *pid != me)

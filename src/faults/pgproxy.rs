@@ -7,6 +7,8 @@
 //! or freeze the connection (frames dropped: the kill comes), or pause it
 //! (frames held both ways, passed in order when the black box resumes).
 
+use std::time::Duration;
+
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
@@ -219,8 +221,11 @@ async fn server_to_client(
         };
         // A transaction ended and freed a delivery the AMQP proxy held: the
         // program hears the end once that delivery has passed to it.
+        // (Bounded: a delivery neither passed nor gone in 10 s, which no
+        // run showed, costs the order, not the run.)
         if let (true, false, Some((seen, mut passed))) = (ended, out.is_empty(), held_delivery) {
-            let _ = passed.wait_for(|n| *n > seen).await;
+            let wait = passed.wait_for(|n| *n > seen);
+            let _ = tokio::time::timeout(Duration::from_secs(10), wait).await;
         }
         if !out.is_empty() && to.write_all(&out).await.is_err() {
             return;
@@ -229,8 +234,11 @@ async fn server_to_client(
 }
 
 /// The server's answer `msg` as the black box sees it: whether it ends a
-/// transaction.
+/// transaction. A ReadyForQuery says whether one is open.
 fn answered(b: &mut BlackBox, msg: &[u8]) -> bool {
+    if msg.len() == 6 && msg[0] == b'Z' {
+        b.on_ready(msg[5] != b'I');
+    }
     if msg.len() > 1 && msg[0] == b'C' {
         match command_tag(msg) {
             Some("COMMIT") => {

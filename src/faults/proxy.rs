@@ -234,6 +234,11 @@ async fn serve(shared: Arc<Shared>, client: TcpStream, node: usize) {
         _ = pump(Dir::ToBroker, cr, uw, conn.clone(), shared.clone()) => {}
         _ = pump(Dir::ToClient, ur, cw, conn, shared.clone()) => {}
     }
+    // A delivery held for a transaction's end will not pass now: whoever
+    // waits for it (the PostgreSQL proxy) goes on.
+    if let Some(b) = shared.blackbox.lock().expect("proxy black box").clone() {
+        b.lock().expect("black box").delivery_gone();
+    }
 }
 
 /// One connection's codec and what the proxy holds of it.

@@ -445,6 +445,17 @@ pub struct RawVariant {
     pub rabbitmq: BTreeMap<String, RawGenerationDiff>,
 }
 
+impl RawVariant {
+    /// The variant's declared differences, one table per broker
+    /// (`[variant.v.rabbitmq."4.0"]`): a second broker's table is a field
+    /// above and a row here.
+    pub fn generation_tables(
+        &self,
+    ) -> [(crate::vocab::Broker, &BTreeMap<String, RawGenerationDiff>); 1] {
+        [(crate::vocab::Broker::RabbitMq, &self.rabbitmq)]
+    }
+}
+
 /// A counterexample's run on one generation: its own violations and its
 /// own snapshot (`snapshots/<run>.rabbitmq-<generation>.snap`), with the
 /// broker change that causes the difference.

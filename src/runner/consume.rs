@@ -447,9 +447,9 @@ impl Ctx<'_> {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                bail!(
+                return Err(Failure::Deadline.error(format!(
                     "phase {phase}: the broker still lists a consumer on `{queue}` after the kill"
-                );
+                )));
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }

@@ -47,7 +47,9 @@ impl Ctx<'_> {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                bail!("phase {phase}: `{queue}` holds {ready} ready messages, not {depth}");
+                return Err(Failure::Deadline.error(format!(
+                    "phase {phase}: `{queue}` holds {ready} ready messages, not {depth}"
+                )));
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }

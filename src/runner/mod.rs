@@ -440,14 +440,17 @@ fn update_refused(
         return (!passed)
             .then(|| "the run failed: --update rewrites a passing run's snapshot only".into());
     }
-    // The common snapshots are 3.10's transcripts.
+    // The common snapshots are the base generation's transcripts.
     Some(match (generation, variant) {
-        (None, _) => "--update writes snapshots on RabbitMQ 3.10 and on a generation a lab file declares a difference for; this broker's version is neither".into(),
+        (None, _) => "--update writes snapshots on the broker's base generation (RabbitMQ 3.10) and on a generation a lab file declares a difference for; this broker's version is neither".into(),
         (Some(g), Some(v)) => format!(
-            "a difference on RabbitMQ {g}: declare it in the lab file ([variant.{v}.rabbitmq.\"{g}\"], docs/writing-labs.md), then --update writes its own snapshot"
+            "a difference on {} {g}: declare it in the lab file ([variant.{v}.{}.\"{g}\"], docs/writing-labs.md), then --update writes its own snapshot",
+            g.broker().product(),
+            g.broker()
         ),
         (Some(g), None) => format!(
-            "the safe run differs on RabbitMQ {g}: a finding, not a declaration (only a counterexample declares a difference per generation)"
+            "the safe run differs on {} {g}: a finding, not a declaration (only a counterexample declares a difference per generation)",
+            g.broker().product()
         ),
     })
 }

@@ -91,6 +91,14 @@ impl Kept {
     }
 }
 
+/// The local environment of `opts.broker`, started: a RabbitMQ node and a
+/// PostgreSQL (a second broker's server is an arm here).
+pub async fn start(opts: &EnvOptions) -> Result<Box<dyn super::Environment>> {
+    match opts.broker {
+        crate::vocab::Broker::RabbitMq => Ok(Box::new(LocalEnv::start(opts).await?)),
+    }
+}
+
 impl LocalEnv {
     pub async fn start(opts: &EnvOptions) -> Result<LocalEnv> {
         let started = Instant::now();

@@ -281,7 +281,9 @@ impl<'a> Checker<'a> {
             }
             if let Some((v, _)) = raw.variant.iter().find(|(_, v)| {
                 v.violations.contains_key(name)
-                    || v.rabbitmq.values().any(|d| d.violations.contains_key(name))
+                    || v.generation_tables()
+                        .iter()
+                        .any(|(_, t)| t.values().any(|d| d.violations.contains_key(name)))
             }) {
                 self.err(
                     format!("facts[{i}]"),

@@ -289,9 +289,17 @@ impl Checker<'_> {
         let key = format!("variant.{name}");
         let violations = self.violations(&key, &v.violations, steps);
         let mut generations = BTreeMap::new();
-        for (g, diff) in &v.rabbitmq {
-            let at = format!("{key}.rabbitmq.{g}");
+        for (g, diff, broker) in v
+            .generation_tables()
+            .into_iter()
+            .flat_map(|(b, t)| t.iter().map(move |(g, d)| (g, d, b)))
+        {
+            let at = format!("{key}.{broker}.{g}");
             let generation = match g.parse::<Generation>() {
+                Ok(other) if other.broker() != broker => {
+                    self.err(at.clone(), None, ErrorKind::UnknownGeneration(g.clone()));
+                    continue;
+                }
                 Ok(base) if base.is_base() => {
                     self.err(at.clone(), None, ErrorKind::BaseGeneration(base));
                     continue;
