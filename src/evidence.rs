@@ -578,8 +578,9 @@ pub fn lab_page(project: &crate::lab::Project, name: &str) -> Result<String> {
             let claim = diff.claim.as_deref().unwrap_or(&claim);
             let snap = g.snapshot(&run);
             out.push_str(&format!(
-                "\n#### On {} {g}\n\n> {claim}\n\nRun it: `cargo run -- lab {run} --rabbitmq {g}`. Why it differs there: {} (source: {}).\n\nDeclared violations on {g} (its transcript: `snapshots/{snap}.snap`): {}.\n",
+                "\n#### On {} {g}\n\n> {claim}\n\nRun it: `cargo run -- lab {run} {} {g}`. Why it differs there: {} (source: {}).\n\nDeclared violations on {g} (its transcript: `snapshots/{snap}.snap`): {}.\n",
                 g.broker().product(),
+                g.broker().generation_flag(),
                 diff.cause,
                 diff.source,
                 declared.join(", "),

@@ -281,6 +281,19 @@ fn runnable(labs: Vec<Lab>, external: bool, skip: bool) -> Result<(Vec<Lab>, Vec
 /// not a kept one (`--env-dir`), not the user's (`--env external`), and
 /// none left running (`--keep`).
 fn one_environment_possible(groups: &[Vec<Lab>], setup: &Setup) -> Result<(), Error> {
+    // A kept environment is the default broker's (`env up`, `--keep`).
+    let kept = setup.keep || setup.attach.is_some();
+    if let Some(g) = groups
+        .iter()
+        .find(|g| kept && g[0].broker != Default::default())
+    {
+        return Err(Error::Usage(anyhow::anyhow!(
+            "--keep and --env-dir keep a {} environment: {} runs on {}",
+            crate::vocab::Broker::default().product(),
+            g[0].run_name(),
+            g[0].broker.product()
+        )));
+    }
     let [first, second, ..] = groups else {
         return Ok(());
     };

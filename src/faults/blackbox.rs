@@ -126,19 +126,20 @@ pub struct BlackBox {
     /// transaction): a statement before the next delivery contradicts a
     /// declared order.
     skip_settled: bool,
-    /// The program's database connection has a transaction open (its last
-    /// ReadyForQuery said so): an ack of the current message now is an ack
-    /// before its COMMIT, not a skip (a batch acked with `multiple` before
-    /// its last COMMIT). A read outside a transaction leaves it false.
-    in_tx: bool,
+    /// The program's database connections with a transaction open (their
+    /// last ReadyForQuery said so), by connection id: an ack of the current
+    /// message while one is open is an ack before its COMMIT, not a skip (a
+    /// batch acked with `multiple` before its last COMMIT). A read outside
+    /// a transaction, or another connection's, leaves it out.
+    open_tx: BTreeSet<u64>,
     /// Wakes the AMQP proxy to pass a delivery it held.
     pub release: Arc<Notify>,
-    /// The AMQP proxy holds a delivery for the end of the current
-    /// transaction: the database's answer that ends it reaches the program
-    /// only once that delivery has passed ([`BlackBox::deliveries`] counts
-    /// up), so what the program does next (a batch's ack) comes after it in
-    /// every run.
-    delivery_held: bool,
+    /// The AMQP proxy connection (by id) that holds a delivery for the end
+    /// of the current transaction: the database's answer that ends it
+    /// reaches the program only once that delivery has passed
+    /// ([`BlackBox::deliveries`] counts up), so what the program does next
+    /// (a batch's ack) comes after it.
+    delivery_held: Option<u64>,
     /// Deliveries passed so far (and resets), for whoever waits for one.
     passed: watch::Sender<u64>,
     seen: mpsc::UnboundedSender<Seen>,
@@ -164,9 +165,9 @@ impl BlackBox {
             awaiting_tx_end: false,
             declared: false,
             skip_settled: false,
-            in_tx: false,
+            open_tx: BTreeSet::new(),
             release: Arc::new(Notify::new()),
-            delivery_held: false,
+            delivery_held: None,
             passed: watch::Sender::new(0),
             seen,
         }
@@ -262,33 +263,48 @@ impl BlackBox {
         self.commit_pending = false;
         self.awaiting_tx_end = false;
         self.skip_settled = false;
-        self.in_tx = false;
+        self.open_tx.clear();
         self.delivery_passed();
     }
 
-    /// The AMQP proxy holds a delivery until the transaction ends.
-    pub fn hold_delivery(&mut self) {
-        self.delivery_held = true;
+    /// AMQP proxy connection `conn` holds a delivery until the
+    /// transaction ends.
+    pub fn hold_delivery(&mut self, conn: u64) {
+        self.delivery_held = Some(conn);
     }
 
-    /// The connection that held a delivery ended: it will not pass.
-    pub fn delivery_gone(&mut self) {
-        if self.delivery_held {
+    /// AMQP proxy connection `conn` ended: a delivery it held will not
+    /// pass (another connection's still may).
+    pub fn delivery_gone(&mut self, conn: u64) {
+        if self.delivery_held == Some(conn) {
             self.delivery_passed();
         }
     }
 
-    /// The database is ready for the program's next query; `in_tx`: a
-    /// transaction is open (ReadyForQuery's status `T` or `E`). An ack of
-    /// the current message then is an ack before its COMMIT, not a skip.
-    pub fn on_ready(&mut self, in_tx: bool) {
-        if !self.frozen {
-            self.in_tx = in_tx;
+    /// The database is ready for the next query on the program's
+    /// connection `conn`; `in_tx`: a transaction is open there
+    /// (ReadyForQuery's status `T` or `E`).
+    pub fn on_ready(&mut self, conn: u64, in_tx: bool) {
+        if self.frozen {
+            return;
         }
+        match in_tx {
+            true => self.open_tx.insert(conn),
+            false => self.open_tx.remove(&conn),
+        };
+    }
+
+    /// The program's database connection `conn` ended.
+    pub fn db_connection_closed(&mut self, conn: u64) {
+        self.open_tx.remove(&conn);
+    }
+
+    fn in_tx(&self) -> bool {
+        !self.open_tx.is_empty()
     }
 
     fn delivery_passed(&mut self) {
-        self.delivery_held = false;
+        self.delivery_held = None;
         self.passed.send_modify(|n| *n += 1);
     }
 
@@ -297,7 +313,7 @@ impl BlackBox {
     /// has passed before it answers the transaction's end to the program.
     pub fn deliveries(&self) -> Option<(u64, watch::Receiver<u64>)> {
         self.delivery_held
-            .then(|| (*self.passed.borrow(), self.passed.subscribe()))
+            .map(|_| (*self.passed.borrow(), self.passed.subscribe()))
     }
 
     pub fn frozen(&self) -> bool {
@@ -309,11 +325,18 @@ impl BlackBox {
     /// the program showed whether it commits before it acks.
     pub fn stuck(&self) -> Option<String> {
         let m = self.current.as_ref()?;
-        (self.awaiting_tx_end && self.acked.contains(m) && self.commits_first.is_none()).then(|| {
-            format!(
+        if !(self.awaiting_tx_end && self.acked.contains(m)) {
+            return None;
+        }
+        match self.commits_first {
+            None => Some(format!(
                 "mqlab holds the next delivery: {m} was acked with no transaction, before the program committed any message, so mqlab cannot tell a skip from an ack-first program whose COMMIT is still to come (a program is followed through messages it settles without a database statement once it has committed one; one that commits before it acks can say so with `commits_first = true` on its consume step; docs/byo.md)"
-            )
-        })
+            )),
+            Some(true) if self.in_tx() => Some(format!(
+                "mqlab holds the next delivery: {m} was acked while a transaction of the program was open, and the program never ended it (a COMMIT or ROLLBACK ends a message's transaction; a driver that opens one for every read needs its read committed or rolled back, or autocommit; docs/byo.md)"
+            )),
+            Some(_) => None,
+        }
     }
 
     /// The next delivery must wait for the current message's transaction to end.
@@ -323,7 +346,6 @@ impl BlackBox {
 
     /// The program's transaction ended (COMMIT or ROLLBACK answered).
     pub fn on_tx_end(&mut self) {
-        self.in_tx = false;
         if std::mem::take(&mut self.awaiting_tx_end) {
             self.release.notify_one();
             if let Some(m) = self.current.clone() {
@@ -393,7 +415,6 @@ impl BlackBox {
         }
         self.current = Some(message.to_string());
         self.skip_settled = false;
-        self.in_tx = false;
         self.commits = 0;
         self.awaiting_tx_end = true;
         self.say(Seen::Delivered {
@@ -550,7 +571,7 @@ impl BlackBox {
             // COMMIT and no statement skipped the message: there is no
             // commit to kill after.
             let skip = self.commits_first == Some(true)
-                && !(self.in_tx && self.current.as_deref() == Some(m.as_str()));
+                && !(self.in_tx() && self.current.as_deref() == Some(m.as_str()));
             let why = match skip {
                 true => "it acks it with no COMMIT (a skip)",
                 false => "it acks before it commits",
@@ -568,7 +589,7 @@ impl BlackBox {
             // statement sent, by a program that commits before it acks: it
             // skipped the message.
             if self.commits_first == Some(true)
-                && !self.in_tx
+                && !self.in_tx()
                 && std::mem::take(&mut self.awaiting_tx_end)
             {
                 self.ended.insert(m.clone());
@@ -580,6 +601,13 @@ impl BlackBox {
         // transaction ended before the delivery after it.
         self.settle(&m);
     }
+}
+
+/// A connection's id among every proxied connection of this process (AMQP
+/// and PostgreSQL): what the black box keys per-connection state by.
+pub fn connection_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// The window that holds a message's k-th `COMMIT`, as explore's rows and

@@ -59,10 +59,12 @@ async fn serve(upstream: SocketAddr, client: TcpStream, bb: Arc<Mutex<BlackBox>>
     // The client's requests for an SSL or GSS session are answered by the
     // server with one untyped byte: the server side must know to expect it.
     let untyped_answers = Arc::new(Mutex::new(0usize));
+    let id = super::blackbox::connection_id();
     tokio::select! {
         _ = client_to_server(cr, sw, bb.clone(), untyped_answers.clone()) => {}
-        _ = server_to_client(sr, cw, bb, untyped_answers) => {}
+        _ = server_to_client(sr, cw, bb.clone(), untyped_answers, id) => {}
     }
+    bb.lock().expect("black box").db_connection_closed(id);
 }
 
 const SSL_REQUEST: u32 = 80877103;
@@ -161,6 +163,7 @@ async fn server_to_client(
     mut to: tokio::net::tcp::OwnedWriteHalf,
     bb: Arc<Mutex<BlackBox>>,
     untyped_answers: Arc<Mutex<usize>>,
+    id: u64,
 ) {
     let mut buf: Vec<u8> = Vec::new();
     let mut chunk = vec![0u8; 64 * 1024];
@@ -210,7 +213,7 @@ async fn server_to_client(
             let mut b = bb.lock().expect("black box");
             if !b.paused() || b.frozen() {
                 for msg in held.drain(..) {
-                    ended |= answered(&mut b, &msg);
+                    ended |= answered(&mut b, &msg, id);
                     // Frozen (the kill comes): the program hears nothing more.
                     if !b.frozen() {
                         out.extend_from_slice(&msg);
@@ -222,7 +225,7 @@ async fn server_to_client(
         // A transaction ended and freed a delivery the AMQP proxy held: the
         // program hears the end once that delivery has passed to it.
         // (Bounded: a delivery neither passed nor gone in 10 s, which no
-        // run showed, costs the order, not the run.)
+        // run showed, costs the transcript's order, not the run.)
         if let (true, false, Some((seen, mut passed))) = (ended, out.is_empty(), held_delivery) {
             let wait = passed.wait_for(|n| *n > seen);
             let _ = tokio::time::timeout(Duration::from_secs(10), wait).await;
@@ -233,11 +236,11 @@ async fn server_to_client(
     }
 }
 
-/// The server's answer `msg` as the black box sees it: whether it ends a
-/// transaction. A ReadyForQuery says whether one is open.
-fn answered(b: &mut BlackBox, msg: &[u8]) -> bool {
+/// The server's answer `msg` on connection `id` as the black box sees it:
+/// whether it ends a transaction. A ReadyForQuery says whether one is open.
+fn answered(b: &mut BlackBox, msg: &[u8], id: u64) -> bool {
     if msg.len() == 6 && msg[0] == b'Z' {
-        b.on_ready(msg[5] != b'I');
+        b.on_ready(id, msg[5] != b'I');
     }
     if msg.len() > 1 && msg[0] == b'C' {
         match command_tag(msg) {

@@ -228,16 +228,17 @@ async fn serve(shared: Arc<Shared>, client: TcpStream, node: usize) {
     let (cr, cw) = client.into_split();
     let (ur, uw) = upstream.into_split();
     let conn = Arc::new(Mutex::new(((shared.codec)(), Held::default())));
+    let id = super::blackbox::connection_id();
     // Either direction ending (EOF, an error, a cut) ends the connection:
     // dropping both halves of both sockets closes them.
     tokio::select! {
-        _ = pump(Dir::ToBroker, cr, uw, conn.clone(), shared.clone()) => {}
-        _ = pump(Dir::ToClient, ur, cw, conn, shared.clone()) => {}
+        _ = pump(Dir::ToBroker, cr, uw, conn.clone(), shared.clone(), id) => {}
+        _ = pump(Dir::ToClient, ur, cw, conn, shared.clone(), id) => {}
     }
-    // A delivery held for a transaction's end will not pass now: whoever
-    // waits for it (the PostgreSQL proxy) goes on.
+    // A delivery this connection held for a transaction's end will not pass
+    // now: whoever waits for it (the PostgreSQL proxy) goes on.
     if let Some(b) = shared.blackbox.lock().expect("proxy black box").clone() {
-        b.lock().expect("black box").delivery_gone();
+        b.lock().expect("black box").delivery_gone(id);
     }
 }
 
@@ -251,6 +252,7 @@ async fn pump(
     mut to: tokio::net::tcp::OwnedWriteHalf,
     conn: Arc<Mutex<Conn>>,
     shared: Arc<Shared>,
+    id: u64,
 ) {
     let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
     let mut chunk = vec![0u8; 64 * 1024];
@@ -268,7 +270,7 @@ async fn pump(
                     .is_some_and(|b| b.lock().expect("black box").holds_next_delivery());
             if held {
                 if let Some(b) = &bb {
-                    b.lock().expect("black box").hold_delivery();
+                    b.lock().expect("black box").hold_delivery(id);
                 }
                 break;
             }

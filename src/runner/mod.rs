@@ -442,7 +442,7 @@ fn update_refused(
     }
     // The common snapshots are the base generation's transcripts.
     Some(match (generation, variant) {
-        (None, _) => "--update writes snapshots on the broker's base generation (RabbitMQ 3.10) and on a generation a lab file declares a difference for; this broker's version is neither".into(),
+        (None, _) => "--update writes snapshots on the broker's base generation and on a generation a lab file declares a difference for; this broker's version is neither".into(),
         (Some(g), Some(v)) => format!(
             "a difference on {} {g}: declare it in the lab file ([variant.{v}.{}.\"{g}\"], docs/writing-labs.md), then --update writes its own snapshot",
             g.broker().product(),

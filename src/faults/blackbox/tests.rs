@@ -249,7 +249,7 @@ fn a_batch_acked_together() {
         for m in ["mid-1", "mid-2"] {
             b.on_deliver(m, false, false);
             b.on_statement();
-            b.on_ready(true);
+            b.on_ready(1, true);
             commit(b);
         }
     };
@@ -276,11 +276,11 @@ fn a_batch_acked_before_its_last_commit() {
     let acked_early = |b: &mut BlackBox| {
         b.on_deliver("mid-1", false, false);
         b.on_statement();
-        b.on_ready(true);
+        b.on_ready(1, true);
         commit(b);
         b.on_deliver("mid-2", false, false);
         b.on_statement();
-        b.on_ready(true);
+        b.on_ready(1, true);
         b.on_acks(&["mid-1".to_string(), "mid-2".to_string()]);
     };
     let (mut b, mut rx) = bb();
@@ -310,8 +310,45 @@ fn a_read_outside_a_transaction_is_no_transaction() {
     b.on_ack("mid-1");
     b.on_deliver("mid-2", false, false);
     b.on_statement();
-    b.on_ready(false);
+    b.on_ready(1, false);
     b.on_ack("mid-2");
     assert!(!b.holds_next_delivery());
     assert_eq!(settled(&drain(&mut rx)), ["mid-1", "mid-2"]);
+}
+
+/// Another database connection's answers (a pool's ping, a read in
+/// autocommit) do not close the transaction open on the first: an ack then
+/// is still an ack before its COMMIT, and the next delivery waits.
+#[test]
+fn a_transaction_open_on_one_of_two_connections() {
+    let (mut b, _rx) = bb();
+    b.on_deliver("mid-1", false, false);
+    commit(&mut b);
+    b.on_ack("mid-1");
+    b.on_deliver("mid-2", false, false);
+    b.on_statement();
+    b.on_ready(1, true);
+    b.on_ready(2, false);
+    b.on_ack("mid-2");
+    assert!(b.holds_next_delivery());
+    assert!(b.stuck().is_some());
+    // The first connection closes: nothing is open any more.
+    b.db_connection_closed(1);
+    assert!(b.stuck().is_none());
+}
+
+/// A delivery held by one AMQP connection is released to the waiting
+/// PostgreSQL proxy when it passes or when that connection ends, not when
+/// another connection ends.
+#[test]
+fn a_held_delivery_is_waited_for_per_connection() {
+    let (mut b, _rx) = bb();
+    b.hold_delivery(7);
+    let (seen, rx) = b.deliveries().expect("held");
+    b.delivery_gone(8);
+    assert_eq!(*rx.borrow(), seen);
+    assert!(b.deliveries().is_some());
+    b.delivery_gone(7);
+    assert!(*rx.borrow() > seen);
+    assert!(b.deliveries().is_none());
 }
