@@ -481,12 +481,7 @@ impl BlackBox {
         }
         if self.targets(Window::AfterAckBeforeCommit).is_some() {
             if self.acked.contains(&m) {
-                self.say(Seen::Held {
-                    message: m.clone(),
-                    what: "commit",
-                    commit: None,
-                });
-                self.fire(m);
+                self.hold(m, "commit");
                 return Pass::Hold;
             }
             self.say(Seen::Unreachable {
@@ -534,28 +529,36 @@ impl BlackBox {
         if self.frozen {
             return Pass::Hold;
         }
-        let held = covers.iter().find(|m| {
-            self.is_target(Window::AfterCommitBeforeAck, m) && self.committed.contains(*m)
-        });
-        if let Some(m) = held.cloned() {
-            self.say(Seen::Held {
-                message: m.clone(),
-                what: "ack",
-                commit: None,
-            });
-            self.fire(m);
+        if let Some(m) = self.committed_target(Window::AfterCommitBeforeAck, covers) {
+            self.hold(m, "ack");
             return Pass::Hold;
         }
         for m in covers {
             self.ack_one(m);
         }
-        let after = covers
-            .iter()
-            .find(|m| self.is_target(Window::AfterAck, m) && self.committed.contains(*m));
-        if let Some(m) = after.cloned() {
+        if let Some(m) = self.committed_target(Window::AfterAck, covers) {
             self.fire(m);
         }
         Pass::Forward
+    }
+
+    /// The message among `covers` whose window `w` is armed and whose
+    /// COMMIT passed.
+    fn committed_target(&self, w: Window, covers: &[String]) -> Option<String> {
+        covers
+            .iter()
+            .find(|m| self.is_target(w, m) && self.committed.contains(*m))
+            .cloned()
+    }
+
+    /// The window reached with `m`'s `what` (an ack, a COMMIT) held.
+    fn hold(&mut self, m: String, what: &'static str) {
+        self.say(Seen::Held {
+            message: m.clone(),
+            what,
+            commit: None,
+        });
+        self.fire(m);
     }
 
     /// `w` is armed for `m` and not reached yet.
