@@ -149,11 +149,10 @@ pub async fn run<C: Crowd>(c: &mut C, f: &Fault, settle: usize) -> Result<()> {
             }
         };
         if i == 0 && !matches!(arrival, Arrival::Window(_)) {
-            bail!(
+            return Err(crate::failure::Failure::unreachable(format!(
                 "window `{}` is unreachable at {}: consumer-1 settled it without passing the window",
-                f.window,
-                f.message
-            );
+                f.window, f.message
+            )));
         }
         // Held with a copy of the event, or done with one while the others
         // were held: anything else is no rendezvous, and says so.
@@ -382,7 +381,15 @@ mod tests {
             Seen::Received(m("mid-3")),
             Seen::Settled(m("mid-3")),
         ]]);
-        let e = r.unwrap_err().to_string();
-        assert!(e.contains("is unreachable at mid-1"), "{e}");
+        let e = r.unwrap_err();
+        // Typed: explore counts the point as never reaching its window.
+        assert!(
+            matches!(
+                crate::failure::Failure::of(&e),
+                crate::failure::Failure::Unreachable(_)
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("is unreachable at mid-1"), "{e}");
     }
 }

@@ -37,11 +37,10 @@ pub async fn run<C: Crowd>(c: &mut C, f: &Fault, settle: usize) -> Result<()> {
             Seen::Settled(m) => {
                 settled.insert(m);
                 if settled.contains(&f.message) || settled.len() >= settle {
-                    bail!(
+                    return Err(crate::failure::Failure::unreachable(format!(
                         "window `{}` is unreachable at {}: consumer-1 settled it without passing the window",
-                        f.window,
-                        f.message
-                    );
+                        f.window, f.message
+                    )));
                 }
             }
             Seen::Exited(code) => {
@@ -224,8 +223,16 @@ mod tests {
             Seen::Received(m("mid-1")),
             Seen::Settled(m("mid-1")),
         ]]);
-        let e = r.unwrap_err().to_string();
-        assert!(e.contains("is unreachable at mid-1"), "{e}");
+        let e = r.unwrap_err();
+        // Typed: explore counts the point as never reaching its window.
+        assert!(
+            matches!(
+                crate::failure::Failure::of(&e),
+                crate::failure::Failure::Unreachable(_)
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("is unreachable at mid-1"), "{e}");
         assert!(c.said.is_empty());
     }
 }
