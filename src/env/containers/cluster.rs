@@ -294,9 +294,10 @@ pub(super) fn in_netns(pid: i64, args: &[&str]) -> Result<()> {
             "the container's process {pid} is not in a network namespace of its own on this machine: a partition in containers needs a local engine"
         ),
     }
-    // -w: wait for the xtables lock. It is a file (/run/xtables.lock), not
-    // a namespace's: the engine, or a local cluster's partition, may hold
-    // it while this runs, and without -w iptables gives up at once.
+    // -w: with iptables-legacy, wait for the xtables lock, a file
+    // (/run/xtables.lock) and not a namespace's, which the engine or a local
+    // cluster's partition may hold; without -w it gives up at once. (The
+    // nf_tables iptables of Debian 12 has no such lock: -w changes nothing.)
     let out = std::process::Command::new("nsenter")
         .args(["-t", &pid.to_string(), "-n", "iptables", "-w"])
         .args(args)
