@@ -49,6 +49,11 @@ pub fn write(path: &Path, lab_file: &str, body: &str) -> Result<()> {
         "---\nsource: {lab_file}\nexpression: transcript\n---\n{}",
         body
     );
+    // A project's first snapshot: its snapshots/ may not exist yet.
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create `{}`", dir.display()))?;
+    }
     std::fs::write(path, text).with_context(|| format!("cannot write `{}`", path.display()))
 }
 

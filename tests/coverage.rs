@@ -585,14 +585,18 @@ const UNFALSIFIED: &[(&str, &str)] = &[];
 /// Every assertion of a lab is falsified by one of its variants (its
 /// declared violations, which `lab --all` confirms), or is a harness fact
 /// of the lab file (`facts`, shown apart in the evidence; the loader
-/// refuses a fact some variant falsifies), or is a listed gap. Both
-/// projects: the labs and the Python examples.
+/// refuses a fact some variant falsifies), or is a listed gap. Every
+/// project: the labs, the Python examples and the Node.js ones.
 #[test]
 fn every_assertion_is_falsified_by_a_variant_or_is_a_harness_fact() {
     let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let mut problems = Vec::new();
     let mut gaps_seen = Vec::new();
-    for dir in [root.clone(), root.join("examples/python")] {
+    for dir in [
+        root.clone(),
+        root.join("examples/python"),
+        root.join("examples/node"),
+    ] {
         let project = Project { root: dir };
         for name in project.lab_names().unwrap() {
             let lab = project.load(&name).unwrap();
