@@ -67,8 +67,7 @@ impl ClusterNet {
         let ip = self.ips[n - 1].octets();
         let tuple = format!("{{{},{},{},{}}}", ip[0], ip[1], ip[2], ip[3]);
         format!(
-            "-kernel inet_dist_use_interface {tuple} -kernel inet_dist_connect_options [{{ip,{tuple}}}] -kernel net_ticktime 10 {}",
-            crate::env::rabbitmq::SCHEDULER_ARGS
+            "-kernel inet_dist_use_interface {tuple} -kernel inet_dist_connect_options [{{ip,{tuple}}}] -kernel net_ticktime 10"
         )
     }
 

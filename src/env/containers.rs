@@ -158,17 +158,6 @@ fn rabbit_request(
     let req = generic_image(rabbitmq)
         .with_label(RUN_LABEL, run)
         .with_env_var("RABBITMQ_NODENAME", name)
-        .with_env_var(
-            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS",
-            match node {
-                // A short net tick, so a partition is noticed within seconds.
-                Some(_) => format!(
-                    "-kernel net_ticktime 10 {}",
-                    super::rabbitmq::SCHEDULER_ARGS
-                ),
-                None => super::rabbitmq::SCHEDULER_ARGS.to_string(),
-            },
-        )
         .with_copy_to(
             CopyTargetOptions::new("/etc/rabbitmq/conf.d/90-mqlab.conf"),
             conf.into_bytes(),
@@ -185,13 +174,18 @@ fn rabbit_request(
         .with_startup_timeout(opts.ready_timeout);
     match node {
         None => req,
+        // A short net tick, so a partition is noticed within seconds.
         Some((c, n)) => req
             .with_network(c.network.clone())
             .with_container_name(c.names[n - 1].clone())
             .with_hostname(c.names[n - 1].clone())
             // Read by the node (as root) and by rabbitmqctl (Debian's wrapper
             // runs it as rabbitmq): a cookie file would have to suit both.
-            .with_env_var("RABBITMQ_ERLANG_COOKIE", CLUSTER_COOKIE),
+            .with_env_var("RABBITMQ_ERLANG_COOKIE", CLUSTER_COOKIE)
+            .with_env_var(
+                "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS",
+                "-kernel net_ticktime 10",
+            ),
     }
 }
 

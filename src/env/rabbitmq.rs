@@ -20,14 +20,6 @@ const AMQP_PASSWORD_HASH: &str = "bXFsYqOmh5m7bntlzLoTNCAJ+VXuXuQBgrO3dSCfBLDxX2
 pub const ADVANCED_CONFIG: &str =
     "[{rabbit, [{dead_letter_worker_publisher_confirm_timeout, 1000}]}].\n";
 
-/// The Erlang VM's schedulers sleep when they run out of work instead of
-/// spinning (busy-waiting) first, as RabbitMQ's runtime guide advises where
-/// cores are shared: a lab machine has two, shared by the broker (up to six
-/// nodes), PostgreSQL, the roles and the harness. Measured with spinning:
-/// 58% of both cores in system time while two idle-ish nodes waited. Part
-/// of every node's `RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS`.
-pub const SCHEDULER_ARGS: &str = "+sbwt none +sbwtdcpu none +sbwtdio none";
-
 /// Vhosts, the lab user and its permissions, imported at boot: no CLI round
 /// trips (each `rabbitmqctl` call costs ~0.7 s).
 pub fn definitions_json(vhosts: &[String]) -> serde_json::Value {

@@ -220,10 +220,7 @@ impl LocalEnv {
         let (node, erl_args) = match &opts.cluster {
             None => (
                 "mqlab@localhost".to_string(),
-                format!(
-                    "-kernel inet_dist_use_interface {{127,0,0,1}} {}",
-                    crate::env::rabbitmq::SCHEDULER_ARGS
-                ),
+                "-kernel inet_dist_use_interface {127,0,0,1}".to_string(),
             ),
             Some(c) => (c.node_name(1), c.erl_args(1)),
         };
