@@ -260,9 +260,14 @@ pub async fn partition(nodes: &mut impl Nodes, n: usize) -> Result<()> {
 }
 
 /// Ends every cut and waits until the nodes that were cut off answer again.
+/// A paused node answers only once it has found the majority again (its
+/// distribution reconnected) and restarted its broker: a boot and more, so
+/// three ready timeouts. On 2026-12-06's fourth machine (2 slow cores),
+/// 3.10 nodes in containers took longer than the 60 s default after a
+/// heal in both CI runs of `tests/containers.rs`' cluster group.
 pub async fn heal(nodes: &mut impl Nodes) -> Result<()> {
     let cut = nodes.uncut().await?;
-    let deadline = Instant::now() + nodes.ready_timeout();
+    let deadline = Instant::now() + nodes.ready_timeout() * 3;
     await_healed(nodes, &cut, deadline).await
 }
 
