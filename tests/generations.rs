@@ -85,9 +85,12 @@ fn every_one_node_lab_holds(env: &[&str]) {
 /// At once because most of each group is waiting, not working: its two
 /// classic-queue runs each wait about 60 s, twice, for 4.0's NOT_FOUND
 /// (docs/environments.md); one after the other the groups took 331 s and
-/// 393 s of CI's time. The two share nothing: the local cluster cuts its
-/// own loopback addresses in its own iptables chain, the containers' cuts
-/// are made inside each container's network namespace.
+/// 393 s of CI's time. Their partitions do not meet: the local cluster
+/// cuts its own loopback addresses in its own iptables chain, the
+/// containers' cuts are made inside each container's network namespace.
+/// They share what any two mqlab at once share (the free ports each picks,
+/// a mismatching run's `.snap.new`, which the other may overwrite: the
+/// failure and its diff are still reported).
 #[test]
 #[ignore = "needs the RabbitMQ 4.0 root (scripts/rabbitmq-4-root.sh), a container engine, the locally built images, MQLAB_RABBITMQ_4_IMAGE among them, iptables and root (.ci/run prepares them)"]
 fn the_cluster_group_holds_on_rabbitmq_4_0_locally_and_in_containers() {

@@ -36,11 +36,20 @@ pub async fn run<C: Crowd>(c: &mut C, f: &Fault, settle: usize) -> Result<()> {
             }
             Seen::Settled(m) => {
                 settled.insert(m);
-                if settled.contains(&f.message) || settled.len() >= settle {
+                if settled.contains(&f.message) {
                     return Err(crate::failure::Failure::unreachable(format!(
                         "window `{}` is unreachable at {}: consumer-1 settled it without passing the window",
                         f.window, f.message
                     )));
+                }
+                // Every message settled and the lab's never seen: not an
+                // unreached window but a message gone, which is no verdict.
+                if settled.len() >= settle {
+                    bail!(
+                        "consumer-1 settled {} messages without receiving {}: the stall never began",
+                        settled.len(),
+                        f.message
+                    );
                 }
             }
             Seen::Exited(code) => {
