@@ -287,6 +287,24 @@ pub fn block_on<T>(run: impl std::future::Future<Output = T>) -> T {
         .block_on(run)
 }
 
+/// A family's error for a window it never reached: typed
+/// [`crate::failure::Failure::Unreachable`] (explore counts the point as
+/// never reaching its window), naming the message.
+pub fn assert_unreachable(e: &anyhow::Error, message: &str) {
+    assert!(
+        matches!(
+            crate::failure::Failure::of(e),
+            crate::failure::Failure::Unreachable(_)
+        ),
+        "{e}"
+    );
+    assert!(
+        e.to_string()
+            .contains(&format!("is unreachable at {message}")),
+        "{e}"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -232,16 +232,7 @@ mod tests {
             Seen::Received(m("mid-1")),
             Seen::Settled(m("mid-1")),
         ]]);
-        let e = r.unwrap_err();
-        // Typed: explore counts the point as never reaching its window.
-        assert!(
-            matches!(
-                crate::failure::Failure::of(&e),
-                crate::failure::Failure::Unreachable(_)
-            ),
-            "{e}"
-        );
-        assert!(e.to_string().contains("is unreachable at mid-1"), "{e}");
+        crate::faults::script::assert_unreachable(&r.unwrap_err(), "mid-1");
         assert!(c.said.is_empty());
     }
 }
