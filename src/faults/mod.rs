@@ -57,6 +57,7 @@ pub mod pause;
 pub mod pgproxy;
 pub mod point;
 pub mod producer;
+pub mod program;
 pub mod proxy;
 pub mod rendezvous;
 #[cfg(test)]

@@ -54,6 +54,7 @@ mod broker;
 mod consume;
 mod crowd;
 mod judge;
+mod program;
 mod publish;
 mod roles;
 pub use roles::{consumer_config, producer_config, RoleSite};

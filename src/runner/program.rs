@@ -1,0 +1,251 @@
+//! A program mqlab did not write as the consumer (the role contract), as
+//! [`crate::faults::program`] follows it: its processes, the two proxies
+//! that see it, the broker's queue and the transcript.
+
+use super::*;
+use crate::faults::program::{self, Program};
+
+impl Ctx<'_> {
+    /// A consume step run by the user's program: its delivery, commit and
+    /// ack for each message are seen through the two proxies and written as
+    /// `[observe]` lines; at the fault's window the black box freezes both
+    /// connections and the program is killed, then started again. It is
+    /// done once it acked `settle` distinct messages: then it gets SIGTERM.
+    pub(super) async fn consume_program(
+        &mut self,
+        c: &Consume,
+        command: &str,
+        settle: usize,
+        fault: Option<&Fault>,
+        d: Deadline<'_>,
+    ) -> Result<()> {
+        if settle == 0 {
+            return Ok(());
+        }
+        // Every consume-step placement on a program, by its kind, before
+        // anything starts.
+        #[deny(
+            clippy::wildcard_enum_match_arm,
+            clippy::match_wildcard_for_single_variants
+        )] // a kind without its hook must not compile
+        let kill = match on_consume(fault)? {
+            None => None,
+            Some((f, kind)) => match kind {
+                OnConsume::Rendezvous => {
+                    return self.consume_programs(c, command, f, settle, d).await;
+                }
+                OnConsume::ConsumerKill => Some(f),
+                // The built-in consumer's only (`built_in_only`): the lab
+                // checker refuses them on a program.
+                k @ (OnConsume::CutAck | OnConsume::Stall) => {
+                    bail!(
+                        "phase {}: {k:?} ({} of the {}) has no hook on a program's consume step",
+                        d.phase,
+                        f.action,
+                        f.target
+                    )
+                }
+            },
+        };
+        let (tx, seen) = mpsc::unbounded_channel();
+        let bb = Arc::new(Mutex::new(BlackBox::new(tx)));
+        if c.commits_first {
+            bb.lock().expect("black box").declare_commits_first();
+        }
+        let upstream = format!(
+            "{}:{}",
+            self.links.endpoints.pg_host, self.links.endpoints.pg_port
+        )
+        .parse()
+        .context("the database's address")?;
+        let pg = PgProxy::start(upstream, bb.clone()).await?;
+        self.proxy().watch(Some(bb.clone()));
+        if let Some(f) = kill {
+            bb.lock()
+                .expect("black box")
+                .arm(f.window, &f.message, f.commit);
+        }
+        let mut step = ProgramStep {
+            ctx: self,
+            c,
+            command,
+            fault,
+            d,
+            bb,
+            seen,
+            pg_port: pg.port,
+            proc: None,
+        };
+        let result = program::follow(&mut step, fault, settle).await;
+        drop(step); // the last process, before the proxy stops watching
+        self.proxy().watch(None);
+        result?;
+        self.await_consumers_gone(&c.queue, d.phase, d.at).await
+    }
+
+    /// The program at its window (both connections frozen): what the
+    /// database holds for the message now, then SIGKILL of its process
+    /// group, its `[observe] ... status=killed` line and the fault's
+    /// assertions.
+    async fn kill_program_at_window(
+        &mut self,
+        proc: &mut RoleProc,
+        message: &str,
+        queue: &str,
+        fault: Option<&Fault>,
+    ) -> Result<()> {
+        let lab = self.lab;
+        let event = self.log.observed.events.of(message).to_string();
+        let rows = store::program_rows_for(
+            &mut self.conns().db,
+            lab.effects.as_deref().unwrap_or_default(),
+            &event,
+        )
+        .await?;
+        self.log.observed.crash_business_rows = Some(rows);
+        let pid = proc.child.id().context("program already reaped")?;
+        signal::killpg(Pid::from_raw(pid as i32), Signal::SIGKILL).ok();
+        let code = exit_code(proc.child.wait().await?);
+        self.log.observed.crash_exit_code = Some(code);
+        let line = self
+            .observe_line(message, queue)
+            .with("exitCode", code)
+            .with("businessRows", rows)
+            .status(Status::Killed);
+        self.emit(Role::Observe, &line);
+        if let Some(f) = fault {
+            self.assert(&f.asserts).await?;
+        }
+        Ok(())
+    }
+}
+
+/// One consume step of a program, as [`program::follow`] sees it.
+struct ProgramStep<'c, 'a> {
+    ctx: &'c mut Ctx<'a>,
+    c: &'c Consume,
+    command: &'c str,
+    fault: Option<&'c Fault>,
+    d: Deadline<'c>,
+    bb: Arc<Mutex<BlackBox>>,
+    seen: mpsc::UnboundedReceiver<Seen>,
+    /// The PostgreSQL proxy's port: the program's database.
+    pg_port: u16,
+    proc: Option<RoleProc>,
+}
+
+impl ProgramStep<'_, '_> {
+    fn proc(&mut self) -> Result<&mut RoleProc> {
+        self.proc.as_mut().context("no program running")
+    }
+}
+
+impl Program for ProgramStep<'_, '_> {
+    fn phase(&self) -> &str {
+        self.d.phase
+    }
+
+    fn start(&mut self) -> Result<()> {
+        let proc = self
+            .ctx
+            .spawn_program(self.c, self.command, self.pg_port, None)?;
+        self.proc = Some(proc);
+        Ok(())
+    }
+
+    fn restart(&mut self) -> Result<()> {
+        self.bb.lock().expect("black box").reset();
+        self.start()
+    }
+
+    async fn next(&mut self, settled: usize, settle: usize) -> Result<Seen> {
+        let (d, phase) = (self.d, self.d.phase);
+        let proc = self.proc.as_mut().context("no program running")?;
+        tokio::select! {
+            e = self.seen.recv() => e.context("the proxies stopped"),
+            status = proc.child.wait() => {
+                let code = exit_code(status?);
+                Err(Failure::RoleExited.error(format!(
+                    "phase {phase}: the program exited with {code} after it settled {settled} of {settle} messages (acked, transaction ended); last lines of its output:\n{}",
+                    process::tail(&proc.log, 10)
+                )))
+            }
+            _ = tokio::time::sleep_until(d.at.into()) => {
+                process::kill_now(&mut proc.child);
+                let why = self.bb.lock().expect("black box").stuck().map(|w| format!(" {w};")).unwrap_or_default();
+                Err(Failure::Deadline.error(format!(
+                    "phase {phase} exceeded {} s: the program settled {settled} of {settle} messages (acked, transaction ended);{why} last lines of its output:\n{}",
+                    d.secs,
+                    process::tail(&proc.log, 10)
+                )))
+            }
+        }
+    }
+
+    fn observe(&mut self, seen: &Seen) {
+        self.ctx.observe(seen, &self.c.queue, None);
+    }
+
+    fn window(&self) -> (String, Option<String>) {
+        let b = self.bb.lock().expect("black box");
+        (b.window_name(), b.never_fired())
+    }
+
+    fn auto_ack(&self) -> bool {
+        self.bb.lock().expect("black box").auto_ack()
+    }
+
+    fn kill_now(&mut self) {
+        if let Some(proc) = self.proc.as_mut() {
+            process::kill_now(&mut proc.child);
+        }
+    }
+
+    async fn terminate(&mut self) -> Result<Vec<Seen>> {
+        let proc = self.proc()?;
+        process::stop(&mut proc.child, Signal::SIGTERM, Duration::from_secs(10)).await;
+        let mut last = Vec::new();
+        while let Ok(s) = self.seen.try_recv() {
+            last.push(s);
+        }
+        Ok(last)
+    }
+
+    fn record_exit(&mut self) -> Result<()> {
+        let code = match self.proc()?.child.try_wait()? {
+            Some(status) => exit_code(status),
+            None => -1,
+        };
+        self.ctx.log.observed.consumer_exit_code = Some(code);
+        Ok(())
+    }
+
+    async fn await_depth(&mut self, depth: u32) -> Result<()> {
+        let d = self.d;
+        self.ctx
+            .await_depth(&self.c.queue, depth, d.phase, d.at)
+            .await
+    }
+
+    async fn kill_at_window(&mut self, message: &str) -> Result<()> {
+        let mut proc = self.proc.take().context("no program to kill")?;
+        let r = self
+            .ctx
+            .kill_program_at_window(&mut proc, message, &self.c.queue, self.fault)
+            .await;
+        self.proc = Some(proc);
+        r
+    }
+
+    async fn await_consumers_gone(&mut self) -> Result<()> {
+        let d = self.d;
+        self.ctx
+            .await_consumers_gone(&self.c.queue, d.phase, d.at)
+            .await
+    }
+
+    async fn queue_ready(&mut self) -> Result<usize> {
+        let (left, _) = self.ctx.conns().broker.queue_state(&self.c.queue).await?;
+        Ok(left as usize)
+    }
+}
