@@ -590,5 +590,40 @@ pub fn lab_page(project: &crate::lab::Project, name: &str) -> Result<String> {
     Ok(out)
 }
 
+/// One topic's page of the book (`docs/topics/<topic>.md`), written from
+/// the lab files only: what the topic covers, then a row per lab of that
+/// topic with its claim and its counterexamples, each linking to the lab's
+/// page. A test fails when a page differs (`MQLAB_UPDATE_DOCS=1` rewrites
+/// them), and when one of the project's labs names no topic.
+pub fn topic_page(project: &crate::lab::Project, topic: crate::vocab::Topic) -> Result<String> {
+    let mut doc = topic.doc().to_string();
+    doc[..1].make_ascii_uppercase();
+    let mut out = format!(
+        "# {}\n\n{doc}. Each lab is a claim mqlab runs against a real broker and a real PostgreSQL; its counterexamples remove or reorder one step of the safe code and must fail as declared. A lab's page has its steps, its sequence diagrams and its assertions; `cargo run -- lab <lab>` runs it, `cargo run -- lab <lab>@<counterexample>` breaks it.\n\n| lab | claim | counterexamples |\n|---|---|---|\n",
+        topic.title()
+    );
+    for name in project.lab_names()? {
+        let lab = project.load(&name)?;
+        if lab.topic != Some(topic) {
+            continue;
+        }
+        let nodes = match lab.is_cluster() {
+            true => " (three nodes)",
+            false => "",
+        };
+        let variants: Vec<String> = project
+            .variants(&name)?
+            .into_iter()
+            .map(|(v, _)| format!("`@{v}`"))
+            .collect();
+        out.push_str(&format!(
+            "| [`{name}`](../labs/{name}.md){nodes} | {} | {} |\n",
+            cell(&lab.claim),
+            variants.join(", ")
+        ));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests;

@@ -21,7 +21,7 @@ fn links(text: &str) -> Vec<String> {
 
 fn pages() -> Vec<PathBuf> {
     let mut pages = vec![root().join("README.md")];
-    for dir in ["docs", "docs/evidence", "docs/labs"] {
+    for dir in ["docs", "docs/evidence", "docs/labs", "docs/topics"] {
         for e in std::fs::read_dir(root().join(dir)).unwrap() {
             let p = e.unwrap().path();
             if p.extension().is_some_and(|x| x == "md") {
@@ -60,6 +60,61 @@ fn every_lab_has_its_page_written_from_its_files() {
         let p = e.unwrap().path();
         let stem = p.file_stem().unwrap().to_string_lossy().into_owned();
         assert!(names.contains(&stem), "{} has no lab", p.display());
+    }
+}
+
+/// One page per topic under docs/topics/, written from the lab files
+/// (`evidence::topic_page`); every lab of the project names its topic, and
+/// the book's table of contents lists each lab's page under its topic's.
+#[test]
+fn every_topic_has_its_page_and_every_lab_a_topic() {
+    use mqlab::vocab::Topic;
+    let project = mqlab::lab::Project { root: root() };
+    let dir = root().join("docs/topics");
+    let update = std::env::var("MQLAB_UPDATE_DOCS").is_ok_and(|v| v == "1");
+    let mut stale = Vec::new();
+    for (topic, name, _) in Topic::ALL {
+        let page = mqlab::evidence::topic_page(&project, *topic).unwrap();
+        let path = dir.join(format!("{name}.md"));
+        if update {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(&path, &page).unwrap();
+        } else if std::fs::read_to_string(&path).ok().as_deref() != Some(page.as_str()) {
+            stale.push(*name);
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "docs/topics/ differs from the lab files for {stale:?}: MQLAB_UPDATE_DOCS=1 cargo test --test docs every_topic rewrites them"
+    );
+    // In SUMMARY.md a lab's entry is indented under its topic's entry.
+    let summary = std::fs::read_to_string(root().join("docs/SUMMARY.md")).unwrap();
+    let mut under: std::collections::BTreeMap<String, String> = Default::default();
+    let mut topic = None;
+    for line in summary.lines() {
+        match (links(line).first(), line.starts_with("- ")) {
+            (Some(l), true) => topic = l.strip_prefix("topics/").map(str::to_string),
+            (Some(l), false) => {
+                if let (Some(t), Some(lab)) = (&topic, l.strip_prefix("labs/")) {
+                    under.insert(lab.to_string(), t.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+    for name in project.lab_names().unwrap() {
+        let lab = project.load(&name).unwrap();
+        let topic = lab.topic.unwrap_or_else(|| {
+            panic!(
+                "labs/{name}.toml names no `topic` (one of {:?})",
+                Topic::names()
+            )
+        });
+        assert_eq!(
+            under.get(&format!("{name}.md")).map(String::as_str),
+            Some(format!("{}.md", topic.name()).as_str()),
+            "docs/SUMMARY.md lists labs/{name}.md under another topic's page, or not at all"
+        );
     }
 }
 
@@ -282,10 +337,23 @@ fn the_book_builds_and_renders() {
         dom.contains("<table>") && dom.contains("after-publish-before-confirm"),
         "no faults table"
     );
+    // The tour and a topic's table, linking to the lab pages.
+    let dom = chrome(&["--dump-dom"], "introduction.html");
+    assert!(
+        dom.contains("A tour of mqlab") && dom.contains("topics/consuming.html"),
+        "the tour did not render"
+    );
+    let dom = chrome(&["--dump-dom"], "topics/consuming.html");
+    assert!(
+        dom.contains("<table>") && dom.contains("../labs/consumer-crash.html"),
+        "the consuming topic has no table of its labs"
+    );
     for (page, png) in [
         ("evidence/consumer-crash.html", "lab.png"),
         ("labs/broker-pause.html", "lab-page.png"),
         ("faults.html", "faults.png"),
+        ("introduction.html", "tour.png"),
+        ("topics/consuming.html", "topic.png"),
     ] {
         let shot = tmp.path().join(png);
         chrome(&[&format!("--screenshot={}", shot.display())], page);

@@ -44,6 +44,8 @@ pub struct Lab {
     pub settings: Vec<crate::vocab::BrokerSetting>,
     /// The PostgreSQL it runs on: the shared one, or one of the run's own.
     pub database: crate::vocab::Durability,
+    /// The articles' topic the book lists it under.
+    pub topic: Option<crate::vocab::Topic>,
 }
 
 /// A counterexample's declared difference on one RabbitMQ generation: its

@@ -28,6 +28,9 @@ pub struct RawLab {
     /// or one of the run's own (`durable`).
     #[serde(default)]
     pub database: crate::vocab::Durability,
+    /// The articles' topic the book lists it under (a user's lab may
+    /// have none).
+    pub topic: Option<crate::vocab::Topic>,
     #[serde(default, rename = "exchange")]
     pub exchanges: Vec<RawExchange>,
     #[serde(default, rename = "queue")]

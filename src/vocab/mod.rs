@@ -124,6 +124,32 @@ names! {
 }
 
 names! {
+    /// The articles' topics, which group the labs in the book
+    /// (`topic` in a lab file; `docs/topics/<topic>.md` lists its labs).
+    /// A user's own program is the book's byo page, not a topic of labs.
+    pub enum Topic ("topic") {
+        Consuming = "consuming": "a consumer killed, cut off or racing another instance, and what its inbox makes of a redelivery, a replay or a conflicting copy",
+        Publishing = "publishing": "a publish lost, unconfirmed, refused or unroutable, a producer killed around its confirm, and the outbox that keeps an order and its event together",
+        FailureHandling = "failure-handling": "retries, their attempts and back-off, failure classes, poison messages and the dead-letter queue",
+        OrderingAndTime = "ordering-and-time": "the order a key's events complete in, and delays and TTLs, which are expiries, not timers",
+        BrokersAndClusters = "brokers-and-clusters": "a broker crashed, restarted or stalled, and a quorum queue's node lost or cut off",
+    }
+}
+
+impl Topic {
+    /// The heading of the topic's page in the book.
+    pub fn title(self) -> &'static str {
+        match self {
+            Topic::Consuming => "Consuming",
+            Topic::Publishing => "Publishing",
+            Topic::FailureHandling => "Failure handling and the DLQ",
+            Topic::OrderingAndTime => "Ordering and time",
+            Topic::BrokersAndClusters => "Brokers and clusters",
+        }
+    }
+}
+
+names! {
     /// What a lab may need beyond publishing and consuming, each offered or
     /// not by a broker ([`crate::broker::offers`]) and by an environment
     /// (`--env external` offers none: the servers are not mqlab's). Checked

@@ -192,6 +192,7 @@ impl<'a> Checker<'a> {
             facts,
             settings: raw.settings,
             database: raw.database,
+            topic: raw.topic,
         })
     }
 

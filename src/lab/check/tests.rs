@@ -97,6 +97,12 @@ fn every_error_message_from_a_snippet() {
             "broker: unknown broker `kafka` (known: rabbitmq)",
         ),
         (
+            r#"name = "t""#,
+            "name = \"t\"\ntopic = \"kafka\"",
+            None,
+            "topic: unknown topic `kafka` (known: consuming, publishing, failure-handling, ordering-and-time, brokers-and-clusters)",
+        ),
+        (
             "rows = 2\n",
             "rows = \"two\"\n",
             None,
