@@ -6,7 +6,7 @@ mod common;
 use common::*;
 
 /// A `mqlab lab` run with every output: transcripts, evidence, JUnit.
-struct AllRun {
+struct LabRun {
     out: tempfile::TempDir,
     evidence: tempfile::TempDir,
     junit: std::path::PathBuf,
@@ -14,12 +14,12 @@ struct AllRun {
 }
 
 /// `mqlab lab --all` with every output.
-fn run_all() -> AllRun {
+fn run_all() -> LabRun {
     run_these(&["--all"])
 }
 
 /// `mqlab lab <which>` with every output: transcripts, evidence, JUnit.
-fn run_these(which: &[&str]) -> AllRun {
+fn run_these(which: &[&str]) -> LabRun {
     let out = tempfile::tempdir().unwrap();
     let evidence = tempfile::tempdir().unwrap();
     let junit = evidence.path().join("junit.xml");
@@ -49,7 +49,7 @@ fn run_these(which: &[&str]) -> AllRun {
         })
         .collect();
     runs.sort();
-    AllRun {
+    LabRun {
         out,
         evidence,
         junit,
@@ -89,12 +89,13 @@ fn every_lab_passes_and_matches_its_snapshot() {
 
 /// The outputs checked by the tools their readers use: the JUnit file
 /// against its XSD with xmllint, the evidence's sequence diagrams rendered
-/// by Mermaid. A run of labs whose diagrams draw every participant and
-/// note kind (a kill, the broker, the network, competing instances, an
-/// order service's database, a DLQ, a downstream call), not `--all`: every
-/// run's diagram, drawn from its snapshot by the same code, is rendered by
-/// Mermaid in the book (tests/docs.rs, `the_book_builds_and_renders`), and
-/// the default test above checks `--all`'s JUnit and evidence themselves.
+/// by Mermaid. A run of a few labs whose diagrams draw most participants
+/// (a killed consumer, the broker, the network, competing instances, an
+/// order service's database, a DLQ, a downstream service, several queues),
+/// not `--all`: every run's diagram, drawn from its snapshot by the same
+/// code, is rendered by Mermaid in the book (tests/docs.rs,
+/// `the_book_builds_and_renders`), and the default test above checks
+/// `--all`'s JUnit and evidence themselves.
 #[test]
 #[ignore = "needs xmllint, mermaid-cli and chromium (.ci/run installs them)"]
 fn evidence_passes_external_validators() {
@@ -106,9 +107,10 @@ fn evidence_passes_external_validators() {
         "competing-consumers@check-then-insert",
         "outbox@direct",
         "retry-dlq",
-        "side-effects",
+        "effect-intents",
+        "routing",
     ]);
-    assert_eq!(all.runs.len(), 8, "{:?}", all.runs);
+    assert_eq!(all.runs.len(), 9, "{:?}", all.runs);
     let xmllint = require_tool("xmllint", &[]);
     let out = std::process::Command::new(xmllint)
         .args(["--noout", "--schema"])

@@ -62,9 +62,8 @@ pub trait Program {
 
 /// Follows the program until it settled `settle` distinct messages (acked,
 /// its transaction ended), killing it at `fault`'s window and starting it
-/// again. Long because it is one loop over what the proxies saw, an arm
-/// per turn of the program's life (settled, window unreachable, the kill
-/// and the restart), kept together so the order of the turns shows.
+/// again: one loop over what the proxies saw, an arm per turn of the
+/// program's life (settled, window unreachable, the kill and the restart).
 pub async fn follow(p: &mut impl Program, fault: Option<&Fault>, mut settle: usize) -> Result<()> {
     p.start()?;
     let mut acked = BTreeSet::new();
@@ -130,7 +129,7 @@ fn unreachable(window: &str, message: &str, why: &str) -> anyhow::Error {
 }
 
 /// A program that broke the order its lab declares for it.
-pub fn contradicts(phase: &str, message: &str) -> anyhow::Error {
+fn contradicts(phase: &str, message: &str) -> anyhow::Error {
     anyhow::anyhow!("phase {phase}: the lab declares that the program commits before it acks (`commits_first`), and it went on with {message} after acking it")
 }
 

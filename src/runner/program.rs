@@ -134,6 +134,18 @@ struct ProgramStep<'c, 'a> {
     proc: Option<RoleProc>,
 }
 
+/// A program still running when the step ends (an error on the way: a
+/// wait's deadline, a failed database read at the window) loses its whole
+/// process group, as at the window, not only its first process (which its
+/// handle's kill-on-drop would take).
+impl Drop for ProgramStep<'_, '_> {
+    fn drop(&mut self) {
+        if let Some(pid) = self.proc.as_ref().and_then(|p| p.child.id()) {
+            let _ = signal::killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
+        }
+    }
+}
+
 impl ProgramStep<'_, '_> {
     fn proc(&mut self) -> Result<&mut RoleProc> {
         self.proc.as_mut().context("no program running")
