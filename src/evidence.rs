@@ -591,15 +591,21 @@ pub fn lab_page(project: &crate::lab::Project, name: &str) -> Result<String> {
 }
 
 /// One topic's page of the book (`docs/topics/<topic>.md`), written from
-/// the lab files only: what the topic covers, then a row per lab of that
-/// topic with its claim and its counterexamples, each linking to the lab's
-/// page. A test fails when a page differs (`MQLAB_UPDATE_DOCS=1` rewrites
+/// the lab files of `project` only: what the topic covers, then a row per
+/// lab of that topic with its claim and its counterexamples, each linking
+/// to the lab's page (the examples' labs, `your-own-program`, to the byo
+/// page). A test fails when a page differs (`MQLAB_UPDATE_DOCS=1` rewrites
 /// them), and when one of the project's labs names no topic.
 pub fn topic_page(project: &crate::lab::Project, topic: crate::vocab::Topic) -> Result<String> {
+    use crate::vocab::Topic;
     let mut doc = topic.doc().to_string();
     doc[..1].make_ascii_uppercase();
+    let how = match topic {
+        Topic::YourOwnProgram => "Each lab runs an example program as the consumer (`examples/python`; `examples/node` has the same labs but `byo-cached-inbox`); [Bring your own consumer](../byo.md) says how to run them and how to bring yours. Each counterexample runs a broken mode of the program and must fail as declared.",
+        _ => "Each lab is a claim mqlab runs against a real broker and a real PostgreSQL; each counterexample changes one thing the safe run relies on (a step removed or reordered, a setting, a queue's type) and must fail as declared. A lab's page has its steps, its sequence diagrams and its assertions; `cargo run -- lab <lab>` runs it, `cargo run -- lab <lab>@<counterexample>` runs a counterexample.",
+    };
     let mut out = format!(
-        "# {}\n\n{doc}. Each lab is a claim mqlab runs against a real broker and a real PostgreSQL; its counterexamples remove or reorder one step of the safe code and must fail as declared. A lab's page has its steps, its sequence diagrams and its assertions; `cargo run -- lab <lab>` runs it, `cargo run -- lab <lab>@<counterexample>` breaks it.\n\n| lab | claim | counterexamples |\n|---|---|---|\n",
+        "# {}\n\n{doc}. {how}\n\n| lab | claim | counterexamples |\n|---|---|---|\n",
         topic.title()
     );
     for name in project.lab_names()? {
@@ -607,6 +613,10 @@ pub fn topic_page(project: &crate::lab::Project, topic: crate::vocab::Topic) -> 
         if lab.topic != Some(topic) {
             continue;
         }
+        let link = match topic {
+            Topic::YourOwnProgram => "../byo.md".to_string(),
+            _ => format!("../labs/{name}.md"),
+        };
         let nodes = match lab.is_cluster() {
             true => " (three nodes)",
             false => "",
@@ -617,7 +627,7 @@ pub fn topic_page(project: &crate::lab::Project, topic: crate::vocab::Topic) -> 
             .map(|(v, _)| format!("`@{v}`"))
             .collect();
         out.push_str(&format!(
-            "| [`{name}`](../labs/{name}.md){nodes} | {} | {} |\n",
+            "| [`{name}`]({link}){nodes} | {} | {} |\n",
             cell(&lab.claim),
             variants.join(", ")
         ));

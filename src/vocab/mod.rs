@@ -126,13 +126,14 @@ names! {
 names! {
     /// The articles' topics, which group the labs in the book
     /// (`topic` in a lab file; `docs/topics/<topic>.md` lists its labs).
-    /// A user's own program is the book's byo page, not a topic of labs.
+    /// `your-own-program` is the examples' labs' (examples/python).
     pub enum Topic ("topic") {
-        Consuming = "consuming": "a consumer killed, cut off or racing another instance, and what its inbox makes of a redelivery, a replay or a conflicting copy",
-        Publishing = "publishing": "a publish lost, unconfirmed, refused or unroutable, a producer killed around its confirm, and the outbox that keeps an order and its event together",
+        Consuming = "consuming": "a consumer killed, cut off or racing another instance, and what its inbox makes of a redelivery, a replay or a conflicting copy; its calls to a downstream service; what a queue's depth hides",
+        Publishing = "publishing": "a publish lost, unconfirmed, refused, unroutable or routed by a topic exchange, a producer killed around its confirm, and the outbox that keeps an order and its event together",
         FailureHandling = "failure-handling": "retries, their attempts and back-off, failure classes, poison messages and the dead-letter queue",
         OrderingAndTime = "ordering-and-time": "the order a key's events complete in, and delays and TTLs, which are expiries, not timers",
         BrokersAndClusters = "brokers-and-clusters": "a broker crashed, restarted or stalled, and a quorum queue's node lost or cut off",
+        YourOwnProgram = "your-own-program": "a program of yours as the consumer, in any language, judged as a black box: the examples' labs (examples/python, examples/node), safe and broken",
     }
 }
 
@@ -145,6 +146,7 @@ impl Topic {
             Topic::FailureHandling => "Failure handling and the DLQ",
             Topic::OrderingAndTime => "Ordering and time",
             Topic::BrokersAndClusters => "Brokers and clusters",
+            Topic::YourOwnProgram => "Your own program",
         }
     }
 }

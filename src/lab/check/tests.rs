@@ -100,7 +100,7 @@ fn every_error_message_from_a_snippet() {
             r#"name = "t""#,
             "name = \"t\"\ntopic = \"kafka\"",
             None,
-            "topic: unknown topic `kafka` (known: consuming, publishing, failure-handling, ordering-and-time, brokers-and-clusters)",
+            "topic: unknown topic `kafka` (known: consuming, publishing, failure-handling, ordering-and-time, brokers-and-clusters, your-own-program)",
         ),
         (
             "rows = 2\n",
