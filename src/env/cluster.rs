@@ -431,6 +431,15 @@ impl super::Environment for ClusterEnv {
         Box::pin(nodes::holds(self, vhost, queue))
     }
 
+    fn queue_home_down<'a>(
+        &'a self,
+        n: usize,
+        vhost: &'a str,
+        queue: &'a str,
+    ) -> super::EnvFuture<'a, Option<bool>> {
+        Box::pin(async move { nodes::home_down(self, n, vhost, queue).await.map(Some) })
+    }
+
     fn await_leader<'a>(
         &'a self,
         gone: usize,

@@ -316,6 +316,30 @@ pub async fn sync_metadata(nodes: &impl Nodes, n: usize) -> Result<()> {
     Ok(())
 }
 
+/// Whether node n finds a classic queue's process out of reach (its node
+/// killed or cut off): node n asks that process's node whether it is
+/// alive, 2 s at most. A passive declare of such a queue is answered
+/// "home node down" at once by 3.10 and only after about 60 s by 4.0
+/// (it retries the dead process: `broker::rabbitmq::client::queue_state`);
+/// this asks the same question without the retries. A queue of another
+/// type, or none: false.
+pub async fn home_down(nodes: &impl Nodes, n: usize, vhost: &str, queue: &str) -> Result<bool> {
+    let expr = format!(
+        "case rabbit_amqqueue:lookup(rabbit_misc:r({}, queue, {})) of \
+         {{ok, Q}} -> case amqqueue:get_type(Q) of \
+         rabbit_classic_queue -> P = amqqueue:get_pid(Q), \
+         rpc:call(node(P), erlang, is_process_alive, [P], 2000) =/= true; \
+         _ -> false end; _ -> false end.",
+        erlang_binary(vhost),
+        erlang_binary(queue)
+    );
+    match nodes.eval(n, &expr).await?.as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        other => bail!("node {n}, asked whether `{queue}`'s process is alive, answered {other}"),
+    }
+}
+
 /// Waits until a running node other than `gone` names a leader of the
 /// quorum queue other than `gone` (ra:members goes through the leader that
 /// node knows, or waits while there is none). Measured: a publish sent to

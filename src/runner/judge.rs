@@ -21,6 +21,10 @@ impl Ctx<'_> {
         if faulted && self.servers.home_node_down.get(queue) == Some(&nodes) {
             return Ok(None);
         }
+        if faulted && self.home_down_asked(queue, &nodes).await {
+            self.servers.home_node_down.insert(queue.to_string(), nodes);
+            return Ok(None);
+        }
         match self.conns().broker.queue_state(queue).await {
             Ok(s) => Ok(Some(s)),
             Err(e) if e.downcast_ref::<crate::broker::HomeNodeDown>().is_some() => {
@@ -32,6 +36,29 @@ impl Ctx<'_> {
             }
             Err(e) => Err(anyhow!("{e:#}")),
         }
+    }
+
+    /// Whether the harness's node finds a classic queue's process out of
+    /// reach, asked once per queue while the same nodes are down and cut
+    /// off: what a read would be answered, without 4.0's 60 s of retries.
+    /// Not asked (another queue type, one node), or no answer: false, and
+    /// the read asks the broker.
+    async fn home_down_asked(&mut self, queue: &str, nodes: &NodesFaulted) -> bool {
+        let classic = self
+            .lab
+            .topology
+            .queues
+            .iter()
+            .any(|q| q.name == queue && !q.is_quorum());
+        if !classic || self.servers.home_asked.get(queue) == Some(nodes) {
+            return false;
+        }
+        self.servers
+            .home_asked
+            .insert(queue.to_string(), nodes.clone());
+        let n = self.harness_node();
+        let asked = self.env.read().queue_home_down(n, &self.vhost, queue);
+        matches!(asked.await, Ok(Some(true)))
     }
 
     pub(super) async fn await_depth(

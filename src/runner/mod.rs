@@ -587,6 +587,9 @@ struct Links {
 
 /// What a lab did to the servers, and has not undone yet: the runner
 /// restores them when the run ends, whatever ended it.
+/// The cluster nodes a lab holds down, and those it holds cut off.
+type NodesFaulted = (BTreeSet<usize>, BTreeSet<usize>);
+
 #[derive(Default)]
 struct Servers {
     /// Every node's broker port: the proxy's upstreams, node 1 first.
@@ -598,7 +601,11 @@ struct Servers {
     /// Queues the broker answered "home node down" for, with the nodes
     /// down and cut off then: not asked again while those stay the same
     /// (RabbitMQ 4.0 takes about 60 s to give that answer).
-    home_node_down: BTreeMap<String, (BTreeSet<usize>, BTreeSet<usize>)>,
+    home_node_down: BTreeMap<String, NodesFaulted>,
+    /// Classic queues whose process the harness's node was asked about
+    /// (`Environment::queue_home_down`), with the nodes down and cut off
+    /// then: asked once while those stay the same.
+    home_asked: BTreeMap<String, NodesFaulted>,
     /// The broker paused by the lab and not resumed yet.
     broker_paused: bool,
 }
