@@ -436,8 +436,13 @@ impl super::Environment for ClusterEnv {
         n: usize,
         vhost: &'a str,
         queue: &'a str,
+        faulted: &'a [usize],
     ) -> super::EnvFuture<'a, Option<bool>> {
-        Box::pin(async move { nodes::home_down(self, n, vhost, queue).await.map(Some) })
+        Box::pin(async move {
+            nodes::home_down(self, n, vhost, queue, faulted)
+                .await
+                .map(Some)
+        })
     }
 
     fn await_leader<'a>(

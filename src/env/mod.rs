@@ -336,14 +336,16 @@ pub trait Environment {
     ) -> EnvFuture<'a, ()> {
         Box::pin(async { Ok(()) })
     }
-    /// Whether node n finds a classic queue's process out of reach (see
-    /// [`nodes::home_down`]); `None` where it cannot be asked, and the
-    /// broker's answer to a read of the queue is awaited instead.
+    /// Whether node n finds a classic queue's process on one of the nodes
+    /// `faulted` and out of reach (see [`nodes::home_down`]); `None` where
+    /// it cannot be asked, and the broker's answer to a read of the queue
+    /// is awaited instead.
     fn queue_home_down<'a>(
         &'a self,
         _n: usize,
         _vhost: &'a str,
         _queue: &'a str,
+        _faulted: &'a [usize],
     ) -> EnvFuture<'a, Option<bool>> {
         Box::pin(async { Ok(None) })
     }

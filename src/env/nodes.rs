@@ -316,27 +316,42 @@ pub async fn sync_metadata(nodes: &impl Nodes, n: usize) -> Result<()> {
     Ok(())
 }
 
-/// Whether node n finds a classic queue's process out of reach (its node
-/// killed or cut off): node n asks that process's node whether it is
-/// alive, 2 s at most. A passive declare of such a queue is answered
-/// "home node down" at once by 3.10 and only after about 60 s by 4.0
-/// (it retries the dead process: `broker::rabbitmq::client::queue_state`);
-/// this asks the same question without the retries. A queue of another
-/// type, or none: false.
-pub async fn home_down(nodes: &impl Nodes, n: usize, vhost: &str, queue: &str) -> Result<bool> {
+/// Whether node n finds a classic queue's process on one of the nodes
+/// `faulted` (those the lab holds down or cut off) and out of reach: node n
+/// asks that node whether the process is alive, 2 s at most. A passive
+/// declare of such a queue is answered "home node down" at once by 3.10
+/// and only after about 60 s by 4.0 (it retries the dead process:
+/// `broker::rabbitmq::client::queue_state`); this asks the same question
+/// without the retries. A process on a node the lab left alone, a queue of
+/// another type, or none: false (the broker is asked).
+pub async fn home_down(
+    nodes: &impl Nodes,
+    n: usize,
+    vhost: &str,
+    queue: &str,
+    faulted: &[usize],
+) -> Result<bool> {
+    let names: Vec<String> = faulted
+        .iter()
+        .map(|m| format!("'{}'", nodes.name(*m)))
+        .collect();
     let expr = format!(
         "case rabbit_amqqueue:lookup(rabbit_misc:r({}, queue, {})) of \
          {{ok, Q}} -> case amqqueue:get_type(Q) of \
          rabbit_classic_queue -> P = amqqueue:get_pid(Q), \
+         lists:member(node(P), [{}]) andalso \
          rpc:call(node(P), erlang, is_process_alive, [P], 2000) =/= true; \
          _ -> false end; _ -> false end.",
         erlang_binary(vhost),
-        erlang_binary(queue)
+        erlang_binary(queue),
+        names.join(", ")
     );
     match nodes.eval(n, &expr).await?.as_str() {
         "true" => Ok(true),
         "false" => Ok(false),
-        other => bail!("node {n}, asked whether `{queue}`'s process is alive, answered {other}"),
+        other => {
+            bail!("node {n}, asked whether `{queue}`'s process is out of reach, answered {other}")
+        }
     }
 }
 

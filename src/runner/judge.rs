@@ -38,9 +38,10 @@ impl Ctx<'_> {
         }
     }
 
-    /// Whether the harness's node finds a classic queue's process out of
-    /// reach, asked once per queue while the same nodes are down and cut
-    /// off: what a read would be answered, without 4.0's 60 s of retries.
+    /// Whether the harness's node finds a classic queue's process on a node
+    /// the lab holds down or cut off and out of reach, asked once per queue
+    /// while the same nodes are down and cut off: what a read would be
+    /// answered, without 4.0's 60 s of retries.
     /// Not asked (another queue type, one node), or no answer: false, and
     /// the read asks the broker.
     async fn home_down_asked(&mut self, queue: &str, nodes: &NodesFaulted) -> bool {
@@ -57,8 +58,22 @@ impl Ctx<'_> {
             .home_asked
             .insert(queue.to_string(), nodes.clone());
         let n = self.harness_node();
-        let asked = self.env.read().queue_home_down(n, &self.vhost, queue);
-        matches!(asked.await, Ok(Some(true)))
+        let faulted: Vec<usize> = nodes.0.union(&nodes.1).copied().collect();
+        let asked = self
+            .env
+            .read()
+            .queue_home_down(n, &self.vhost, queue, &faulted)
+            .await;
+        match asked {
+            Ok(answer) => answer == Some(true),
+            Err(e) => {
+                eprintln!(
+                    "mqlab: {}: whether `{queue}`'s process is out of reach could not be asked ({e:#}): the broker is asked",
+                    self.run
+                );
+                false
+            }
+        }
     }
 
     pub(super) async fn await_depth(

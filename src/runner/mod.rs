@@ -585,11 +585,11 @@ struct Links {
     own_database: Option<(crate::env::postgres::Own, String)>,
 }
 
-/// What a lab did to the servers, and has not undone yet: the runner
-/// restores them when the run ends, whatever ended it.
 /// The cluster nodes a lab holds down, and those it holds cut off.
 type NodesFaulted = (BTreeSet<usize>, BTreeSet<usize>);
 
+/// What a lab did to the servers, and has not undone yet: the runner
+/// restores them when the run ends, whatever ended it.
 #[derive(Default)]
 struct Servers {
     /// Every node's broker port: the proxy's upstreams, node 1 first.
