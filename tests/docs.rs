@@ -296,8 +296,9 @@ fn diagrams_render(book: &Path, dom: &str) {
 
 /// The book builds with mdBook, its internal links hold, and headless
 /// Chromium renders every diagram (Mermaid drew an SVG for each), the
-/// faults table, the tour and a topic page (screenshots kept beside the
-/// built book).
+/// faults table, the tour and a topic page (screenshots copied to
+/// target/). Over 80 lines: one walk through one built book, every check
+/// sharing the build and the browser helper.
 #[test]
 #[ignore = "needs mdbook, chromium and the mermaid npm package (.ci/run installs them)"]
 fn the_book_builds_and_renders() {
