@@ -154,6 +154,8 @@ fn the_cluster_group_passes_in_containers_and_leaves_nothing() {
     let (code, stderr) = run.finish(&dir);
     assert_eq!(code, 0, "{stderr}");
     assert!(stderr.contains("RabbitMQ 3.10.8 (3 nodes)"), "{stderr}");
+    // Whether a classic queue's process is out of reach was asked and answered.
+    assert!(!stderr.contains("could not be asked"), "{stderr}");
     let project = mqlab::lab::Project { root: root() };
     let runs: usize = project
         .lab_names()

@@ -148,6 +148,14 @@ fn the_cluster_group_holds_on_rabbitmq_4_0_locally_and_in_containers() {
     assert!(ended.is_empty(), "{}", ended.join("\n\n"));
     for g in &groups {
         the_cluster_group_holds(g.env, g.evidence.path());
+        // The harness knew each classic queue's home node down by asking
+        // (`env::nodes::home_down`), not by 4.0's 60 s of retries.
+        let stderr = std::fs::read_to_string(g.output.path().join("stderr")).unwrap();
+        assert!(
+            !stderr.contains("could not be asked"),
+            "{}: {stderr}",
+            g.env
+        );
     }
 }
 
