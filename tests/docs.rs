@@ -255,11 +255,7 @@ fn broken_hrefs(book: &Path) -> (usize, Vec<String>) {
 /// draws.
 fn diagrams_render(book: &Path, dom: &str) {
     let summary = std::fs::read_to_string(root().join("docs/SUMMARY.md")).unwrap();
-    let chapters: Vec<&str> = summary
-        .split("](")
-        .skip(1)
-        .filter_map(|rest| rest.split(')').next())
-        .collect();
+    let chapters = links(&summary);
     let mut owed = 0;
     for c in &chapters {
         let text = std::fs::read_to_string(root().join("docs").join(c)).unwrap();
