@@ -181,17 +181,9 @@ fn topology() -> Topology {
 /// lab's `broker = "restart"` step does; its `[fault]` lines go to the
 /// terminal's progress line.
 impl crate::faults::Harness for Soak<'_> {
-    fn lab(&self) -> &str {
-        "soak"
-    }
-
     /// The soak runs on the environment's broker.
-    fn broker(&self) -> crate::vocab::Broker {
-        self.env.endpoints().broker.broker
-    }
-
-    fn say(&mut self, _role: Role, line: &str) {
-        (self.progress)(line);
+    fn say(&mut self, fault: &crate::transcript::FaultEvent) {
+        (self.progress)(&fault.line(self.env.endpoints().broker.broker, "soak"));
     }
 
     fn env(&mut self) -> Result<&mut (dyn Environment + 'static)> {
@@ -241,7 +233,7 @@ impl Soak<'_> {
         let e = self.env.endpoints();
         RoleSite {
             lab: "soak",
-            broker: crate::faults::Harness::broker(self),
+            broker: e.broker.broker,
             broker_url: e.broker_url(&self.vhost),
             database_url: e.pg_url(&self.database),
         }

@@ -6,6 +6,9 @@ use std::time::SystemTime;
 
 use crate::vocab::{Broker, Role, Status};
 
+mod said;
+pub use said::{CrowdNote, FaultEvent, Observation, Observed};
+
 pub const SERVICE: &str = "order-service";
 
 /// Keys whose values differ between runs of the same lab; nothing else is

@@ -2,15 +2,13 @@
 
 use std::collections::BTreeMap;
 
-use crate::transcript::Entry;
-use crate::vocab::{Broker, Role, Status, Target};
+use crate::transcript::{CrowdNote, Entry, FaultEvent, Observation, Observed};
+use crate::vocab::{Broker, FaultAction, Role, Status, Target};
 
-/// The registry's diagram note for the placement a `[fault]` line names
-/// (its target, action and window), with its message filled in.
-fn registry_note(target: Target, e: &Entry, mid: &str) -> Option<String> {
-    let action = e.get("action")?.parse().ok()?;
-    let window = e.get("window")?.parse().ok()?;
-    let p = crate::vocab::placement_at(target, action, window)?;
+/// The registry's diagram note for the placement a fault names (its
+/// target, action and window), with its message filled in.
+fn registry_note(f: &FaultEvent, mid: &str) -> Option<String> {
+    let p = crate::vocab::placement_at(f.target, f.action, f.window?)?;
     Some(p.note.replace("{mid}", mid)).filter(|n| !n.is_empty())
 }
 
@@ -31,9 +29,17 @@ pub fn mermaid(lines: &[String]) -> String {
         };
         match role {
             Role::Producer => d.producer(e, status, mid),
-            Role::Fault => d.fault(e, status, mid),
+            Role::Fault => {
+                if let Some(f) = FaultEvent::read(e) {
+                    d.fault(&f)
+                }
+            }
             Role::Consumer => d.consumer(e, status, mid),
-            Role::Observe => d.observe(e, status, mid),
+            Role::Observe => {
+                if let Some(o) = Observation::read(e) {
+                    d.observe(&o)
+                }
+            }
             Role::Job => d.job(e, status),
             Role::Inspect | Role::Assert | Role::Check => {}
         }
@@ -160,76 +166,82 @@ impl<'a> Diagram<'a> {
         }
     }
 
-    fn fault(&mut self, e: &Entry, status: Status, mid: &str) {
+    /// A fault the harness injected or healed, read back from its line.
+    fn fault(&mut self, f: &FaultEvent) {
+        use FaultAction as A;
         let consumers = self.consumers;
-        let action = e.get("action").unwrap_or("?");
-        match (e.get("target"), status) {
-                (Some("broker"), Status::Injected) => {
-                    self.has_broker = true;
-                    let what = match registry_note(Target::Broker, e, mid) {
-                        Some(note) => note,
-                        None => format!("broker {action}: SIGKILL, then started on the same data"),
-                    };
-                    self.body.push(format!("    Note over B: {what}"));
-                }
-                (Some("broker"), Status::Healed) => {
-                    self.has_broker = true;
-                    let what = match action {
-                        "pause" => "resumed: it answers again",
-                        _ => "ready again",
-                    };
-                    self.body.push(format!("    Note over B: {what}"));
-                }
-                (Some("node"), status) => {
-                    let n = e.get("node").unwrap_or("?").to_string();
-                    if !self.nodes.contains(&n) {
-                        self.nodes.push(n.clone());
-                    }
-                    let what = match (action, status) {
-                        ("kill", _) if !mid.is_empty() => {
-                            format!("SIGKILL, the confirm of {mid} in flight (held back). It stays down")
-                        }
-                        ("kill", _) => "SIGKILL. It stays down".to_string(),
-                        ("restart", Status::Injected) => "started again on its data".into(),
-                        ("restart", _) => "back, rejoined the cluster".into(),
-                        ("partition", _) => "cut off from the other nodes".into(),
-                        ("heal", Status::Injected) => "the partition ends".into(),
-                        ("heal", _) => "reachable again".into(),
-                        (other, _) => other.to_string(),
-                    };
-                    self.body.push(format!("    Note over N{n}: node {n}: {what}"));
-                }
-                (Some("consumer"), Status::Injected) if action == "rendezvous" => {
-                    let on_lock = e.get("onLock").filter(|l| *l != "none");
-                    let what = match on_lock {
-                        Some(l) => format!(
-                            "rendezvous: the copies of {mid}'s event taken at once, every transaction open. {l} waits on a row lock, held there"
-                        ),
-                        None => format!(
-                            "rendezvous: the copies of {mid}'s event taken at once, every transaction open"
-                        ),
-                    };
-                    self.body.push(format!("    Note over C1,C{consumers}: {what}"));
-                }
-                (Some("consumer"), Status::Injected) if action == "stall" => self.body.push(format!(
-                    "    Note over C1,C{consumers}: stall: consumer-1 holds {mid} while the other instance settles the rest"
-                )),
-                (Some("consumer"), Status::Healed) if action == "stall" => self.body.push(format!(
-                    "    Note over C1,C{consumers}: consumer-1 released: it completes {mid} last"
-                )),
-                (Some("consumer"), Status::Healed) if action == "rendezvous" => self.body.push(
-                    format!("    Note over C1,C{consumers}: every instance released, one at a time, consumer-1 first"),
-                ),
-                (Some("network"), Status::Injected) => {
-                    self.has_network = true;
-                    let what = match registry_note(Target::Network, e, mid) {
-                        Some(note) => note,
-                        None => format!("network {action} of {mid}"),
-                    };
-                    self.body.push(format!("    Note over N: {what}"));
-                }
-                _ => {}
+        let mid = f.message.as_deref().unwrap_or("");
+        let action = f.action;
+        match (f.target, f.status) {
+            (Target::Broker, Status::Injected) => {
+                self.has_broker = true;
+                let what = match registry_note(f, mid) {
+                    Some(note) => note,
+                    None => format!("broker {action}: SIGKILL, then started on the same data"),
+                };
+                self.body.push(format!("    Note over B: {what}"));
             }
+            (Target::Broker, _) => {
+                self.has_broker = true;
+                let what = match action {
+                    A::Pause => "resumed: it answers again",
+                    _ => "ready again",
+                };
+                self.body.push(format!("    Note over B: {what}"));
+            }
+            (Target::Node, status) => {
+                let n = f.node.map_or_else(|| "?".to_string(), |n| n.to_string());
+                if !self.nodes.contains(&n) {
+                    self.nodes.push(n.clone());
+                }
+                let what = match (action, status) {
+                    (A::Kill, _) if !mid.is_empty() => {
+                        format!("SIGKILL, the confirm of {mid} in flight (held back). It stays down")
+                    }
+                    (A::Kill, _) => "SIGKILL. It stays down".to_string(),
+                    (A::Restart, Status::Injected) => "started again on its data".into(),
+                    (A::Restart, _) => "back, rejoined the cluster".into(),
+                    (A::Partition, _) => "cut off from the other nodes".into(),
+                    (A::Heal, Status::Injected) => "the partition ends".into(),
+                    (A::Heal, _) => "reachable again".into(),
+                    (other, _) => other.to_string(),
+                };
+                self.body.push(format!("    Note over N{n}: node {n}: {what}"));
+            }
+            (Target::Consumer, Status::Injected) if action == A::Rendezvous => {
+                let on_lock = match &f.crowd {
+                    CrowdNote::Arrivals { on_lock, .. } if on_lock != "none" => Some(on_lock),
+                    _ => None,
+                };
+                let what = match on_lock {
+                    Some(l) => format!(
+                        "rendezvous: the copies of {mid}'s event taken at once, every transaction open. {l} waits on a row lock, held there"
+                    ),
+                    None => format!(
+                        "rendezvous: the copies of {mid}'s event taken at once, every transaction open"
+                    ),
+                };
+                self.body.push(format!("    Note over C1,C{consumers}: {what}"));
+            }
+            (Target::Consumer, Status::Injected) if action == A::Stall => self.body.push(format!(
+                "    Note over C1,C{consumers}: stall: consumer-1 holds {mid} while the other instance settles the rest"
+            )),
+            (Target::Consumer, Status::Healed) if action == A::Stall => self.body.push(format!(
+                "    Note over C1,C{consumers}: consumer-1 released: it completes {mid} last"
+            )),
+            (Target::Consumer, Status::Healed) if action == A::Rendezvous => self.body.push(
+                format!("    Note over C1,C{consumers}: every instance released, one at a time, consumer-1 first"),
+            ),
+            (Target::Network, Status::Injected) => {
+                self.has_network = true;
+                let what = match registry_note(f, mid) {
+                    Some(note) => note,
+                    None => format!("network {action} of {mid}"),
+                };
+                self.body.push(format!("    Note over N: {what}"));
+            }
+            _ => {}
+        }
     }
 
     /// The consumer process (or, competing, the instance) a consumer's
@@ -357,14 +369,15 @@ impl<'a> Diagram<'a> {
         }
     }
 
-    fn observe(&mut self, e: &Entry, status: Status, mid: &str) {
-        // A black-box program, seen through the proxies.
-        if self.next_is_new_process && status == Status::Delivered && !self.crowd {
+    /// A black-box program, seen through the proxies.
+    fn observe(&mut self, o: &Observation) {
+        let mid = o.message.as_str();
+        if self.next_is_new_process && matches!(o.seen, Observed::Delivered { .. }) && !self.crowd {
             self.consumers += 1;
             self.next_is_new_process = false;
         }
         // Competing instances: each line names its own.
-        let instance = match e.get("consumer").filter(|_| self.crowd) {
+        let instance = match o.consumer.as_deref().filter(|_| self.crowd) {
             Some(name) => {
                 let n = name
                     .rsplit('-')
@@ -377,42 +390,35 @@ impl<'a> Diagram<'a> {
             None => self.consumers,
         };
         let c = format!("C{instance}");
-        let q = self.queue(e.get("destination").unwrap_or("?"));
-        match status {
-            Status::Delivered => {
-                let re = if e.get("redelivered") == Some("true") {
-                    ", redelivered"
-                } else {
-                    ""
-                };
+        let q = self.queue(&o.queue);
+        match &o.seen {
+            Observed::Delivered { redelivered, .. } => {
+                let re = if *redelivered { ", redelivered" } else { "" };
                 self.body.push(format!("    {q}->>{c}: {mid}{re}"));
             }
-            Status::Committed => {
+            Observed::Committed => {
                 self.has_db = true;
                 self.body.push(format!("    {c}->>DB: COMMIT ({mid})"));
             }
-            Status::RolledBack => {
+            Observed::RolledBack => {
                 self.has_db = true;
                 self.body
                     .push(format!("    {c}->>DB: COMMIT, rolled back ({mid})"));
             }
-            Status::Acked => self.body.push(format!("    {c}-->>{q}: ack {mid}")),
-            Status::Held => {
+            Observed::Acked => self.body.push(format!("    {c}-->>{q}: ack {mid}")),
+            Observed::Held { what, .. } => {
                 self.has_network = true;
-                self.body.push(format!(
-                    "    Note over N: {} of {mid} held",
-                    e.get("what").unwrap_or("a frame")
-                ));
+                self.body
+                    .push(format!("    Note over N: {what} of {mid} held"));
             }
-            Status::Killed => {
+            Observed::Killed { .. } => {
                 self.body
                     .push(format!("    Note over {c}: SIGKILL at the window ({mid})"));
                 self.next_is_new_process = true;
             }
-            Status::AtRendezvous => self.body.push(format!(
+            Observed::AtRendezvous => self.body.push(format!(
                 "    Note over {c}: held at its COMMIT ({mid}), its transaction open"
             )),
-            _ => {}
         }
     }
 

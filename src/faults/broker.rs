@@ -6,8 +6,8 @@ use anyhow::Result;
 
 use super::Harness;
 use crate::env::Environment;
-use crate::transcript::Record;
-use crate::vocab::{FaultAction, Role, Status, Target};
+use crate::transcript::FaultEvent;
+use crate::vocab::{FaultAction, Target};
 
 /// Before any restart, once the topology is declared: its declaration on
 /// disk (on `node`, the harness's), since a restart that came before the
@@ -21,15 +21,10 @@ pub async fn declared(env: &dyn Environment, node: usize) -> Result<()> {
 /// and started on the same data, the harness connected again and the
 /// topology declared again.
 pub async fn between(r: &mut impl Harness, action: FaultAction) -> Result<()> {
-    let line = |broker, lab: &str, status| {
-        Record::new(broker, lab)
-            .with("target", Target::Broker)
-            .with("action", action)
-            .status(status)
-    };
-    r.say(Role::Fault, &line(r.broker(), r.lab(), Status::Injected));
+    let fault = FaultEvent::injected(Target::Broker, action);
+    r.say(&fault);
     r.env()?.restart_broker().await?;
     r.reconnect_harness(true).await?;
-    r.say(Role::Fault, &line(r.broker(), r.lab(), Status::Healed));
+    r.say(&fault.healed());
     Ok(())
 }

@@ -67,7 +67,8 @@ pub mod stall;
 use anyhow::Result;
 
 use crate::env::Environment;
-use crate::vocab::{Broker, Role, Status};
+use crate::transcript::FaultEvent;
+use crate::vocab::Status;
 use proxy::{Proxy, ProxyEvent};
 
 /// What the broker family's restart asks of whoever runs it: the runner
@@ -75,12 +76,9 @@ use proxy::{Proxy, ProxyEvent};
 /// soak restarts the broker as a lab does.
 #[allow(async_fn_in_trait)] // used generically, never as `dyn`
 pub trait Harness {
-    /// The lab's name, for the family's `[fault]` lines.
-    fn lab(&self) -> &str;
-    /// The lab's broker: those lines' `product`.
-    fn broker(&self) -> Broker;
-    /// A line in the transcript (and on the terminal), as `role`.
-    fn say(&mut self, role: Role, line: &str);
+    /// A fault injected or healed: the runner writes its `[fault]` line
+    /// to the transcript (and the terminal), for the lab and its broker.
+    fn say(&mut self, fault: &FaultEvent);
     /// The environment; an error when the run shares it (it has no broker
     /// fault, by [`crate::lab::Lab::has_broker_fault`], so this is a bug).
     fn env(&mut self) -> Result<&mut (dyn Environment + 'static)>;

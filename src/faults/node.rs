@@ -12,8 +12,8 @@ use anyhow::{bail, Context, Result};
 use super::proxy::{ProxyEvent, Rule};
 use super::{Run, Stage};
 use crate::lab::{Fault, Publish};
-use crate::transcript::Record;
-use crate::vocab::{FaultAction, NodeFault, Role, Status, Target};
+use crate::transcript::FaultEvent;
+use crate::vocab::{FaultAction, NodeFault, Status, Target};
 
 /// A publish step's node kill at `after-publish-before-confirm`.
 pub async fn kill_on_publish(s: &mut impl Stage, p: &Publish, f: &Fault) -> Result<()> {
@@ -35,14 +35,11 @@ pub async fn kill_on_publish(s: &mut impl Stage, p: &Publish, f: &Fault) -> Resu
             f.message
         ),
     }
-    let line = Record::new(s.broker(), s.lab())
-        .with("target", Target::Node)
-        .with("node", node)
-        .with("action", f.action)
-        .with("window", f.window)
-        .with("messageId", &f.message)
-        .status(Status::Injected);
-    s.say(Role::Fault, &line);
+    s.say(
+        &FaultEvent::injected(Target::Node, f.action)
+            .on_node(node)
+            .at(f.window, &f.message),
+    );
     s.proxy().hold_new();
     // Marked before the environment acts: a kill that fails half way
     // still leaves the node to be restored after the lab.
@@ -73,15 +70,9 @@ pub async fn between(
     action: FaultAction,
     fault: NodeFault,
 ) -> Result<()> {
-    let line = |broker, lab: &str, status| {
-        Record::new(broker, lab)
-            .with("target", Target::Node)
-            .with("node", node)
-            .with("action", action)
-            .status(status)
-    };
+    let said = FaultEvent::injected(Target::Node, action).on_node(node);
     r.env()?;
-    r.say(Role::Fault, &line(r.broker(), r.lab(), Status::Injected));
+    r.say(&said);
     // Marked before the environment acts: a step that fails half way
     // still leaves the node to be restored after the lab.
     match fault {
@@ -105,7 +96,7 @@ pub async fn between(
     }
     r.reconnect_harness(false).await?;
     if matches!(fault, NodeFault::Restart | NodeFault::Heal) {
-        r.say(Role::Fault, &line(r.broker(), r.lab(), Status::Healed));
+        r.say(&said.healed());
     }
     Ok(())
 }

@@ -19,8 +19,8 @@ use anyhow::{bail, Result};
 use super::proxy::{ProxyEvent, Rule};
 use super::Stage;
 use crate::lab::{Fault, Publish};
-use crate::transcript::Record;
-use crate::vocab::{FaultAction, Role, Status, Target};
+use crate::transcript::FaultEvent;
+use crate::vocab::{FaultAction, Status, Target};
 
 /// A publish step's broker pause at `after-publish-before-confirm`.
 pub async fn on_publish(s: &mut impl Stage, p: &Publish, f: &Fault) -> Result<()> {
@@ -40,15 +40,8 @@ pub async fn on_publish(s: &mut impl Stage, p: &Publish, f: &Fault) -> Result<()
             f.message
         ),
     }
-    let line = |broker, lab: &str, status| {
-        Record::new(broker, lab)
-            .with("target", Target::Broker)
-            .with("action", FaultAction::Pause)
-            .with("window", f.window)
-            .with("messageId", &f.message)
-            .status(status)
-    };
-    s.say(Role::Fault, &line(s.broker(), s.lab(), Status::Injected));
+    let fault = FaultEvent::injected(Target::Broker, FaultAction::Pause).at(f.window, &f.message);
+    s.say(&fault);
     // Marked before the signal: the runner resumes a broker left paused
     // after the lab, however it ended (an error, a dropped run).
     s.broker_paused(true);
@@ -64,6 +57,6 @@ pub async fn on_publish(s: &mut impl Stage, p: &Publish, f: &Fault) -> Result<()
     }
     timed_out?;
     resumed?;
-    s.say(Role::Fault, &line(s.broker(), s.lab(), Status::Healed));
+    s.say(&fault.healed());
     s.finish_producer().await
 }

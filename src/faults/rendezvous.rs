@@ -19,17 +19,14 @@ use std::collections::BTreeSet;
 use anyhow::{bail, Result};
 
 use crate::lab::Fault;
-use crate::transcript::Record;
-use crate::vocab::{Broker, FaultAction, Status, Target};
+use crate::transcript::{CrowdNote, FaultEvent};
+use crate::vocab::{FaultAction, Target};
 
 /// What the rendezvous asks of a consume step with several instances.
 #[allow(async_fn_in_trait)] // used generically, never as `dyn`
 pub trait Crowd {
-    fn lab(&self) -> &str;
-    /// The lab's broker: the `[fault]` lines' `product`.
-    fn broker(&self) -> Broker;
-    /// A `[fault]` line in the transcript.
-    fn say(&mut self, line: &str);
+    /// A fault injected or healed: its `[fault]` line in the transcript.
+    fn say(&mut self, fault: &FaultEvent);
     /// Starts the next instance (`consumer-<n>`), holding at the fault's
     /// window for each copy.
     async fn start(&mut self) -> Result<()>;
@@ -184,17 +181,13 @@ pub async fn run<C: Crowd>(c: &mut C, f: &Fault, settle: usize) -> Result<()> {
             v.join(",")
         }
     };
-    let line = Record::new(c.broker(), c.lab())
-        .with("target", Target::Consumer)
-        .with("action", FaultAction::Rendezvous)
-        .with("window", f.window)
-        .with("messageId", &f.message);
-    let healed = line.clone().status(Status::Healed);
-    let injected = line
-        .with("atWindow", names(|a| matches!(a, Arrival::Window(_))))
-        .with("onLock", names(|a| matches!(a, Arrival::Lock(_))))
-        .status(Status::Injected);
-    c.say(&injected);
+    let fault = FaultEvent::injected(Target::Consumer, FaultAction::Rendezvous)
+        .at(f.window, &f.message)
+        .with_crowd(CrowdNote::Arrivals {
+            at_window: names(|a| matches!(a, Arrival::Window(_))),
+            on_lock: names(|a| matches!(a, Arrival::Lock(_))),
+        });
+    c.say(&fault);
     for i in 0..arrivals.len() {
         let copy = match &arrivals[i] {
             Arrival::Window(m) | Arrival::Lock(m) => m.clone(),
@@ -223,7 +216,7 @@ pub async fn run<C: Crowd>(c: &mut C, f: &Fault, settle: usize) -> Result<()> {
             }
         }
     }
-    c.say(&healed);
+    c.say(&fault.healed());
     c.finish().await
 }
 
@@ -257,14 +250,9 @@ pub(super) mod script {
     pub use crate::faults::script::block_on;
 
     impl Crowd for Script {
-        fn lab(&self) -> &str {
-            "t"
-        }
-        fn broker(&self) -> Broker {
-            Broker::default()
-        }
-        fn say(&mut self, line: &str) {
-            self.said.push(line.to_string());
+        fn say(&mut self, fault: &FaultEvent) {
+            self.said
+                .push(fault.line(crate::vocab::Broker::default(), "t"));
         }
         async fn start(&mut self) -> Result<()> {
             self.started += 1;

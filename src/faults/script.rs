@@ -19,7 +19,8 @@ use super::proxy::Rule;
 use super::proxy::{Proxy, ProxyEvent};
 use super::{ConsumeStage, Harness, Run, Stage};
 use crate::env::{Endpoints, EnvFuture, EnvInfo, Environment};
-use crate::vocab::{Role, Status};
+use crate::transcript::FaultEvent;
+use crate::vocab::Status;
 
 type Log = Rc<RefCell<Vec<String>>>;
 
@@ -63,27 +64,14 @@ impl Script {
     }
 }
 
-/// `action=... status=...` of a transcript line: what a `[fault]` line says.
-fn said(line: &str) -> String {
-    let field = |key: &str| {
-        line.split(' ')
-            .find_map(|kv| kv.strip_prefix(key))
-            .unwrap_or("-")
-            .to_string()
-    };
-    format!("say {} {}", field("action="), field("status="))
+/// What a `[fault]` line says, as the script's log has it.
+fn said(fault: &FaultEvent) -> String {
+    format!("say {} {}", fault.action, fault.status.name())
 }
 
 impl Harness for Script {
-    fn lab(&self) -> &str {
-        "t"
-    }
-    fn broker(&self) -> crate::vocab::Broker {
-        Default::default()
-    }
-    fn say(&mut self, role: Role, line: &str) {
-        assert_eq!(role, Role::Fault, "a family speaks as the fault");
-        self.note(said(line));
+    fn say(&mut self, fault: &FaultEvent) {
+        self.note(said(fault));
     }
     fn env(&mut self) -> Result<&mut (dyn Environment + 'static)> {
         Ok(&mut self.env)

@@ -17,8 +17,8 @@ use anyhow::{bail, Result};
 
 use super::rendezvous::{Crowd, Seen};
 use crate::lab::Fault;
-use crate::transcript::Record;
-use crate::vocab::{FaultAction, Status, Target};
+use crate::transcript::{CrowdNote, FaultEvent};
+use crate::vocab::{FaultAction, Target};
 
 /// Runs the consume step: `settle` distinct messages settled in all.
 /// Long because it is the stall's three phases in order (consumer-1 held
@@ -61,16 +61,10 @@ pub async fn run<C: Crowd>(c: &mut C, f: &Fault, settle: usize) -> Result<()> {
             Seen::AtWindow(_) | Seen::Received(_) | Seen::Other | Seen::LockWait => {}
         }
     }
-    let (broker, lab) = (c.broker(), c.lab().to_string());
-    // Stamped when said, each.
-    let line = || {
-        Record::new(broker, &lab)
-            .with("target", Target::Consumer)
-            .with("action", FaultAction::Stall)
-            .with("window", f.window)
-            .with("messageId", &f.message)
-    };
-    c.say(&line().with("held", "consumer-1").status(Status::Injected));
+    let fault = FaultEvent::injected(Target::Consumer, FaultAction::Stall)
+        .at(f.window, &f.message)
+        .with_crowd(CrowdNote::Held("consumer-1".into()));
+    c.say(&fault);
     // consumer-2 settles everything else; a lock wait means consumer-1
     // holds a row it needs: an error now, not a deadline later.
     c.start().await?;
@@ -104,7 +98,7 @@ pub async fn run<C: Crowd>(c: &mut C, f: &Fault, settle: usize) -> Result<()> {
             f.message
         );
     }
-    c.say(&line().status(Status::Healed));
+    c.say(&fault.healed());
     c.resume(0)?;
     while !settled.contains(&f.message) {
         match c.watch(0, None).await? {

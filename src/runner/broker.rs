@@ -6,16 +6,9 @@
 use super::*;
 
 impl crate::faults::Harness for Ctx<'_> {
-    fn lab(&self) -> &str {
-        &self.lab.name
-    }
-
-    fn broker(&self) -> crate::vocab::Broker {
-        self.lab.broker
-    }
-
-    fn say(&mut self, role: Role, line: &str) {
-        self.emit(role, line);
+    fn say(&mut self, fault: &FaultEvent) {
+        let line = fault.line(self.lab.broker, &self.lab.name);
+        self.emit(Role::Fault, &line);
     }
 
     fn env(&mut self) -> Result<&mut (dyn Environment + 'static)> {

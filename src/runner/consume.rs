@@ -189,58 +189,52 @@ impl Ctx<'_> {
     /// What the proxies saw a program do, as an `[observe]` line; which
     /// instance, when the step runs several.
     pub(super) fn observe(&mut self, seen: &Seen, queue: &str, consumer: Option<&str>) {
-        let at = |me: &Self, message: &str| {
-            let line = me.observe_line(message, queue);
-            match consumer {
-                Some(name) => line.with("consumer", name),
-                None => line,
-            }
-        };
-        let line = match seen {
+        use transcript::Observed as O;
+        let (message, seen) = match seen {
             Seen::Delivered {
                 message,
                 redelivered,
                 auto_ack,
-            } => {
-                let line = at(self, message).with("redelivered", redelivered);
-                // Said only of an autoAck program: the broker settled it here.
-                let line = match auto_ack {
-                    true => line.with("autoAck", true),
-                    false => line,
-                };
-                line.status(Status::Delivered)
-            }
-            Seen::Committed { message } => at(self, message).status(Status::Committed),
-            Seen::RolledBack { message } => at(self, message).status(Status::RolledBack),
+            } => (
+                message,
+                O::Delivered {
+                    redelivered: *redelivered,
+                    auto_ack: *auto_ack,
+                },
+            ),
+            Seen::Committed { message } => (message, O::Committed),
+            Seen::RolledBack { message } => (message, O::RolledBack),
             Seen::Held {
                 message,
                 what,
                 commit,
-            } => {
-                let line = at(self, message).with("what", what);
-                let line = match commit {
-                    Some(k) => line.with("commit", k),
-                    None => line,
-                };
-                line.status(Status::Held)
-            }
-            Seen::Acked { message } => at(self, message).status(Status::Acked),
+            } => (
+                message,
+                O::Held {
+                    what: what.to_string(),
+                    commit: *commit,
+                },
+            ),
+            Seen::Acked { message } => (message, O::Acked),
             // A rendezvous's instance at its window: held there, not killed.
-            Seen::Fire { message } if consumer.is_some() => {
-                at(self, message).status(Status::AtRendezvous)
-            }
+            Seen::Fire { message } if consumer.is_some() => (message, O::AtRendezvous),
             Seen::Settled { .. }
             | Seen::Unreachable { .. }
             | Seen::Contradicts { .. }
             | Seen::Fire { .. } => return,
         };
-        self.emit(Role::Observe, &line);
+        self.say_observed(&Observation {
+            message: message.clone(),
+            queue: queue.to_string(),
+            consumer: consumer.map(str::to_string),
+            seen,
+        });
     }
 
-    pub(super) fn observe_line(&self, message: &str, queue: &str) -> Record {
-        Record::new(self.lab.broker, &self.lab.name)
-            .with("messageId", message)
-            .with("destination", queue)
+    /// An observation's `[observe]` line in the transcript.
+    pub(super) fn say_observed(&mut self, o: &Observation) {
+        let line = o.line(self.lab.broker, &self.lab.name);
+        self.emit(Role::Observe, &line);
     }
 
     /// After a kill the broker requeues the dead channel's unacked messages

@@ -115,16 +115,8 @@ async fn lock_waits(db: &mut PgConnection) -> Result<i64> {
 }
 
 impl Crowd for Instances<'_, '_> {
-    fn lab(&self) -> &str {
-        &self.ctx.lab.name
-    }
-
-    fn broker(&self) -> crate::vocab::Broker {
-        self.ctx.lab.broker
-    }
-
-    fn say(&mut self, line: &str) {
-        self.ctx.emit(Role::Fault, line);
+    fn say(&mut self, fault: &FaultEvent) {
+        crate::faults::Harness::say(&mut *self.ctx, fault);
     }
 
     async fn start(&mut self) -> Result<()> {
@@ -290,16 +282,8 @@ impl Programs<'_, '_> {
 }
 
 impl Crowd for Programs<'_, '_> {
-    fn lab(&self) -> &str {
-        &self.ctx.lab.name
-    }
-
-    fn broker(&self) -> crate::vocab::Broker {
-        self.ctx.lab.broker
-    }
-
-    fn say(&mut self, line: &str) {
-        self.ctx.emit(Role::Fault, line);
+    fn say(&mut self, fault: &FaultEvent) {
+        crate::faults::Harness::say(&mut *self.ctx, fault);
     }
 
     async fn start(&mut self) -> Result<()> {

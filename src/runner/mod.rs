@@ -44,7 +44,7 @@ use crate::protocol::{
 use crate::record::{RunRecord, SnapshotResult};
 use crate::snapshot;
 use crate::store;
-use crate::transcript::{Entry, Record, Transcript};
+use crate::transcript::{self, Entry, FaultEvent, Observation, Record, Transcript};
 use crate::vocab::{
     placement_of, BetweenSteps, Counter, FaultAction, Kind, OnConsume, OnPublish, Role, Site,
     Status, Target, Window,

@@ -107,12 +107,15 @@ impl Ctx<'_> {
         signal::killpg(Pid::from_raw(pid as i32), Signal::SIGKILL).ok();
         let code = exit_code(proc.child.wait().await?);
         self.log.observed.crash_exit_code = Some(code);
-        let line = self
-            .observe_line(message, queue)
-            .with("exitCode", code)
-            .with("businessRows", rows)
-            .status(Status::Killed);
-        self.emit(Role::Observe, &line);
+        self.say_observed(&Observation {
+            message: message.to_string(),
+            queue: queue.to_string(),
+            consumer: None,
+            seen: transcript::Observed::Killed {
+                exit_code: code,
+                business_rows: rows,
+            },
+        });
         if let Some(f) = fault {
             self.assert(&f.asserts).await?;
         }

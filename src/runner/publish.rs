@@ -85,13 +85,10 @@ impl Ctx<'_> {
                 message,
             ),
         };
-        let line = Record::new(self.lab.broker, &self.lab.name)
-            .with("target", Target::Network)
-            .with("action", action)
-            .with("window", window)
-            .with("messageId", message)
-            .status(Status::Injected);
-        self.emit(Role::Fault, &line);
+        crate::faults::Harness::say(
+            self,
+            &FaultEvent::injected(Target::Network, action).at(window, message),
+        );
         Ok(())
     }
 

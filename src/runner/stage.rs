@@ -25,16 +25,8 @@ impl<'c, 'a, S> StepStage<'c, 'a, S> {
 }
 
 impl<S> crate::faults::Harness for StepStage<'_, '_, S> {
-    fn lab(&self) -> &str {
-        crate::faults::Harness::lab(&*self.ctx)
-    }
-
-    fn broker(&self) -> crate::vocab::Broker {
-        self.ctx.lab.broker
-    }
-
-    fn say(&mut self, role: Role, line: &str) {
-        self.ctx.emit(role, line);
+    fn say(&mut self, fault: &FaultEvent) {
+        crate::faults::Harness::say(&mut *self.ctx, fault);
     }
 
     fn env(&mut self) -> Result<&mut (dyn Environment + 'static)> {
