@@ -16,7 +16,7 @@ use nix::sys::signal::Signal;
 use tokio::process::{Child, ChildStdin};
 
 use super::local::{LocalEnv, RabbitLaunch};
-use super::nodes::{self, Nodes};
+use super::nodes::{self, Nodes, Server};
 use super::process;
 use super::{free_ports, EnvOptions};
 
@@ -273,38 +273,19 @@ impl Drop for ClusterEnv {
     }
 }
 
-impl Nodes for ClusterEnv {
+impl Server for ClusterEnv {
     fn count(&self) -> usize {
         self.nodes()
-    }
-
-    fn name(&self, n: usize) -> String {
-        self.net.node_name(n)
     }
 
     async fn running(&self, n: usize) -> bool {
         self.running_launch(n).is_some()
     }
 
-    async fn eval(&self, n: usize, expr: &str) -> Result<String> {
-        self.running_launch(n)
-            .with_context(|| format!("node {n} is not running"))?
-            .eval(expr)
-            .await
-    }
-
     async fn ready(&self, n: usize, deadline: Instant) -> Result<()> {
         self.base
             .node_ready(self.broker_ports()[n - 1], deadline)
             .await
-    }
-
-    /// Its AMQP listener on 127.0.0.1 refuses: the broker stopped serving.
-    async fn stopped(&self, n: usize) -> Result<bool> {
-        let port = self.broker_ports()[n - 1];
-        Ok(tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_err())
     }
 
     fn ready_timeout(&self) -> Duration {
@@ -317,13 +298,57 @@ impl Nodes for ClusterEnv {
 
     async fn start(&mut self, n: usize) -> Result<()> {
         if n == 1 {
-            return Nodes::start(&mut self.base, 1).await;
+            return Server::start(&mut self.base, 1).await;
         }
         let p = self.peer(n)?;
         let (child, stdin) = p.launch.spawn()?;
         p.child = Some(child);
         p.stdin = stdin;
         Ok(())
+    }
+
+    /// Node 1 only: the broker pause is a publish step's, on the node the
+    /// producer is connected to; no lab pauses another node.
+    async fn pause(&self, n: usize) -> Result<()> {
+        if n != 1 {
+            bail!("pausing node {n}: only node 1 is paused (a broker pause)");
+        }
+        self.base.pause_broker().await
+    }
+
+    async fn resume(&self, n: usize) -> Result<()> {
+        if n != 1 {
+            bail!("resuming node {n}: only node 1 is paused (a broker pause)");
+        }
+        self.base.resume_broker()
+    }
+
+    async fn version(&self, n: usize) -> Result<String> {
+        let node = super::Environment::endpoints(&self.base)
+            .broker
+            .at(self.broker_ports()[n - 1]);
+        crate::broker::rabbitmq::version(&node).await
+    }
+}
+
+impl Nodes for ClusterEnv {
+    fn name(&self, n: usize) -> String {
+        self.net.node_name(n)
+    }
+
+    async fn eval(&self, n: usize, expr: &str) -> Result<String> {
+        self.running_launch(n)
+            .with_context(|| format!("node {n} is not running"))?
+            .eval(expr)
+            .await
+    }
+
+    /// Its AMQP listener on 127.0.0.1 refuses: the broker stopped serving.
+    async fn stopped(&self, n: usize) -> Result<bool> {
+        let port = self.broker_ports()[n - 1];
+        Ok(tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err())
     }
 
     /// Both directions between node n's address and each other node's, in
@@ -389,7 +414,7 @@ impl super::Environment for ClusterEnv {
     }
 
     fn kill_broker(&mut self) -> super::EnvFuture<'_, ()> {
-        Box::pin(ClusterEnv::kill_node(self, 1))
+        Box::pin(Server::kill(self, 1))
     }
 
     fn restart_broker(&mut self) -> super::EnvFuture<'_, ()> {
@@ -397,11 +422,11 @@ impl super::Environment for ClusterEnv {
     }
 
     fn pause_broker(&self) -> super::EnvFuture<'_, ()> {
-        Box::pin(self.base.pause_broker())
+        Box::pin(Server::pause(self, 1))
     }
 
     fn resume_broker(&self) -> super::EnvFuture<'_, ()> {
-        Box::pin(std::future::ready(self.base.resume_broker()))
+        Box::pin(Server::resume(self, 1))
     }
 
     fn broker_setting(&self, s: crate::vocab::BrokerSetting) -> super::EnvFuture<'_, String> {

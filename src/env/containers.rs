@@ -16,7 +16,7 @@ use testcontainers::CopyTargetOptions;
 use testcontainers::{ContainerAsync, GenericImage, ImageExt};
 
 use super::guard::RUN_VAR;
-use super::nodes::{self, Nodes};
+use super::nodes::{self, Nodes, Server};
 use super::rabbitmq::definitions_json;
 use super::{free_ports, Endpoints, EnvInfo, EnvOptions};
 
@@ -361,7 +361,7 @@ impl ContainersEnv {
     async fn broker_ready(&self, deadline: Instant) -> Result<String> {
         let url = self.endpoints.broker_url(&self.ready.0);
         if nodes::answers_amqp(&url, deadline).await {
-            return crate::broker::version(&self.endpoints.broker).await;
+            return Server::version(self, 1).await;
         }
         let logs = match &self.rabbit {
             Some(c) => tail_logs(c).await,
@@ -401,16 +401,6 @@ impl ContainersEnv {
 
     fn broker(&self) -> Result<&ContainerAsync<GenericImage>> {
         self.rabbit.as_ref().context("the broker container is gone")
-    }
-
-    pub async fn pause_broker(&self) -> Result<()> {
-        self.broker()?.pause().await?;
-        Ok(())
-    }
-
-    pub async fn resume_broker(&self) -> Result<()> {
-        self.broker()?.unpause().await?;
-        Ok(())
     }
 }
 
@@ -480,7 +470,7 @@ impl super::Environment for ContainersEnv {
     }
 
     fn kill_broker(&mut self) -> super::EnvFuture<'_, ()> {
-        Box::pin(Nodes::kill(self, 1))
+        Box::pin(Server::kill(self, 1))
     }
 
     fn restart_broker(&mut self) -> super::EnvFuture<'_, ()> {
@@ -488,11 +478,11 @@ impl super::Environment for ContainersEnv {
     }
 
     fn pause_broker(&self) -> super::EnvFuture<'_, ()> {
-        Box::pin(ContainersEnv::pause_broker(self))
+        Box::pin(Server::pause(self, 1))
     }
 
     fn resume_broker(&self) -> super::EnvFuture<'_, ()> {
-        Box::pin(ContainersEnv::resume_broker(self))
+        Box::pin(Server::resume(self, 1))
     }
 
     fn broker_setting(&self, s: crate::vocab::BrokerSetting) -> super::EnvFuture<'_, String> {
@@ -547,7 +537,7 @@ impl super::Environment for ContainersEnv {
     }
 
     fn kill_node(&mut self, n: usize) -> super::EnvFuture<'_, ()> {
-        Box::pin(Nodes::kill(self, n))
+        Box::pin(Server::kill(self, n))
     }
 
     fn restart_node(&mut self, n: usize) -> super::EnvFuture<'_, ()> {

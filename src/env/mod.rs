@@ -10,6 +10,7 @@ pub mod nodes;
 pub mod postgres;
 pub mod process;
 pub mod rabbitmq;
+pub mod server;
 
 /// The generation a local node or a container runs (`--rabbitmq`).
 pub use crate::vocab::Generation;
@@ -282,8 +283,9 @@ pub type EnvFuture<'a, T> = futures_util::future::LocalBoxFuture<'a, anyhow::Res
 
 /// Where the servers come from: one implementation per kind (local
 /// processes, containers, a cluster of local nodes, the user's own). The
-/// runner and the session see only this trait; the waits on nodes are
-/// written once over [`nodes::Nodes`], which the implementations share.
+/// runner and the session see only this trait; a broker's servers are
+/// [`server::Server`]s to the environments that start them, and the waits
+/// on RabbitMQ's nodes are written once over [`nodes::Nodes`].
 /// A fault an environment cannot do fails with a sentence (a lab that needs
 /// one is refused or skipped before anything starts).
 pub trait Environment {

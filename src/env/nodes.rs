@@ -12,31 +12,19 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-/// The nodes of one environment, node 1 first.
+/// The RabbitMQ nodes of one environment, node 1 first: its servers
+/// ([`Server`]), and what a RabbitMQ node adds.
 #[allow(async_fn_in_trait)] // used generically, never as `dyn`
-pub trait Nodes {
-    /// How many: 1, or a cluster's.
-    fn count(&self) -> usize;
+pub trait Nodes: Server {
     /// Node n's Erlang name, as the other nodes know it.
     fn name(&self, n: usize) -> String;
-    /// Whether node n runs (not killed by the lab).
-    async fn running(&self, n: usize) -> bool;
     /// `rabbitmqctl eval EXPR` on node n: its printed answer, trimmed.
     async fn eval(&self, n: usize, expr: &str) -> Result<String>;
-    /// Waits until node n answers AMQP, by `deadline`.
-    async fn ready(&self, n: usize, deadline: Instant) -> Result<()>;
     /// Whether node n's broker has stopped serving (pause_minority), as this
     /// environment can see it: its AMQP port refuses (local), or the node
     /// says `rabbit:is_running()` is false (a container's port mapping
     /// accepts connections whatever the broker does).
     async fn stopped(&self, n: usize) -> Result<bool>;
-    /// How long a node may take to answer after it starts (`--ready-timeout`).
-    fn ready_timeout(&self) -> Duration;
-    /// SIGKILLs node n, as `docker kill` does; reaped before it returns (a
-    /// dying beam still accepts for a moment).
-    async fn kill(&mut self, n: usize) -> Result<()>;
-    /// Starts node n again with its data and port; does not wait.
-    async fn start(&mut self, n: usize) -> Result<()>;
     /// Drops node n's traffic to and from every other node; AMQP from the
     /// harness still reaches it. What it adds is recorded first, so a
     /// failure half way is still removed by [`Nodes::uncut`].
@@ -45,12 +33,8 @@ pub trait Nodes {
     async fn uncut(&mut self) -> Result<Vec<usize>>;
 }
 
-fn in_range(nodes: &impl Nodes, n: usize) -> Result<()> {
-    if n < 1 || n > nodes.count() {
-        bail!("no node {n} in a {}-node cluster", nodes.count());
-    }
-    Ok(())
-}
+use super::server::in_range;
+pub use super::server::{restart, Server};
 
 /// Sets a policy as `rabbitmqctl set_policy` does (`rabbit_policy:parse_set`,
 /// the definition as JSON) with a pattern that matches exactly one queue,
@@ -239,17 +223,6 @@ fn regex_escaped(name: &str) -> String {
             c => vec![c],
         })
         .collect()
-}
-
-/// Kills node n if it runs, starts it again, and waits until it answers.
-pub async fn restart(nodes: &mut impl Nodes, n: usize) -> Result<()> {
-    in_range(nodes, n)?;
-    if nodes.running(n).await {
-        nodes.kill(n).await?;
-    }
-    nodes.start(n).await?;
-    let deadline = Instant::now() + nodes.ready_timeout();
-    nodes.ready(n, deadline).await
 }
 
 /// Cuts node n off from the others and waits until it has paused.

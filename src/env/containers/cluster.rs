@@ -136,34 +136,17 @@ impl ContainersEnv {
     }
 }
 
-impl Nodes for ContainersEnv {
+impl Server for ContainersEnv {
     fn count(&self) -> usize {
         self.nodes()
-    }
-
-    fn name(&self, n: usize) -> String {
-        match &self.cluster {
-            Some(c) => format!("rabbit@{}", c.names[n - 1]),
-            None => "rabbit@localhost".into(),
-        }
     }
 
     async fn running(&self, n: usize) -> bool {
         self.is_up(n).await
     }
 
-    async fn eval(&self, n: usize, expr: &str) -> Result<String> {
-        self.exec_eval(n, expr).await
-    }
-
     async fn ready(&self, n: usize, deadline: Instant) -> Result<()> {
         self.node_ready(n, deadline).await
-    }
-
-    /// The node says its broker is not running (a container's published
-    /// port accepts whatever the broker does); no answer yet: not stopped.
-    async fn stopped(&self, n: usize) -> Result<bool> {
-        Ok(matches!(self.exec_eval(n, "rabbit:is_running().").await, Ok(a) if a == "false"))
     }
 
     fn ready_timeout(&self) -> Duration {
@@ -189,6 +172,41 @@ impl Nodes for ContainersEnv {
         }
         c.start().await?;
         Ok(())
+    }
+
+    /// `docker pause`: the container's processes frozen (the cgroup freezer).
+    async fn pause(&self, n: usize) -> Result<()> {
+        self.node(n)?.pause().await?;
+        Ok(())
+    }
+
+    async fn resume(&self, n: usize) -> Result<()> {
+        self.node(n)?.unpause().await?;
+        Ok(())
+    }
+
+    async fn version(&self, n: usize) -> Result<String> {
+        let node = self.endpoints.broker.at(self.broker_ports()[n - 1]);
+        crate::broker::version(&node).await
+    }
+}
+
+impl Nodes for ContainersEnv {
+    fn name(&self, n: usize) -> String {
+        match &self.cluster {
+            Some(c) => format!("rabbit@{}", c.names[n - 1]),
+            None => "rabbit@localhost".into(),
+        }
+    }
+
+    async fn eval(&self, n: usize, expr: &str) -> Result<String> {
+        self.exec_eval(n, expr).await
+    }
+
+    /// The node says its broker is not running (a container's published
+    /// port accepts whatever the broker does); no answer yet: not stopped.
+    async fn stopped(&self, n: usize) -> Result<bool> {
+        Ok(matches!(self.exec_eval(n, "rabbit:is_running().").await, Ok(a) if a == "false"))
     }
 
     /// Rules in node n's own network namespace, both directions, against

@@ -13,6 +13,7 @@ use tokio::process::{Child, ChildStdin};
 
 use super::nodes;
 use super::rabbitmq::definitions_json;
+use super::server::Server;
 use super::{free_ports, Endpoints, EnvInfo, EnvOptions, Generation};
 use super::{postgres, process};
 
@@ -411,7 +412,7 @@ impl super::Environment for LocalEnv {
     }
 
     fn kill_broker(&mut self) -> super::EnvFuture<'_, ()> {
-        Box::pin(LocalEnv::kill_broker(self))
+        Box::pin(Server::kill(self, 1))
     }
 
     fn restart_broker(&mut self) -> super::EnvFuture<'_, ()> {
@@ -419,11 +420,11 @@ impl super::Environment for LocalEnv {
     }
 
     fn pause_broker(&self) -> super::EnvFuture<'_, ()> {
-        Box::pin(LocalEnv::pause_broker(self))
+        Box::pin(Server::pause(self, 1))
     }
 
     fn resume_broker(&self) -> super::EnvFuture<'_, ()> {
-        Box::pin(std::future::ready(LocalEnv::resume_broker(self)))
+        Box::pin(Server::resume(self, 1))
     }
 
     fn broker_setting(&self, s: crate::vocab::BrokerSetting) -> super::EnvFuture<'_, String> {

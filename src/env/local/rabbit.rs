@@ -14,7 +14,7 @@ use tokio::process::{Child, ChildStdin, Command};
 use super::{Kept, LocalEnv, KEPT_FILE};
 use crate::broker::rabbitmq;
 use crate::env::guard::RUN_VAR;
-use crate::env::nodes::{self, Nodes};
+use crate::env::nodes::{self, Nodes, Server};
 use crate::env::rabbitmq::definitions_json;
 use crate::env::{postgres, process, EnvOptions};
 
@@ -380,7 +380,7 @@ impl LocalEnv {
     /// Node 1 answers AMQP by `deadline`; its version.
     pub(in crate::env) async fn rabbit_ready(&self, deadline: Instant) -> Result<String> {
         self.rabbit_answers(deadline).await?;
-        rabbitmq::version(&self.endpoints.broker).await
+        Server::version(self, 1).await
     }
 
     /// Node 1 answers AMQP by `deadline`, or the error shows its log's end.
@@ -477,45 +477,18 @@ impl LocalEnv {
     }
 }
 
-/// One node: node 1.
-impl Nodes for LocalEnv {
+/// One server: node 1.
+impl Server for LocalEnv {
     fn count(&self) -> usize {
         1
-    }
-
-    fn name(&self, _n: usize) -> String {
-        self.rabbit_launch
-            .as_ref()
-            .and_then(|l| l.envs.iter().find(|(k, _)| k == "RABBITMQ_NODENAME"))
-            .map(|(_, v)| v.to_string_lossy().into_owned())
-            .unwrap_or_default()
     }
 
     async fn running(&self, n: usize) -> bool {
         n == 1 && self.is_running()
     }
 
-    async fn eval(&self, n: usize, expr: &str) -> Result<String> {
-        if n != 1 {
-            bail!("no node {n}: one node runs");
-        }
-        self.rabbit_launch
-            .as_ref()
-            .context("RabbitMQ was never configured")?
-            .eval(expr)
-            .await
-    }
-
     async fn ready(&self, _n: usize, deadline: Instant) -> Result<()> {
         self.rabbit_answers(deadline).await
-    }
-
-    async fn stopped(&self, _n: usize) -> Result<bool> {
-        Ok(
-            tokio::net::TcpStream::connect(("127.0.0.1", self.endpoints.broker.port))
-                .await
-                .is_err(),
-        )
     }
 
     fn ready_timeout(&self) -> Duration {
@@ -534,6 +507,48 @@ impl Nodes for LocalEnv {
             self.save_pids()?;
         }
         Ok(())
+    }
+
+    async fn pause(&self, _n: usize) -> Result<()> {
+        self.pause_broker().await
+    }
+
+    async fn resume(&self, _n: usize) -> Result<()> {
+        self.resume_broker()
+    }
+
+    async fn version(&self, _n: usize) -> Result<String> {
+        rabbitmq::version(&self.endpoints.broker).await
+    }
+}
+
+/// One node: node 1.
+impl Nodes for LocalEnv {
+    fn name(&self, _n: usize) -> String {
+        self.rabbit_launch
+            .as_ref()
+            .and_then(|l| l.envs.iter().find(|(k, _)| k == "RABBITMQ_NODENAME"))
+            .map(|(_, v)| v.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+
+    async fn eval(&self, n: usize, expr: &str) -> Result<String> {
+        if n != 1 {
+            bail!("no node {n}: one node runs");
+        }
+        self.rabbit_launch
+            .as_ref()
+            .context("RabbitMQ was never configured")?
+            .eval(expr)
+            .await
+    }
+
+    async fn stopped(&self, _n: usize) -> Result<bool> {
+        Ok(
+            tokio::net::TcpStream::connect(("127.0.0.1", self.endpoints.broker.port))
+                .await
+                .is_err(),
+        )
     }
 
     async fn cut(&mut self, _n: usize) -> Result<()> {
