@@ -156,8 +156,19 @@ impl Checker<'_> {
             };
             self.err(format!("{fkey}.window"), span(window), kind);
         }
-        // A publish step's fault names one of its own messages; a consume
-        // step's, one published before it.
+        self.message_known(fkey, action, message, published);
+        Some((window_value, message))
+    }
+
+    /// A publish step's fault names one of its own messages; a consume
+    /// step's, one published before it.
+    fn message_known(
+        &mut self,
+        fkey: &str,
+        action: &Action,
+        message: &Spanned<String>,
+        published: &[String],
+    ) {
         let candidates: Vec<String> = match action {
             Action::Publish(p) => p
                 .messages
@@ -179,7 +190,6 @@ impl Checker<'_> {
             };
             self.err(format!("{fkey}.message"), span(message), kind);
         }
-        Some((window_value, message))
     }
 
     /// The `then` a placement follows with; another is an error.

@@ -85,7 +85,8 @@ fn typed_expectations_load() {
 }
 
 /// Every lab-file error, from a small edit of a valid lab: the edit, the
-/// variant to load, and the one line it must produce.
+/// variant to load, and the one line it must produce. A table, long by
+/// design: one row per error kind.
 #[test]
 fn every_error_message_from_a_snippet() {
     let cases: &[(&str, &str, Option<&str>, &str)] = &[
@@ -765,7 +766,8 @@ fn a_prefetch_variant_of_a_stall_lab_names_its_key() {
 }
 
 /// `depthAtKill` is read at a consumer kill: on any other fault it
-/// would never be read, and is refused.
+/// would never be read, and is refused. Long: each edit of the lab file
+/// and the error it must give, in turn.
 #[test]
 fn depth_at_kill_only_on_a_consumer_kill() {
     let at_kill = BASE

@@ -288,6 +288,45 @@ impl Checker<'_> {
     ) {
         let key = format!("variant.{name}");
         let violations = self.violations(&key, &v.violations, steps);
+        let generations = self.generation_diffs(&key, v, steps);
+        if let Some(o) = &v.orders {
+            let serves = steps
+                .iter()
+                .any(|s| matches!(&s.action, Action::Publish(p) if p.orders.is_some()));
+            if !serves {
+                self.err(
+                    format!("{key}.orders"),
+                    span(o),
+                    ErrorKind::OrdersWithoutOrderService,
+                );
+            } else if *o.get_ref() == Handoff::Outbox {
+                self.err(
+                    format!("{key}.orders"),
+                    span(o),
+                    ErrorKind::SafeHandoffInVariant,
+                );
+            }
+        }
+        if let Some(p) = &v.pattern {
+            if p.get_ref().def().safe {
+                self.err(
+                    format!("{key}.pattern"),
+                    span(p),
+                    ErrorKind::SafePatternInVariant(*p.get_ref()),
+                );
+            }
+        }
+        (violations, generations)
+    }
+
+    /// A variant's `[variant.<name>.<broker>.<generation>]` tables: what
+    /// it shows instead on another generation, each with its cause and source.
+    fn generation_diffs(
+        &mut self,
+        key: &str,
+        v: &RawVariant,
+        steps: &[Step],
+    ) -> BTreeMap<Generation, GenerationDiff> {
         let mut generations = BTreeMap::new();
         for (g, diff, broker) in v
             .generation_tables()
@@ -332,34 +371,7 @@ impl Checker<'_> {
                 },
             );
         }
-        if let Some(o) = &v.orders {
-            let serves = steps
-                .iter()
-                .any(|s| matches!(&s.action, Action::Publish(p) if p.orders.is_some()));
-            if !serves {
-                self.err(
-                    format!("{key}.orders"),
-                    span(o),
-                    ErrorKind::OrdersWithoutOrderService,
-                );
-            } else if *o.get_ref() == Handoff::Outbox {
-                self.err(
-                    format!("{key}.orders"),
-                    span(o),
-                    ErrorKind::SafeHandoffInVariant,
-                );
-            }
-        }
-        if let Some(p) = &v.pattern {
-            if p.get_ref().def().safe {
-                self.err(
-                    format!("{key}.pattern"),
-                    span(p),
-                    ErrorKind::SafePatternInVariant(*p.get_ref()),
-                );
-            }
-        }
-        (violations, generations)
+        generations
     }
 
     /// `violations` under `key`: at least one, each an assertion or a check.

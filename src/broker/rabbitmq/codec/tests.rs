@@ -224,6 +224,7 @@ fn publishes_are_numbered_per_channel_in_confirm_mode_only() {
 /// A consumer: qos, consume, deliveries (one redelivered), a single ack,
 /// a `multiple` ack covering the two still outstanding, a nack, a reject, a
 /// `multiple` nack of tag 0 (all of them); a tag settled is forgotten.
+/// Long: one captured exchange, frame by frame, in the order it happens.
 #[test]
 fn a_consumer_is_delivered_and_settles() {
     let reject = |tag, requeue| {
