@@ -559,10 +559,15 @@ pub fn lab_page(project: &crate::lab::Project, name: &str) -> Result<String> {
             .collect();
         let lines = snapshot(&run)?;
         // What the variant changes shows in its steps (a pattern, a
-        // window) or else in its topology (a queue's type, durability).
-        let changed = match steps(&variant) == steps(&lab) {
-            true => "its steps are the lab's; it changes the topology or the producer (see the lab file)".to_string(),
-            false => format!("its steps:\n\n{}", steps(&variant)),
+        // window), its database, or else in its topology (a queue's type,
+        // durability).
+        let changed = match (steps(&variant) == steps(&lab), variant.database) {
+            (true, d) if d != lab.database => format!(
+                "its steps are the lab's; its database is `{d}` (the lab's: `{}`)",
+                lab.database
+            ),
+            (true, _) => "its steps are the lab's; it changes the topology or the producer (see the lab file)".to_string(),
+            (false, _) => format!("its steps:\n\n{}", steps(&variant)),
         };
         out.push_str(&format!(
             "\n### `{run}`\n\n> {claim}\n\nRun it: `cargo run -- lab {run}`; {changed}\n\nDeclared violations (the run must fail with exactly these): {}.\n\n```mermaid\n{}```\n",

@@ -213,10 +213,13 @@ pub fn points(lab: &Lab) -> Vec<Point> {
                         f,
                     );
                 }
-                for p in PLACEMENTS
-                    .iter()
-                    .filter(|p| p.site == Site::Consume && c.admits(p))
-                {
+                // A database fault needs a database of the run's own.
+                let own_database = lab.database != crate::vocab::Durability::Fast;
+                for p in PLACEMENTS.iter().filter(|p| {
+                    p.site == Site::Consume
+                        && c.admits(p)
+                        && (p.target != crate::vocab::Target::Database || own_database)
+                }) {
                     for w in c.windows_of(p) {
                         for mid in &published {
                             if let Some(r) = row_of(p, w) {
@@ -302,6 +305,7 @@ pub fn next_commit(p: &Point, verdict: &Verdict) -> Option<Point> {
 fn row_of(p: &Placement, w: Window) -> Option<String> {
     match p.explore {
         Explore::PerWindow => Some(format!("{}/{w}", p.target)),
+        Explore::PerWindowAs(name) => Some(format!("{name}/{w}")),
         Explore::Row(r) => Some(r.to_string()),
         Explore::No => None,
     }

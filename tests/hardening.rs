@@ -98,6 +98,31 @@ fn sigkill_of_the_harness_leaves_nothing() {
     assert_eq!(code, -1, "killed by a signal");
 }
 
+/// A lab whose database runs on the lazy file system (a power-loss lab),
+/// interrupted with its mount up, by Ctrl-C and by SIGKILL of mqlab: no
+/// FUSE mount is left (the run's teardown unmounts it; after a SIGKILL the
+/// guard detaches it), nor its PostgreSQL, nor its files.
+#[test]
+fn a_power_loss_lab_interrupted_leaves_no_mount() {
+    for (sig, want) in [(Signal::SIGINT, 130), (Signal::SIGKILL, -1)] {
+        let run = start(&["lab", "commit-durability"], &[]);
+        let dir = run.run_dir();
+        run.wait_for_line("[consumer]");
+        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+        assert_eq!(
+            mqlab::lazyfs::fuse_mounts_under(&mounts, &dir).len(),
+            1,
+            "the run's database is not on the lazy file system"
+        );
+        run.signal(sig);
+        let (code, stderr) = run.finish(&dir);
+        assert_eq!(code, want, "{sig}: {stderr}");
+        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+        let left = mqlab::lazyfs::fuse_mounts_under(&mounts, &dir);
+        assert!(left.is_empty(), "{sig}: left mounted: {left:?}");
+    }
+}
+
 /// `--keep` leaves both servers reachable after mqlab exits; `mqlab env down`
 /// stops them and removes the directory.
 #[test]

@@ -12,19 +12,23 @@ mod common;
 #[tokio::test]
 async fn a_cluster_runs_with_the_durability_asked_for() {
     for (durability, want) in [
-        (Durability::Fast, ("off", "off")),
-        (Durability::Durable, ("on", "on")),
+        (Durability::Fast, ("off", "off", "on")),
+        (Durability::Durable, ("on", "on", "on")),
+        (Durability::FsyncOff, ("off", "on", "on")),
+        (Durability::AsyncCommit, ("on", "on", "off")),
     ] {
         let dir = tempfile::tempdir().unwrap();
         // Traversable by the user PostgreSQL runs as.
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let server = own(durability, &dir.path().join("pg")).await.unwrap();
+        let server = own(durability, &dir.path().join("pg"), false)
+            .await
+            .unwrap();
         let seen = durability_at(&server.url()).await.unwrap();
         server.stop().await;
         assert_eq!(
-            (seen.0.as_str(), seen.1.as_str()),
+            (seen.0.as_str(), seen.1.as_str(), seen.2.as_str()),
             want,
-            "fsync, full_page_writes under {durability:?}"
+            "fsync, full_page_writes, synchronous_commit under {durability:?}"
         );
     }
 }
@@ -91,7 +95,7 @@ fn a_durable_lab_runs_on_a_database_of_its_own() {
     let source = record["database"]["source"].as_str().unwrap();
     assert!(
         source.contains("the run's own cluster")
-            && source.contains("`durable`: fsync=on, full_page_writes=on (read from the server)"),
+            && source.contains("`durable`: fsync=on, full_page_writes=on, synchronous_commit=on (read from the server)"),
         "{source}"
     );
     assert!(
@@ -137,7 +141,7 @@ fn a_durable_lab_on_a_server_without_fsync_fails() {
     assert_eq!(code, 1, "{stderr}");
     assert!(
         stderr
-            .contains("the run's own PostgreSQL has fsync=off, full_page_writes=on: not `durable`"),
+            .contains("the run's own PostgreSQL has fsync=off, full_page_writes=on, synchronous_commit=on: not `durable`"),
         "{stderr}"
     );
     let json = std::fs::read_to_string(evidence.path().join("consumer-crash.json")).unwrap();

@@ -392,6 +392,7 @@ impl super::Environment for ExternalEnv {
         &'a self,
         _durability: crate::vocab::Durability,
         _dir: &'a std::path::Path,
+        _lazy: bool,
     ) -> super::EnvFuture<'a, super::postgres::Own> {
         Box::pin(async {
             anyhow::bail!(

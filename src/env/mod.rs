@@ -403,8 +403,9 @@ pub trait Environment {
         &'a self,
         durability: crate::vocab::Durability,
         dir: &'a std::path::Path,
+        lazy: bool,
     ) -> EnvFuture<'a, postgres::Own> {
-        Box::pin(postgres::own(durability, dir))
+        Box::pin(postgres::own(durability, dir, lazy))
     }
     /// Sets a policy for one queue of `vhost` on the running broker and
     /// waits until the queue has it in force (see [`nodes::set_policy`]).

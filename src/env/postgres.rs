@@ -12,6 +12,7 @@ use anyhow::{bail, Context, Result};
 use tokio::process::{Child, Command};
 
 use super::{nodes, process};
+use crate::lazyfs::{DirModel, LazyFs, Mount};
 
 /// How much of PostgreSQL's durability a cluster keeps: the lab file's
 /// `database` ([`Durability::Fast`] the shared one's, [`Durability::Durable`]
@@ -78,15 +79,23 @@ impl Cluster {
     /// Starts the server on the initialised directory; `keep`: it outlives
     /// mqlab (`--keep`).
     pub fn spawn(&self, keep: bool) -> Result<Child> {
+        // A unix socket's path holds at most 107 bytes: a run's own cluster,
+        // deep in its run's directory under a long run name (an explore
+        // point's), listens on TCP only, which is all mqlab uses.
+        let socket = self.base.join(format!(".s.PGSQL.{}", self.port));
+        let socket_dir = match socket.as_os_str().len() <= 107 {
+            true => self.base.as_os_str(),
+            false => std::ffi::OsStr::new(""),
+        };
         let mut pg = self.command("postgres");
         pg.arg("-D")
             .arg(self.data())
             .arg("-k")
-            .arg(&self.base)
+            .arg(socket_dir)
             .args(["-p", &self.port.to_string()])
             .args(["-c", "listen_addresses=127.0.0.1"]);
-        if self.durability == Durability::Fast {
-            pg.args(["-c", "fsync=off", "-c", "full_page_writes=off"]);
+        for (k, v) in settings(self.durability) {
+            pg.args(["-c", &format!("{k}={v}")]);
         }
         process::spawn_with(&mut pg, &self.log, false, keep)
     }
@@ -106,22 +115,46 @@ impl Cluster {
     }
 }
 
+/// What a durability sets beyond PostgreSQL's defaults.
+fn settings(d: Durability) -> &'static [(&'static str, &'static str)] {
+    match d {
+        Durability::Fast => &[("fsync", "off"), ("full_page_writes", "off")],
+        Durability::Durable => &[],
+        Durability::FsyncOff => &[("fsync", "off")],
+        // The WAL writer flushes an asynchronous commit within three of
+        // its delays: the longest, so that a fault at the window after it
+        // comes first.
+        Durability::AsyncCommit => &[("synchronous_commit", "off"), ("wal_writer_delay", "10s")],
+    }
+}
+
 /// A PostgreSQL of one run's own, answering on [`Own::port`] as
 /// `postgres` (trust auth); stopped by [`Own::stop`], or with mqlab if it
-/// dies first (the process's parent-death signal).
+/// dies first (the process's parent-death signal). On the lazy file
+/// system when a lab's fault needs it ([`Own::power_loss`]).
 pub struct Own {
     server: Child,
     pub port: u16,
     /// The server's version, as it reports it.
     pub version: String,
+    cluster: Cluster,
+    lazy: Option<Lazy>,
+}
+
+/// The lazy file system under a cluster's data directory, and what it serves.
+struct Lazy {
+    mount: Mount,
+    backing: PathBuf,
 }
 
 /// How long a run's own cluster may take to answer (initdb excluded).
 const OWN_READY: Duration = Duration::from_secs(60);
 
 /// Starts a cluster with `durability` in `dir` (created, traversable by the
-/// user PostgreSQL runs as), from the machine's PostgreSQL binaries.
-pub async fn own(durability: Durability, dir: &Path) -> Result<Own> {
+/// user PostgreSQL runs as), from the machine's PostgreSQL binaries; with
+/// `lazy`, its data directory on the lazy file system (what `initdb`
+/// wrote is durable).
+pub async fn own(durability: Durability, dir: &Path, lazy: bool) -> Result<Own> {
     std::fs::create_dir_all(dir)?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
     let port = super::free_ports(1)?[0];
@@ -134,6 +167,10 @@ pub async fn own(durability: Durability, dir: &Path) -> Result<Own> {
         durability,
     };
     cluster.init().await?;
+    let lazy = match lazy {
+        true => Some(Lazy::under(&cluster, dir)?),
+        false => None,
+    };
     let mut server = cluster.spawn(false)?;
     match cluster
         .ready(&admin_url(port), Instant::now() + OWN_READY)
@@ -143,11 +180,34 @@ pub async fn own(durability: Durability, dir: &Path) -> Result<Own> {
             server,
             port,
             version,
+            cluster,
+            lazy,
         }),
         Err(e) => {
             Own::halt(&mut server).await;
             Err(e)
         }
+    }
+}
+
+impl Lazy {
+    /// `cluster`'s data directory moved to `dir/backing`, served at its
+    /// place (the owner's, 0700, as PostgreSQL requires).
+    fn under(cluster: &Cluster, dir: &Path) -> Result<Lazy> {
+        let backing = dir.join("backing");
+        std::fs::rename(cluster.data(), &backing)?;
+        std::fs::create_dir(cluster.data())?;
+        if let Some((uid, gid)) = cluster.owner {
+            nix::unistd::chown(&cluster.data(), Some(uid.into()), Some(gid.into()))?;
+        }
+        std::fs::set_permissions(cluster.data(), std::fs::Permissions::from_mode(0o700))?;
+        let mount = Lazy::mount(&backing, cluster)?;
+        Ok(Lazy { mount, backing })
+    }
+
+    fn mount(backing: &Path, cluster: &Cluster) -> Result<Mount> {
+        LazyFs::mount(backing, &cluster.data(), DirModel::Strict)
+            .context("mounting the lazy file system under the run's own PostgreSQL")
     }
 }
 
@@ -157,14 +217,25 @@ fn admin_url(port: u16) -> String {
 }
 
 /// What a server at `url` has of its durability, as it reports it:
-/// `fsync` and `full_page_writes` (`on` or `off`).
-pub async fn durability_at(url: &str) -> Result<(String, String)> {
+/// `fsync`, `full_page_writes` and `synchronous_commit` (`on` or `off`).
+pub async fn durability_at(url: &str) -> Result<(String, String, String)> {
     let mut db = crate::store::connect(url).await?;
-    let seen =
-        sqlx::query_as("SELECT current_setting('fsync'), current_setting('full_page_writes')")
-            .fetch_one(&mut db)
-            .await?;
+    let seen = sqlx::query_as(
+        "SELECT current_setting('fsync'), current_setting('full_page_writes'), current_setting('synchronous_commit')",
+    )
+    .fetch_one(&mut db)
+    .await?;
     Ok(seen)
+}
+
+/// What [`durability_at`] reads from a cluster with `d`.
+pub fn durability_of(d: Durability) -> (&'static str, &'static str, &'static str) {
+    match d {
+        Durability::Fast => ("off", "off", "on"),
+        Durability::Durable => ("on", "on", "on"),
+        Durability::FsyncOff => ("off", "on", "on"),
+        Durability::AsyncCommit => ("on", "on", "off"),
+    }
 }
 
 impl Own {
@@ -173,9 +244,65 @@ impl Own {
         admin_url(self.port)
     }
 
-    /// A fast shutdown, then SIGKILL after 5 s.
+    /// A fast shutdown, then SIGKILL after 5 s; the lazy file system
+    /// unmounted after it.
     pub async fn stop(mut self) {
         Own::halt(&mut self.server).await;
+        if let Some(l) = self.lazy.take() {
+            if let Err(e) = l.mount.unmount() {
+                eprintln!("mqlab: unmounting the run's own PostgreSQL's file system: {e}");
+            }
+        }
+    }
+
+    /// Everything written so far made durable, as the kernel's writeback
+    /// would in the seconds after: a lab's setup (its database, schema and
+    /// first rows) is not what its power loss is about.
+    pub fn writeback(&self) -> Result<()> {
+        if let Some(l) = &self.lazy {
+            l.mount.sync_all()?;
+        }
+        Ok(())
+    }
+
+    /// Every process of the server SIGKILLed (the operating system keeps
+    /// what they wrote), then the server started again on its data.
+    pub async fn crash(&mut self) -> Result<()> {
+        process::kill_tree(&mut self.server).await?;
+        self.start_again().await
+    }
+
+    /// A power loss: the file system frozen (nothing more becomes
+    /// durable), every process of the server SIGKILLed, what was never
+    /// made durable dropped, the file system mounted afresh, the server
+    /// started again on what is left. What was dropped, path by path.
+    pub async fn power_loss(&mut self) -> Result<Vec<String>> {
+        let lazy = self
+            .lazy
+            .take()
+            .context("a power loss needs the run's own PostgreSQL on the lazy file system")?;
+        lazy.mount.freeze();
+        process::kill_tree(&mut self.server).await?;
+        let lost = lazy
+            .mount
+            .power_loss()
+            .context("the power loss of the run's own PostgreSQL")?
+            .lost;
+        self.lazy = Some(Lazy {
+            mount: Lazy::mount(&lazy.backing, &self.cluster)?,
+            backing: lazy.backing,
+        });
+        self.start_again().await?;
+        Ok(lost.iter().map(ToString::to_string).collect())
+    }
+
+    async fn start_again(&mut self) -> Result<()> {
+        self.server = self.cluster.spawn(false)?;
+        self.cluster
+            .ready(&self.url(), Instant::now() + OWN_READY)
+            .await
+            .context("the run's own PostgreSQL, started again on its data")?;
+        Ok(())
     }
 
     async fn halt(server: &mut Child) {

@@ -119,3 +119,45 @@ pub async fn await_stopped(pid: u32, within: Duration) -> Result<()> {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+/// `pid`'s state letter and parent, from `/proc/<pid>/stat` (None: gone).
+fn stat(pid: u32) -> Option<(char, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name's closing parenthesis.
+    let mut rest = stat.rsplit_once(") ")?.1.split_whitespace();
+    let state = rest.next()?.chars().next()?;
+    let parent = rest.next()?.parse().ok()?;
+    Some((state, parent))
+}
+
+/// SIGKILLs `child` and every child of it (a server that forks one process
+/// per connection, in sessions of their own: PostgreSQL), as a power loss
+/// kills them all at once; returns once each is dead (a zombie waiting to
+/// be reaped by whoever adopted it has closed its files).
+pub async fn kill_tree(child: &mut Child) -> Result<()> {
+    let Some(pid) = child.id() else {
+        return Ok(()); // already reaped
+    };
+    let mut all = vec![pid];
+    for e in std::fs::read_dir("/proc")?.flatten() {
+        if let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() {
+            if stat(p).is_some_and(|(_, parent)| parent == pid) {
+                all.push(p);
+            }
+        }
+    }
+    for p in &all {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*p as i32), Signal::SIGKILL);
+    }
+    child.wait().await?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    for p in &all[1..] {
+        while stat(*p).is_some_and(|(state, _)| !matches!(state, 'Z' | 'X')) {
+            if std::time::Instant::now() > deadline {
+                anyhow::bail!("process {p} outlived its SIGKILL by 10 s");
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    Ok(())
+}

@@ -8,8 +8,10 @@ use crate::vocab::{Broker, FaultAction, Role, Status, Target};
 /// The registry's diagram note for the placement a fault names (its
 /// target, action and window), with its message filled in.
 fn registry_note(f: &FaultEvent, mid: &str) -> Option<String> {
-    let p = crate::vocab::placement_at(f.target, f.action, f.window?)?;
-    Some(p.note.replace("{mid}", mid)).filter(|n| !n.is_empty())
+    let window = f.window?;
+    let p = crate::vocab::placement_at(f.target, f.action, window)?;
+    let note = p.note.replace("{mid}", mid);
+    Some(note.replace("{window}", window.name())).filter(|n| !n.is_empty())
 }
 
 /// A Mermaid sequence diagram of what the transcript says happened: who
@@ -232,6 +234,16 @@ impl<'a> Diagram<'a> {
             (Target::Consumer, Status::Healed) if action == A::Rendezvous => self.body.push(
                 format!("    Note over C1,C{consumers}: every instance released, one at a time, consumer-1 first"),
             ),
+            (Target::Database, Status::Injected) => {
+                self.has_db = true;
+                let what = registry_note(f, mid).unwrap_or_else(|| format!("database {action}"));
+                self.body.push(format!("    Note over DB: {what}"));
+            }
+            (Target::Database, _) => {
+                self.has_db = true;
+                self.body
+                    .push("    Note over DB: started again on what its disk holds".to_string());
+            }
             (Target::Network, Status::Injected) => {
                 self.has_network = true;
                 let what = match registry_note(f, mid) {

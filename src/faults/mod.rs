@@ -50,6 +50,7 @@
 pub mod blackbox;
 pub mod broker;
 pub mod consumer;
+pub mod database;
 pub mod downstream;
 pub mod network;
 pub mod node;
@@ -122,6 +123,9 @@ pub trait ConsumeStage: Run {
     async fn await_depth(&mut self, depth: u32) -> Result<()>;
     /// SIGKILLs the consumer stopped at `f`'s window.
     async fn kill_consumer(&mut self, f: &crate::lab::Fault) -> Result<()>;
+    /// The run's own database killed (`fault`), then started again on its
+    /// data; the harness's connection to it renewed.
+    async fn database_fault(&mut self, fault: crate::vocab::DatabaseFault) -> Result<()>;
 }
 
 /// What a fault family's hooks may ask of the publish step in progress:

@@ -164,6 +164,10 @@ impl ConsumeStage for Script {
         self.note(format!("kill_consumer {} {}", f.window, f.message));
         Ok(())
     }
+    async fn database_fault(&mut self, fault: crate::vocab::DatabaseFault) -> Result<()> {
+        self.note(format!("database_fault {fault:?}"));
+        Ok(())
+    }
 }
 
 /// An environment that says what was asked of it, and fails one operation

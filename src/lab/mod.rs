@@ -236,6 +236,16 @@ impl Lab {
         })
     }
 
+    /// A step's fault acts on the run's own database: it runs on the lazy
+    /// file system.
+    pub fn has_database_fault(&self) -> bool {
+        self.steps.iter().any(|s| {
+            s.fault
+                .as_ref()
+                .is_some_and(|f| f.target == crate::vocab::Target::Database)
+        })
+    }
+
     /// Runs on a three-node cluster (the `cluster` group).
     pub fn is_cluster(&self) -> bool {
         self.nodes > 1

@@ -414,6 +414,8 @@ pub struct RawVariant {
     pub park: Option<bool>,
     /// Overrides every queue's durability.
     pub durable: Option<bool>,
+    /// Overrides the lab's `database` (another of the run's own: `fsync-off`).
+    pub database: Option<crate::vocab::Durability>,
     /// `true`: every quorum queue becomes a classic queue (its quorum-only
     /// arguments dropped).
     pub classic: Option<bool>,

@@ -398,6 +398,29 @@ impl Model {
         }
     }
 
+    /// `sync(2)`: every file's data and every directory's names durable,
+    /// as the kernel's writeback makes them in the seconds after a write
+    /// (a server that never syncs still has its old writes on disk).
+    /// Returns the stashed ids no longer needed.
+    pub fn sync_all(&mut self) -> Vec<Id> {
+        let ids: Vec<(Id, bool)> = self
+            .nodes
+            .iter()
+            .map(|(id, n)| (*id, n.kind == Kind::Dir))
+            .collect();
+        let mut purge = Vec::new();
+        for (id, dir) in ids {
+            if !self.nodes.contains_key(&id) {
+                continue; // purged by an earlier directory's sync
+            }
+            purge.extend(match dir {
+                true => self.fsyncdir(id, false),
+                false => self.fsync(id, false),
+            });
+        }
+        purge
+    }
+
     /// Every file with data not yet synced, and how many bytes.
     pub fn unsynced(&self) -> Vec<(PathBuf, u64)> {
         self.nodes

@@ -130,6 +130,19 @@ impl Mount {
         self.shared.holds.arm(path_suffix.as_ref())
     }
 
+    /// Everything written so far made durable, as `sync(2)` (or the
+    /// kernel's writeback, given time) would: a power loss from now on
+    /// undoes only what comes after.
+    pub fn sync_all(&self) -> Result<(), Error> {
+        let mut st = self.shared.lock_anyway();
+        let purge = st.model.sync_all();
+        apply::purge(&self.shared.backing, &purge).map_err(|source| Error::Undo {
+            backing: self.shared.backing.clone(),
+            path: PathBuf::from(super::model::STASH),
+            source,
+        })
+    }
+
     /// The files with unsynced data, and how many bytes (what a power loss
     /// now would undo).
     pub fn unsynced(&self) -> Vec<(PathBuf, u64)> {

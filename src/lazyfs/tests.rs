@@ -22,6 +22,8 @@ enum Op {
     Fsync(&'static str),
     Fdatasync(&'static str),
     FsyncDir(&'static str),
+    /// `sync(2)`: everything.
+    SyncAll,
     Unlink(&'static str),
     Rename(&'static str, &'static str),
     Link(&'static str, &'static str),
@@ -125,6 +127,10 @@ impl Sim {
             FsyncDir(path) => {
                 let id = self.id(Path::new(path));
                 let purged = self.model.fsyncdir(id, false);
+                self.purged.extend(purged);
+            }
+            SyncAll => {
+                let purged = self.model.sync_all();
                 self.purged.extend(purged);
             }
             Unlink(path) => {
@@ -239,6 +245,12 @@ const ROWS: &[Row] = &[
         ops: &[Found("a", Some("x")), Rename("a", "b")],
         lost: &["b: name removed (never made durable)", "a: name back (its removal never made durable)"],
         steps: &["stash b as #2", "place #2 at a"], contents: &[] },
+    Row { name: "sync(2): everything written and named is kept (strict)", dirs: S,
+        ops: &[Found("a", Some("x")), Mkdir("d"), Create("d/b"), Write("d/b", 0, "yz"), Write("a", 0, "w"), Rename("a", "c"), SyncAll],
+        lost: &[], steps: &[], contents: &[("c", "w"), ("d/b", "yz")] },
+    Row { name: "sync(2), then a write: only the write is undone", dirs: S,
+        ops: &[Found("a", Some("x")), Write("a", 0, "y"), SyncAll, Append("a", "z")],
+        lost: &["a: 1 unsynced bytes undone (size 2 -> 1)"], steps: &["restore a (1)"], contents: &[("a", "y")] },
     Row { name: "rename, fsync the directory", dirs: S,
         ops: &[Found("a", Some("x")), Rename("a", "b"), FsyncDir("")],
         lost: &[], steps: &[], contents: &[] },

@@ -34,7 +34,7 @@ impl Ctx<'_> {
         let result = match kind {
             OnConsume::Stall => crate::faults::stall::run(&mut crowd, f, settle).await,
             OnConsume::Rendezvous => crate::faults::rendezvous::run(&mut crowd, f, settle).await,
-            OnConsume::ConsumerKill | OnConsume::CutAck => {
+            OnConsume::ConsumerKill | OnConsume::CutAck | OnConsume::Database(_) => {
                 bail!("{kind:?} is no crowd's fault")
             }
         };

@@ -33,6 +33,12 @@ impl Ctx<'_> {
         drop(admin);
         let mut db = store::connect(&self.links.endpoints.pg_url(&db_name)).await?;
         store::migrate(&mut db).await?;
+        if let Some((own, _)) = &self.links.own_database {
+            // The run's database and schema on disk, as the kernel's
+            // writeback would have them seconds later: a power loss is
+            // about the lab's steps, not its setup.
+            own.writeback()?;
+        }
         let broker = self.connect_broker().await?;
         if self.shared_vhost {
             // Another run used this vhost: its queues of the same names go.
@@ -188,7 +194,7 @@ impl Ctx<'_> {
         let dir = self.logs.join("postgres");
         let env = self.env.read();
         let own = env
-            .own_database(durability, &dir)
+            .own_database(durability, &dir, self.lab.has_database_fault())
             .await
             .context("the run's own PostgreSQL")?;
         for e in [&mut self.links.endpoints, &mut self.links.role_endpoints] {
@@ -203,20 +209,17 @@ impl Ctx<'_> {
             own.port
         );
         self.links.own_database = Some((own, cluster));
-        let (fsync, full_pages) = crate::env::postgres::durability_at(
+        let (fsync, full_pages, sync_commit) = crate::env::postgres::durability_at(
             &self.links.endpoints.pg_url(&self.links.endpoints.pg_admin),
         )
         .await?;
-        let want = match durability {
-            Durability::Durable => "on",
-            Durability::Fast => "off",
-        };
-        if (fsync.as_str(), full_pages.as_str()) != (want, want) {
-            bail!("the run's own PostgreSQL has fsync={fsync}, full_page_writes={full_pages}: not `{durability}`");
+        let seen = (fsync.as_str(), full_pages.as_str(), sync_commit.as_str());
+        if seen != crate::env::postgres::durability_of(durability) {
+            bail!("the run's own PostgreSQL has fsync={fsync}, full_page_writes={full_pages}, synchronous_commit={sync_commit}: not `{durability}`");
         }
         if let Some((_, said)) = &mut self.links.own_database {
             said.push_str(&format!(
-                ": fsync={fsync}, full_page_writes={full_pages} (read from the server)"
+                ": fsync={fsync}, full_page_writes={full_pages}, synchronous_commit={sync_commit} (read from the server)"
             ));
         }
         Ok(())

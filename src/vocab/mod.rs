@@ -120,6 +120,8 @@ names! {
         #[default]
         Fast = "fast": "the environment's shared PostgreSQL (the local environment's: `initdb --no-sync`, `fsync=off`, `full_page_writes=off`, which no SIGKILL lab tells from a durable one: the operating system keeps what was written; a container's: its image's settings; --env external's: the user's)",
         Durable = "durable": "a PostgreSQL of the run's own with PostgreSQL's durability (`initdb` synced, `fsync` and full page writes on), started for the run and stopped after it: what a power loss, which drops unsynced writes, tests",
+        FsyncOff = "fsync-off": "a PostgreSQL of the run's own as `durable`, but with `fsync = off`: a commit returns once the operating system has it, never on disk (docs/power-loss.md)",
+        AsyncCommit = "async-commit": "a PostgreSQL of the run's own as `durable`, but with `synchronous_commit = off` (and `wal_writer_delay = 10s`, so a commit stays in the server's memory for seconds): a commit returns before its WAL is written (docs/power-loss.md)",
     }
 }
 
@@ -531,13 +533,14 @@ names! {
         Broker = "broker": "the RabbitMQ node, between two steps (restart) or at a producer's window (pause)",
         Network = "network": "a role's connection, through the harness's AMQP proxy",
         Node = "node": "one node of a three-node cluster (`nodes = 3`), between two steps or, killed, at a producer's window",
+        Database = "database": "the run's own PostgreSQL (a lab with `database` other than `fast`), at a consumer's window: the machine of the consumer and its database fails, the broker's stays up",
     }
 }
 
 names! {
     /// What a fault does.
     pub enum FaultAction ("fault action") {
-        Kill = "kill": "SIGKILL, exactly at the window (producer, consumer); a node stays down until its `restart` (node)",
+        Kill = "kill": "SIGKILL, exactly at the window (producer, consumer); a node stays down until its `restart` (node); every process of it, then started again on its data (database)",
         Restart = "restart": "SIGKILL the broker and start it again on the same data (broker); start a killed node again, it rejoins (node)",
         Cut = "cut": "drop the message's ack (consume step) or its publish (publish step) and close the connection (network)",
         Hold = "hold": "hold the broker's confirm of the message; the producer times out (network, publish step)",
@@ -545,6 +548,7 @@ names! {
         Heal = "heal": "end the partition (node)",
         Pause = "pause": "stop the broker (SIGSTOP; `docker pause` in containers) while a publish waits for its confirm, and resume it once the producer timed out (broker, publish step)",
         Rendezvous = "rendezvous": "hold each instance with a copy of the message's event at the window (or while it waits on the database) until all are there, then release them one at a time (consumer with `instances`)",
+        PowerLoss = "power-loss": "freeze the database's file system (the lazy file system under its data directory), SIGKILL every process of it, drop what was never made durable, mount it afresh and start the database again (database)",
         Stall = "stall": "hold the instance that takes the message at the window while the other instance settles every other message, then release it (consumer with `instances = 2`): a slow worker, finishing last what it took first",
     }
 }

@@ -47,6 +47,9 @@ pub enum Explore {
     No,
     /// One row per window, `target/window`, a column per message.
     PerWindow,
+    /// One row per window under this name (`power-loss/after-ack`), for a
+    /// target with more than one action explored per window.
+    PerWindowAs(&'static str),
     /// One row of this name, a column per message (per pair of steps for
     /// [`Site::Between`]).
     Row(&'static str),
@@ -89,6 +92,19 @@ pub enum OnConsume {
     Rendezvous,
     /// One instance held while the other goes on ([`crate::faults::stall`]).
     Stall,
+    /// The consumer killed at its window with its database, by a SIGKILL
+    /// or a power loss ([`crate::faults::database`]).
+    Database(DatabaseFault),
+}
+
+/// What a database fault does to the run's own PostgreSQL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DatabaseFault {
+    /// Every process SIGKILLed: the operating system keeps what was written.
+    Kill,
+    /// The file system frozen, every process SIGKILLed, what was never
+    /// made durable dropped.
+    PowerLoss,
 }
 
 /// The placements in a step of their own.
@@ -150,7 +166,8 @@ pub struct Placement {
     /// What it does, for `mqlab list` and the docs.
     pub doc: &'static str,
     /// The evidence diagram's note when it is injected (`{mid}`: the
-    /// message); empty where the diagram says more than one thing.
+    /// message, `{window}`: its window); empty where the diagram says more
+    /// than one thing.
     pub note: &'static str,
 }
 
@@ -212,6 +229,20 @@ pub const PLACEMENTS: &[Placement] = &[
         doc: "with `instances = 2` (competing consumers of one service, prefetch 1): the instance that takes the message is held at the window while the other settles every other message, then released: what it took first completes last",
         note: "{mid} held while the other instance goes on",
         ..placement(Kind::Consume(OnConsume::Stall), Target::Consumer, FaultAction::Stall, Windows::ConsumerPath, Then::None)
+    },
+    Placement {
+        built_in_only: true,
+        explore: Explore::PerWindowAs("database-kill"),
+        doc: "with a `database` of the run's own (`durable`, `fsync-off`, `async-commit`): the consumer stopped at its window and SIGKILLed with every process of its PostgreSQL (the broker stays up); the database is started again on its data, then a fresh consumer",
+        note: "{window} of {mid}: the consumer and every process of its database SIGKILLed",
+        ..placement(Kind::Consume(OnConsume::Database(DatabaseFault::Kill)), Target::Database, FaultAction::Kill, Windows::ConsumerPath, Then::Restart)
+    },
+    Placement {
+        built_in_only: true,
+        explore: Explore::PerWindowAs("power-loss"),
+        doc: "with a `database` of the run's own: the consumer stopped at its window, then the power of its machine lost: the database's file system (the lazy file system) frozen, the consumer and every process of the database SIGKILLed, what was never made durable dropped (the broker stays up); the database is started again on what was durable, then a fresh consumer",
+        note: "{window} of {mid}: power lost, the consumer and its database die, what the database never made durable is gone",
+        ..placement(Kind::Consume(OnConsume::Database(DatabaseFault::PowerLoss)), Target::Database, FaultAction::PowerLoss, Windows::ConsumerPath, Then::Restart)
     },
     Placement {
         explore: Explore::Row("network/cut-publish"),
@@ -335,7 +366,14 @@ pub fn placement_at(
     PLACEMENTS.iter().find(|p| {
         p.target == target
             && p.action == action
-            && matches!(p.windows, Windows::These(ws) if ws.contains(&window))
+            && match p.windows {
+                Windows::These(ws) => ws.contains(&window),
+                // A target whose action has one placement: that one.
+                Windows::ConsumerPath | Windows::ProducerPath => {
+                    placements_of(target).filter(|q| q.action == action).count() == 1
+                }
+                Windows::None => false,
+            }
     })
 }
 

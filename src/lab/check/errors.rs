@@ -157,6 +157,8 @@ pub enum ErrorKind {
         "`{0}` is read at a kill of the built-in consumer: assert it in that fault's `assert`"
     )]
     AtKillPlace(Counter),
+    #[error("a database fault acts on a PostgreSQL of the run's own: set the lab's `database` (`durable`, `fsync-off` or `async-commit`; the shared one is `fast`)")]
+    DatabaseFaultOnShared,
     #[error("`{0}` reads a classic queue's own process: `{1}` is a quorum queue, whose figures are statistics its leader refreshes every few seconds")]
     ProcessOfQuorum(Counter, String),
     #[error("`oldestAgeShownAtKill` reads the oldest message a queue holds in memory: `{0}` sets `x-queue-mode`, whose lazy mode keeps its messages on disk (the answer would be `no` for stamped messages)")]

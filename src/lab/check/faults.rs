@@ -247,7 +247,8 @@ impl Checker<'_> {
                 ErrorKind::ConsumerOnly("kill_at_depth"),
             );
         }
-        if f.restart_settle.is_some() && target != Target::Consumer {
+        // A database fault kills the consumer too; a fresh one takes over.
+        if f.restart_settle.is_some() && !matches!(target, Target::Consumer | Target::Database) {
             self.err(
                 format!("{fkey}.restart_settle"),
                 span(spanned),
@@ -364,13 +365,23 @@ impl Checker<'_> {
             .map(|a| a.counter.counter)
             .find(|c| c.at_kill());
         let built_in = matches!(action, Action::Consume(c) if c.command.is_none());
-        if let Some(c) =
-            at_kill.filter(|_| (target, act) != (Target::Consumer, FaultAction::Kill) || !built_in)
-        {
+        // A database fault kills the consumer at its window too.
+        let kills_consumer = matches!(
+            (target, act),
+            (Target::Consumer, FaultAction::Kill) | (Target::Database, _)
+        );
+        if let Some(c) = at_kill.filter(|_| !kills_consumer || !built_in) {
             self.err(
                 format!("{fkey}.assert"),
                 span(spanned),
                 ErrorKind::AtKillPlace(c),
+            );
+        }
+        if target == Target::Database && raw.database == crate::vocab::Durability::Fast {
+            self.err(
+                format!("{fkey}.target"),
+                span(&f.target),
+                ErrorKind::DatabaseFaultOnShared,
             );
         }
         asserts

@@ -98,6 +98,12 @@ fn every_error_message_from_a_snippet() {
             "broker: unknown broker `kafka` (known: rabbitmq)",
         ),
         (
+            r#"target = "consumer", action = "kill""#,
+            r#"target = "database", action = "power-loss""#,
+            None,
+            "t.toml:13:20: step[1].fault.target: a database fault acts on a PostgreSQL of the run's own: set the lab's `database`",
+        ),
+        (
             r#"name = "t""#,
             "name = \"t\"\ntopic = \"kafka\"",
             None,
@@ -334,7 +340,7 @@ fn every_error_message_from_a_snippet() {
             r#"target = "consumer""#,
             r#"target = "postman""#,
             None,
-            "step[1].fault.target: unknown fault target `postman` (known: producer, consumer, broker, network, node)",
+            "step[1].fault.target: unknown fault target `postman` (known: producer, consumer, broker, network, node, database)",
         ),
         (
             "[[step]]\nconsume = { queue = \"q\", settle = 2 }",
@@ -359,7 +365,7 @@ fn every_error_message_from_a_snippet() {
             r#"fault = { target = "consumer", action = "kill""#,
             r#"fault = { target = "network", action = "hold""#,
             None,
-            "(producer: kill on a publish step; consumer: kill, rendezvous or stall (built-in consumer) on a consume step; broker: pause on a publish step, restart in a step of its own; network: cut (built-in consumer) on a consume step, cut or hold on a publish step; node: kill on a publish step, kill, restart, partition or heal in a step of its own)",
+            "(producer: kill on a publish step; consumer: kill, rendezvous or stall (built-in consumer) on a consume step; broker: pause on a publish step, restart in a step of its own; network: cut (built-in consumer) on a consume step, cut or hold on a publish step; node: kill on a publish step, kill, restart, partition or heal in a step of its own; database: kill (built-in consumer) or power-loss (built-in consumer) on a consume step)",
         ),
         (
             r#"settle = 2 }"#,

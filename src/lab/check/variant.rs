@@ -33,6 +33,9 @@ pub(super) fn apply_variant(mut raw: RawLab, v: &RawVariant) -> RawLab {
             *f = Spanned::new(span, inner);
         }
     }
+    if let Some(d) = v.database {
+        raw.database = d;
+    }
     if v.policy == Some(false) {
         raw.steps.retain(|s| s.policy.is_none());
     }
