@@ -678,6 +678,39 @@ mod tests {
         }
     }
 
+    /// A database fault: the consumer started to stop at the window,
+    /// followed there, the fault said, the consumer killed, the database
+    /// faulted and back, the fault said healed; in that order.
+    #[test]
+    fn database_fault_on_a_consume_step() {
+        use crate::vocab::DatabaseFault;
+        for (name, fault, action) in [
+            ("commit-durability", DatabaseFault::PowerLoss, "power-loss"),
+            ("database-crash", DatabaseFault::Kill, "kill"),
+        ] {
+            let f = faulted_consume(name);
+            let lines = block_on(async {
+                let mut s = Script::new(vec![], None).await;
+                super::super::database::on_consume(&mut s, &f, fault)
+                    .await
+                    .unwrap();
+                s.lines()
+            });
+            let at = format!("{} {}", f.window, f.message);
+            assert_eq!(
+                lines,
+                vec![
+                    format!("start_consumer_at {at}"),
+                    format!("consumer_at_window {at}"),
+                    format!("say {action} injected"),
+                    format!("kill_consumer {at}"),
+                    format!("database_fault {fault:?}"),
+                    format!("say {action} healed"),
+                ]
+            );
+        }
+    }
+
     /// An ack cut: the rule armed for the consumer the runner starts.
     #[test]
     fn cut_ack_on_a_consume_step() {
