@@ -53,6 +53,10 @@ pub struct Record {
     /// What the runner judged, on which observations: `mqlab check` re-judges it.
     #[serde(default)]
     pub history: History,
+    /// What a power loss dropped from the run's own PostgreSQL, file by
+    /// file (paths in its data directory); absent without one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub power_loss_dropped: Vec<String>,
     /// A rendered `<run>.png` sits next to the page (not part of the JSON).
     #[serde(skip)]
     pub diagram_image: bool,
@@ -216,6 +220,7 @@ pub fn record(r: &RunRecord, info: &EnvInfo) -> Record {
             cause: d.cause.clone(),
             source: d.source.clone(),
         }),
+        power_loss_dropped: r.power_lost.clone(),
         diagram_image: false,
     }
 }
@@ -289,6 +294,12 @@ pub fn markdown(r: &Record) -> String {
     md.push_str(&assertions_section(r));
     if let Some(e) = &r.error {
         md.push_str(&format!("\n**The lab stopped early:** {}\n", cell(e)));
+    }
+    if !r.power_loss_dropped.is_empty() {
+        md.push_str("\n## What the power loss dropped\n\nFrom the run's own PostgreSQL's data directory, what was written and never made durable, undone by the lazy file system:\n\n");
+        for l in &r.power_loss_dropped {
+            md.push_str(&format!("- `{}`\n", l.replace('`', "'")));
+        }
     }
     md.push_str("\n## Sequence\n\n");
     if r.diagram_image {

@@ -57,6 +57,9 @@ pub struct RunRecord {
     /// version and what it is, its durability read from the server; None
     /// on the environment's shared one.
     pub own_database: Option<(String, String)>,
+    /// What a power loss dropped from the run's own PostgreSQL, file by
+    /// file (`lazyfs`'s report); empty without one.
+    pub power_lost: Vec<String>,
 }
 
 /// What a lab file says differs on one RabbitMQ generation, and why.
@@ -134,6 +137,7 @@ mod tests {
             settings: Vec::new(),
             declared: None,
             own_database: None,
+            power_lost: Vec::new(),
         }
     }
 

@@ -320,9 +320,8 @@ impl Ctx<'_> {
         match fault {
             crate::vocab::DatabaseFault::Kill => own.crash().await?,
             crate::vocab::DatabaseFault::PowerLoss => {
-                // Not in the evidence yet (issue 44): said to the log.
                 let lost = own.power_loss().await?;
-                tracing::info!("the power loss dropped: {}", lost.join("; "));
+                self.log.power_lost.extend(lost);
             }
         }
         let url = self.links.endpoints.pg_url(&self.database);

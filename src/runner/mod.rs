@@ -379,8 +379,12 @@ async fn execute(p: &Params<'_>, env: EnvAccess<'_>, lab: &Lab, sink: &mut dyn S
         Some(e) => LabVerdict::Failed(e.clone()),
         None => checker::lab_verdict(&ctx.log.outcomes, lab.variant.as_ref().map(|_| violations)),
     };
-    let (transcript, outcomes, mut history) =
-        (ctx.log.transcript, ctx.log.outcomes, ctx.log.history);
+    let (transcript, outcomes, mut history, power_lost) = (
+        ctx.log.transcript,
+        ctx.log.outcomes,
+        ctx.log.history,
+        ctx.log.power_lost,
+    );
     history.lines = transcript.lines().to_vec();
     let passed = matches!(
         verdict,
@@ -421,6 +425,7 @@ async fn execute(p: &Params<'_>, env: EnvAccess<'_>, lab: &Lab, sink: &mut dyn S
         facts: lab.facts.clone(),
         settings,
         own_database,
+        power_lost,
         declared: declared.map(|(g, d)| crate::record::DeclaredDifference {
             generation: g,
             cause: d.cause.clone(),
@@ -525,6 +530,7 @@ impl<'a> Ctx<'a> {
                 observed: Observed::default(),
                 outcomes: Vec::new(),
                 history: History::default(),
+                power_lost: Vec::new(),
                 sink,
             },
             role_seq: 0,
@@ -617,6 +623,9 @@ struct RunLog<'a> {
     observed: Observed,
     outcomes: Vec<Outcome>,
     history: History,
+    /// What a power loss dropped, file by file (the evidence's, not the
+    /// transcript's: it differs from run to run).
+    power_lost: Vec<String>,
     sink: &'a mut dyn Sink,
 }
 
