@@ -523,7 +523,8 @@ fn steps(lab: &crate::lab::Lab) -> String {
 /// faults, what the safe run shows (its diagram and its assertions), and
 /// each counterexample with its declared violations and its diagram. A
 /// test fails when a page differs from what this writes
-/// (`MQLAB_UPDATE_DOCS=1` rewrites them).
+/// (`MQLAB_UPDATE_DOCS=1` rewrites them). Long: the page's sections in the
+/// order a reader reads them.
 pub fn lab_page(project: &crate::lab::Project, name: &str) -> Result<String> {
     let lab = project.load(name)?;
     let mut out = format!("# `{name}`\n\n> {}\n\n", lab.claim);

@@ -24,7 +24,7 @@ async fn a_cluster_runs_with_the_durability_asked_for() {
             .await
             .unwrap();
         let seen = durability_at(&server.url()).await.unwrap();
-        server.stop().await;
+        server.stop().await.unwrap();
         assert_eq!(
             (seen.0.as_str(), seen.1.as_str(), seen.2.as_str()),
             want,
@@ -76,7 +76,7 @@ fn a_durable_lab_without_postgresql_binaries_is_refused_first() {
     assert_eq!(code, 2, "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(
-        stderr.starts_with("error: a lab with `database = \"durable\"` runs a PostgreSQL of its own: PostgreSQL binaries missing in `/nonexistent`"),
+        stderr.starts_with("error: a lab with a `database` of its own (`durable`, `fsync-off`, `async-commit`) runs a PostgreSQL of its own: PostgreSQL binaries missing in `/nonexistent`"),
         "{stderr}"
     );
 }

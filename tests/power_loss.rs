@@ -79,9 +79,13 @@ fn findings() -> Vec<Row> {
             .filter_map(|s| s.split_once(" = "))
             .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
             .collect();
-        if settings.is_empty() {
+        if line.starts_with("| setting |") || line.starts_with("|---") {
             continue; // the header and its rule
         }
+        assert!(
+            !settings.is_empty(),
+            "a row names no `key = value` setting: {line}"
+        );
         let outcome = |i: usize| {
             Outcome::parse(cells[i]).unwrap_or_else(|| {
                 panic!("`{}` is not kept, lost or does not start: {line}", cells[i])
@@ -192,10 +196,7 @@ fn case_place(template: &Cluster, settings: &[(String, String)]) -> Place {
     for (k, v) in settings {
         conf.push_str(&format!("{k} = {v}\n"));
     }
-    // An asynchronous commit stays in the server's memory until the WAL
-    // writer runs (at most three of its delays): the longest delay, so the
-    // kill always comes first.
-    conf.push_str("wal_writer_delay = '10s'\n");
+
     let auto = backing.join("postgresql.auto.conf");
     let mut text = std::fs::read_to_string(&auto).unwrap();
     text.push_str(&conf);
@@ -207,56 +208,6 @@ fn case_place(template: &Cluster, settings: &[(String, String)]) -> Place {
     }
 }
 
-/// The postmaster's children (its backends and auxiliary processes).
-fn children(pid: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
-        // `pid (comm) state ppid ...`: the fields after the last `)`.
-        let ppid = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-            .and_then(|s| s.parse::<u32>().ok());
-        if ppid == Some(pid) {
-            out.push(p);
-        }
-    }
-    out
-}
-
-/// Every process of the server SIGKILLed, each gone before it returns.
-async fn kill_server(server: &mut tokio::process::Child) {
-    let pid = server.id().unwrap();
-    let all: Vec<u32> = std::iter::once(pid).chain(children(pid)).collect();
-    for p in &all {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(*p as i32),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-    }
-    server.wait().await.unwrap();
-    for p in &all[1..] {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while alive(*p) && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        assert!(!alive(*p), "process {p} of the server outlived its SIGKILL");
-    }
-}
-
-/// Whether process `p` still runs: a zombie (dead, its files closed,
-/// waiting for whoever adopted it to reap it) does not.
-fn alive(p: u32) -> bool {
-    let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
-    let state = stat
-        .rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().next());
-    !matches!(state, None | Some("Z") | Some("X"))
-}
-
 /// One committed row, `fault`, the server started again on what is left:
 /// is the row there?
 async fn case(template: &Cluster, settings: &[(String, String)], fault: Fault) -> Outcome {
@@ -265,14 +216,24 @@ async fn case(template: &Cluster, settings: &[(String, String)], fault: Fault) -
     let mut mount: Mount = LazyFs::mount(&place.backing, &c.data(), DirModel::Strict).unwrap();
     let mut server = c.spawn(false).unwrap();
     ready(c).await.unwrap();
+    // The WAL writer held (SIGSTOP) until the fault: an asynchronous
+    // commit stays in the server's memory (PostgreSQL allows up to three
+    // `wal_writer_delay`s), so the fault lands before its flush every time.
+    let writers = mqlab::env::process::children_named(server.id().unwrap(), "postgres: walwriter");
+    assert_eq!(writers.len(), 1, "the server's WAL writer");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(writers[0] as i32),
+        nix::sys::signal::Signal::SIGSTOP,
+    )
+    .unwrap();
     sql(c, "INSERT INTO t VALUES (1) RETURNING id::bigint")
         .await
         .unwrap();
     match fault {
-        Fault::Kill => kill_server(&mut server).await,
+        Fault::Kill => mqlab::env::process::kill_tree(&mut server).await.unwrap(),
         Fault::PowerLoss => {
             mount.freeze();
-            kill_server(&mut server).await;
+            mqlab::env::process::kill_tree(&mut server).await.unwrap();
             mount.power_loss().unwrap();
             mount = LazyFs::mount(&place.backing, &c.data(), DirModel::Strict).unwrap();
         }
@@ -285,7 +246,7 @@ async fn case(template: &Cluster, settings: &[(String, String)], fault: Fault) -
             _ => Outcome::Lost,
         },
     };
-    kill_server(&mut again).await;
+    mqlab::env::process::kill_tree(&mut again).await.unwrap();
     mount.unmount().unwrap();
     drop(place.dir);
     outcome

@@ -218,8 +218,9 @@ fn unmet(l: &Lab, offered: &[Capability]) -> Option<String> {
 }
 
 /// A lab with a database of its own starts it from the machine's
-/// PostgreSQL binaries, whichever environment hosts the rest: checked
-/// before anything starts (a containers-only machine may lack them).
+/// PostgreSQL binaries, whichever environment hosts the rest, and a lab
+/// with a database fault runs it on the lazy file system (root and
+/// `/dev/fuse`): checked before anything starts.
 fn own_databases_possible(labs: &[Lab]) -> Result<(), Error> {
     if labs
         .iter()
@@ -227,8 +228,24 @@ fn own_databases_possible(labs: &[Lab]) -> Result<(), Error> {
     {
         crate::env::postgres::bindir()
             .and_then(|_| crate::env::postgres::owner())
-            .context("a lab with `database = \"durable\"` runs a PostgreSQL of its own")
+            .context("a lab with a `database` of its own (`durable`, `fsync-off`, `async-commit`) runs a PostgreSQL of its own")
             .usage()?;
+    }
+    if let Some(l) = labs.iter().find(|l| l.has_database_fault()) {
+        let why = if !nix::unistd::geteuid().is_root() {
+            Some("mqlab is not root")
+        } else if !std::path::Path::new("/dev/fuse").exists() {
+            Some("there is no /dev/fuse (hint: `modprobe fuse`; a container needs `--device /dev/fuse`)")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(anyhow::anyhow!(
+                "{}: a database fault runs the lab's PostgreSQL on the lazy file system (FUSE, mounted as root), and {why}",
+                l.run_name()
+            ))
+            .usage();
+        }
     }
     Ok(())
 }

@@ -1,8 +1,10 @@
 //! A PostgreSQL cluster of mqlab's own: `initdb` in a directory, `postgres`
 //! on a 127.0.0.1 port, run as the `postgres` user when mqlab is root. The
 //! local environment runs one for every lab, fast and not durable; a lab
-//! that needs PostgreSQL's own durability (a power loss) runs one with
-//! [`Durability::Durable`] over a directory of its own.
+//! with a `database` of its own ([`Durability::Durable`], `FsyncOff`,
+//! `AsyncCommit`) runs one over a directory of its own ([`own`]), on the
+//! lazy file system when the lab has a database fault, which crashes it
+//! or cuts its power ([`Own::crash`], [`Own::power_loss`]).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -121,10 +123,8 @@ fn settings(d: Durability) -> &'static [(&'static str, &'static str)] {
         Durability::Fast => &[("fsync", "off"), ("full_page_writes", "off")],
         Durability::Durable => &[],
         Durability::FsyncOff => &[("fsync", "off")],
-        // The WAL writer flushes an asynchronous commit within three of
-        // its delays: the longest, so that a fault at the window after it
-        // comes first.
-        Durability::AsyncCommit => &[("synchronous_commit", "off"), ("wal_writer_delay", "10s")],
+        // A lab with a database fault holds the WAL writer (Own::hold_wal_writer).
+        Durability::AsyncCommit => &[("synchronous_commit", "off")],
     }
 }
 
@@ -245,14 +245,37 @@ impl Own {
     }
 
     /// A fast shutdown, then SIGKILL after 5 s; the lazy file system
-    /// unmounted after it.
-    pub async fn stop(mut self) {
+    /// unmounted after it (a failed unmount is the run's error).
+    pub async fn stop(mut self) -> Result<()> {
         Own::halt(&mut self.server).await;
         if let Some(l) = self.lazy.take() {
-            if let Err(e) = l.mount.unmount() {
-                eprintln!("mqlab: unmounting the run's own PostgreSQL's file system: {e}");
-            }
+            l.mount
+                .unmount()
+                .context("unmounting the run's own PostgreSQL's file system")?;
         }
+        Ok(())
+    }
+
+    /// Stops (SIGSTOP) the server's WAL writer until the server dies: an
+    /// asynchronous commit then stays in memory until the lab's fault, as
+    /// the lazy file system holds an fsync. PostgreSQL lets it stay there
+    /// up to three `wal_writer_delay`s; held, the window lasts as long as
+    /// the step, so the fault lands in it on every run.
+    pub fn hold_wal_writer(&self) -> Result<()> {
+        let pid = self
+            .server
+            .id()
+            .context("the run's own PostgreSQL is not running")?;
+        let writers = process::children_named(pid, "postgres: walwriter");
+        let [writer] = writers[..] else {
+            anyhow::bail!(
+                "the run's own PostgreSQL has {} WAL writers, not one",
+                writers.len()
+            );
+        };
+        let writer = nix::unistd::Pid::from_raw(writer as i32);
+        nix::sys::signal::kill(writer, nix::sys::signal::Signal::SIGSTOP)?;
+        Ok(())
     }
 
     /// Everything written so far made durable, as the kernel's writeback
@@ -277,12 +300,14 @@ impl Own {
     /// made durable dropped, the file system mounted afresh, the server
     /// started again on what is left. What was dropped, path by path.
     pub async fn power_loss(&mut self) -> Result<Vec<String>> {
-        let lazy = self
-            .lazy
-            .take()
-            .context("a power loss needs the run's own PostgreSQL on the lazy file system")?;
-        lazy.mount.freeze();
+        self.lazy
+            .as_ref()
+            .context("a power loss needs the run's own PostgreSQL on the lazy file system")?
+            .mount
+            .freeze();
         process::kill_tree(&mut self.server).await?;
+        // Taken only now: on an error before, stop() still unmounts it.
+        let lazy = self.lazy.take().context("the lazy file system is gone")?;
         let lost = lazy
             .mount
             .power_loss()
@@ -305,9 +330,19 @@ impl Own {
         Ok(())
     }
 
+    /// A fast shutdown (the postmaster ends its backends); if it takes
+    /// more than 5 s, every process SIGKILLed (the backends run in
+    /// sessions of their own: a process group's kill misses them).
     async fn halt(server: &mut Child) {
+        let Some(pid) = server.id() else { return };
         let sigint = nix::sys::signal::Signal::SIGINT;
-        process::stop(server, sigint, Duration::from_secs(5)).await;
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sigint);
+        if tokio::time::timeout(Duration::from_secs(5), server.wait())
+            .await
+            .is_err()
+        {
+            let _ = process::kill_tree(server).await;
+        }
     }
 }
 

@@ -133,11 +133,14 @@ fn stat(pid: u32) -> Option<(char, u32)> {
 /// SIGKILLs `child` and every child of it (a server that forks one process
 /// per connection, in sessions of their own: PostgreSQL), as a power loss
 /// kills them all at once; returns once each is dead (a zombie waiting to
-/// be reaped by whoever adopted it has closed its files).
+/// be reaped by whoever adopted it has closed its files). The parent is
+/// stopped first, so that it forks no child between the listing and the
+/// kills.
 pub async fn kill_tree(child: &mut Child) -> Result<()> {
     let Some(pid) = child.id() else {
         return Ok(()); // already reaped
     };
+    let _ = signal::kill(Pid::from_raw(pid as i32), Signal::SIGSTOP);
     let mut all = vec![pid];
     for e in std::fs::read_dir("/proc")?.flatten() {
         if let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() {
@@ -146,8 +149,8 @@ pub async fn kill_tree(child: &mut Child) -> Result<()> {
             }
         }
     }
-    for p in &all {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*p as i32), Signal::SIGKILL);
+    for p in all.iter().rev() {
+        let _ = signal::kill(Pid::from_raw(*p as i32), Signal::SIGKILL);
     }
     child.wait().await?;
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -160,4 +163,22 @@ pub async fn kill_tree(child: &mut Child) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The children of `pid` whose command line starts with `prefix`
+/// (`postgres: walwriter`).
+pub fn children_named(pid: u32, prefix: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if stat(p).is_some_and(|(_, parent)| parent == pid) {
+            let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+            if cmd.starts_with(prefix.as_bytes()) {
+                out.push(p);
+            }
+        }
+    }
+    out
 }

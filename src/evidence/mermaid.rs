@@ -234,16 +234,7 @@ impl<'a> Diagram<'a> {
             (Target::Consumer, Status::Healed) if action == A::Rendezvous => self.body.push(
                 format!("    Note over C1,C{consumers}: every instance released, one at a time, consumer-1 first"),
             ),
-            (Target::Database, Status::Injected) => {
-                self.has_db = true;
-                let what = registry_note(f, mid).unwrap_or_else(|| format!("database {action}"));
-                self.body.push(format!("    Note over DB: {what}"));
-            }
-            (Target::Database, _) => {
-                self.has_db = true;
-                self.body
-                    .push("    Note over DB: started again on what its disk holds".to_string());
-            }
+            (Target::Database, status) => self.database(f, status, mid),
             (Target::Network, Status::Injected) => {
                 self.has_network = true;
                 let what = match registry_note(f, mid) {
@@ -254,6 +245,18 @@ impl<'a> Diagram<'a> {
             }
             _ => {}
         }
+    }
+
+    /// A database fault: its note, and the database back on its data.
+    fn database(&mut self, f: &FaultEvent, status: Status, mid: &str) {
+        self.has_db = true;
+        let what = match status {
+            Status::Injected => {
+                registry_note(f, mid).unwrap_or_else(|| format!("database {}", f.action))
+            }
+            _ => "started again on what its disk holds".to_string(),
+        };
+        self.body.push(format!("    Note over DB: {what}"));
     }
 
     /// The consumer process (or, competing, the instance) a consumer's

@@ -55,24 +55,18 @@ impl Ctx<'_> {
                 k @ (OnConsume::Rendezvous | OnConsume::Stall) => {
                     return self.consume_crowd(c, f, k, settle, d).await;
                 }
-                k @ (OnConsume::ConsumerKill | OnConsume::Database(_)) => {
+                OnConsume::ConsumerKill => {
                     let step = ConsumeStep { c, settle };
                     let mut stage = StepStage::new(self, &step, d);
-                    if let OnConsume::Database(fault) = k {
-                        crate::faults::database::on_consume(&mut stage, f, fault).await?
-                    } else {
-                        crate::faults::consumer::kill_on_consume(&mut stage, f).await?
-                    }
-                    self.assert(&f.asserts).await?;
-                    self.await_consumers_gone(&c.queue, &phase, deadline)
-                        .await?;
-                    if let Some(n) = f.restart_settle {
-                        cfg.settle = n;
-                    }
-                    if f.restart_drain {
-                        cfg.settle = self.drain_count(&c.queue).await?;
-                        cfg.settle_copies = true;
-                    }
+                    crate::faults::consumer::kill_on_consume(&mut stage, f).await?;
+                    self.after_kill(c, f, &mut cfg, d).await?;
+                    None
+                }
+                OnConsume::Database(what) => {
+                    let step = ConsumeStep { c, settle };
+                    let mut stage = StepStage::new(self, &step, d);
+                    crate::faults::database::on_consume(&mut stage, f, what).await?;
+                    self.after_kill(c, f, &mut cfg, d).await?;
                     None
                 }
                 OnConsume::CutAck => {
@@ -102,6 +96,27 @@ impl Ctx<'_> {
         }
         if let Some(f) = after {
             self.assert(&f.asserts).await?;
+        }
+        Ok(())
+    }
+
+    /// After a fault killed the step's consumer: the fault's assertions,
+    /// the broker rid of the dead consumer, and what the fresh one settles.
+    async fn after_kill(
+        &mut self,
+        c: &Consume,
+        f: &Fault,
+        cfg: &mut ConsumerConfig,
+        d: Deadline<'_>,
+    ) -> Result<()> {
+        self.assert(&f.asserts).await?;
+        self.await_consumers_gone(&c.queue, d.phase, d.at).await?;
+        if let Some(n) = f.restart_settle {
+            cfg.settle = n;
+        }
+        if f.restart_drain {
+            cfg.settle = self.drain_count(&c.queue).await?;
+            cfg.settle_copies = true;
         }
         Ok(())
     }

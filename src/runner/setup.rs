@@ -38,6 +38,9 @@ impl Ctx<'_> {
             // writeback would have them seconds later: a power loss is
             // about the lab's steps, not its setup.
             own.writeback()?;
+            if self.lab.database == Durability::AsyncCommit && self.lab.has_database_fault() {
+                own.hold_wal_writer()?;
+            }
         }
         let broker = self.connect_broker().await?;
         if self.shared_vhost {
@@ -179,8 +182,8 @@ impl Ctx<'_> {
 
     /// The run's own PostgreSQL, in the run's directory: the harness and
     /// the roles reach it instead of the environment's. Its durability is
-    /// read back from the server (`fsync`, `full_page_writes`): a server
-    /// that does not have it fails the run.
+    /// read back from the server (`fsync`, `full_page_writes`,
+    /// `synchronous_commit`): a server that does not have it fails the run.
     async fn start_own_database(&mut self) -> Result<()> {
         let durability = self.lab.database;
         // Traversable by the user PostgreSQL runs as, whatever the umask.
@@ -249,7 +252,9 @@ impl Ctx<'_> {
             });
         };
         let version = db.version.clone();
-        db.stop().await;
+        if let Err(e) = db.stop().await {
+            error.get_or_insert(format!("{e:#}"));
+        }
         Some((version, said))
     }
 

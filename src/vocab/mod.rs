@@ -121,7 +121,7 @@ names! {
         Fast = "fast": "the environment's shared PostgreSQL (the local environment's: `initdb --no-sync`, `fsync=off`, `full_page_writes=off`, which no SIGKILL lab tells from a durable one: the operating system keeps what was written; a container's: its image's settings; --env external's: the user's)",
         Durable = "durable": "a PostgreSQL of the run's own with PostgreSQL's durability (`initdb` synced, `fsync` and full page writes on), started for the run and stopped after it: what a power loss, which drops unsynced writes, tests",
         FsyncOff = "fsync-off": "a PostgreSQL of the run's own as `durable`, but with `fsync = off`: a commit returns once the operating system has it, never on disk (docs/power-loss.md)",
-        AsyncCommit = "async-commit": "a PostgreSQL of the run's own as `durable`, but with `synchronous_commit = off` (and `wal_writer_delay = 10s`, so a commit stays in the server's memory for seconds): a commit returns before its WAL is written (docs/power-loss.md)",
+        AsyncCommit = "async-commit": "a PostgreSQL of the run's own as `durable`, but with `synchronous_commit = off`: a commit returns before its WAL is written (in a lab with a database fault the WAL writer is held until the fault, so the commit is still in memory then; docs/power-loss.md)",
     }
 }
 
@@ -163,7 +163,7 @@ names! {
         Policy = "policy": "a policy step (set with rabbitmqctl eval)",
         QueueFigures = "queue-figures": "a queue's own figures (read with rabbitmqctl eval)",
         Setting = "setting": "a broker setting its bounds rely on, read from the broker",
-        OwnDatabase = "own-database": "a PostgreSQL of the run's own (`database = \"durable\"`), which mqlab starts",
+        OwnDatabase = "own-database": "a PostgreSQL of the run's own (a lab's `database`: `durable`, `fsync-off`, `async-commit`), which mqlab starts",
     }
 }
 

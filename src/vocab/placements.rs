@@ -357,7 +357,8 @@ pub fn placements_markdown() -> String {
 }
 
 /// The placement a fault line names (`target`, `action`, `window`): a
-/// window tells a publish step's placement from a consume step's.
+/// window tells a publish step's placement from a consume step's; a
+/// placement on a role's path is the one of its target and action.
 pub fn placement_at(
     target: Target,
     action: FaultAction,

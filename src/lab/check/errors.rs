@@ -126,7 +126,7 @@ pub enum ErrorKind {
         then: Then,
         follows: Then,
     },
-    #[error("`{0}` applies to a consumer kill only")]
+    #[error("`{0}` applies to a fault that kills the consumer only (a consumer kill; `restart_settle`: a database fault too)")]
     ConsumerOnly(&'static str),
     #[error("`{name}` is no assertion of this lab (its assertions: {known})")]
     UnknownFact { name: String, known: String },
