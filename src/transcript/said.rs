@@ -364,6 +364,43 @@ mod tests {
         }
     }
 
+    /// Every `[fault]` and `[observe]` line of every stored snapshot (the
+    /// project's and the examples') reads back as its event: the diagrams
+    /// drawn from them draw each one.
+    #[test]
+    fn every_stored_line_reads_back() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let dirs = [
+            "snapshots",
+            "examples/python/snapshots",
+            "examples/node/snapshots",
+        ];
+        let (mut faults, mut observed, mut unread) = (0, 0, Vec::new());
+        for dir in dirs {
+            for file in std::fs::read_dir(root.join(dir)).unwrap().flatten() {
+                let text = std::fs::read_to_string(file.path()).unwrap();
+                for line in text.lines() {
+                    let Some(e) = Entry::parse(line) else {
+                        continue;
+                    };
+                    let read = match e.role.as_str() {
+                        "fault" => FaultEvent::read(&e).map(|_| faults += 1),
+                        "observe" => Observation::read(&e).map(|_| observed += 1),
+                        _ => Some(()),
+                    };
+                    if read.is_none() {
+                        unread.push(format!("{}: {line}", file.path().display()));
+                    }
+                }
+            }
+        }
+        assert!(unread.is_empty(), "{}", unread.join("\n"));
+        assert!(
+            faults > 30 && observed > 50,
+            "{faults} fault lines, {observed} observations"
+        );
+    }
+
     /// A line this version would not write is no event (the diagram then
     /// draws nothing for it, as for an unknown status).
     #[test]
