@@ -54,9 +54,9 @@ pub struct Record {
     #[serde(default)]
     pub history: History,
     /// What a power loss dropped from the run's own PostgreSQL, file by
-    /// file (paths in its data directory); absent without one.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub power_loss_dropped: Vec<String>,
+    /// file (paths in its data directory; empty: nothing); absent without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_loss_dropped: Option<Vec<String>>,
     /// A rendered `<run>.png` sits next to the page (not part of the JSON).
     #[serde(skip)]
     pub diagram_image: bool,
@@ -295,9 +295,12 @@ pub fn markdown(r: &Record) -> String {
     if let Some(e) = &r.error {
         md.push_str(&format!("\n**The lab stopped early:** {}\n", cell(e)));
     }
-    if !r.power_loss_dropped.is_empty() {
+    if let Some(dropped) = &r.power_loss_dropped {
         md.push_str("\n## What the power loss dropped\n\nFrom the run's own PostgreSQL's data directory, what was written and never made durable, undone by the lazy file system:\n\n");
-        for l in &r.power_loss_dropped {
+        if dropped.is_empty() {
+            md.push_str("- nothing: everything written had been made durable\n");
+        }
+        for l in dropped {
             md.push_str(&format!("- `{}`\n", l.replace('`', "'")));
         }
     }

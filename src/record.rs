@@ -58,8 +58,8 @@ pub struct RunRecord {
     /// on the environment's shared one.
     pub own_database: Option<(String, String)>,
     /// What a power loss dropped from the run's own PostgreSQL, file by
-    /// file (`lazyfs`'s report); empty without one.
-    pub power_lost: Vec<String>,
+    /// file (`lazyfs`'s report; empty: nothing); None without one.
+    pub power_lost: Option<Vec<String>>,
 }
 
 /// What a lab file says differs on one RabbitMQ generation, and why.
@@ -137,7 +137,7 @@ mod tests {
             settings: Vec::new(),
             declared: None,
             own_database: None,
-            power_lost: Vec::new(),
+            power_lost: None,
         }
     }
 

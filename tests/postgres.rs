@@ -152,3 +152,31 @@ fn a_durable_lab_on_a_server_without_fsync_fails() {
         "{source}"
     );
 }
+
+/// A power loss's report reaches the evidence, never the transcript: the
+/// page's section and the JSON's `powerLossDropped`, which names the WAL
+/// segment the lost commit was written to.
+#[test]
+fn a_power_loss_is_in_the_evidence() {
+    let evidence = tempfile::tempdir().unwrap();
+    let mut cmd = common::mqlab(&[
+        "lab",
+        "commit-durability@fsync-off",
+        "--evidence",
+        evidence.path().to_str().unwrap(),
+    ]);
+    let (code, _, stderr) = common::run(&mut cmd);
+    assert_eq!(code, 0, "{stderr}");
+    let run = evidence.path().join("commit-durability@fsync-off");
+    let json = std::fs::read_to_string(run.with_extension("json")).unwrap();
+    let record: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let dropped = record["powerLossDropped"].as_array().expect(&json);
+    assert!(
+        dropped
+            .iter()
+            .any(|d| d.as_str().unwrap().starts_with("pg_wal/")),
+        "{dropped:?}"
+    );
+    let page = std::fs::read_to_string(run.with_extension("md")).unwrap();
+    assert!(page.contains("## What the power loss dropped"), "{page}");
+}

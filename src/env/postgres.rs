@@ -139,6 +139,22 @@ pub struct Own {
     pub version: String,
     cluster: Cluster,
     lazy: Option<Lazy>,
+    /// The WAL writer stopped by [`Own::hold_wal_writer`], until the
+    /// server dies.
+    held: Option<u32>,
+}
+
+/// Dropped without [`Own::stop`] (a run torn down by a signal): the held
+/// WAL writer is killed first, as the server's other processes die with
+/// the server (the parent-death signal); stopped, it would see nothing
+/// and keep its files open on the lazy file system.
+impl Drop for Own {
+    fn drop(&mut self) {
+        if let Some(w) = self.held.take() {
+            let w = nix::unistd::Pid::from_raw(w as i32);
+            let _ = nix::sys::signal::kill(w, nix::sys::signal::Signal::SIGKILL);
+        }
+    }
 }
 
 /// The lazy file system under a cluster's data directory, and what it serves.
@@ -182,6 +198,7 @@ pub async fn own(durability: Durability, dir: &Path, lazy: bool) -> Result<Own> 
             version,
             cluster,
             lazy,
+            held: None,
         }),
         Err(e) => {
             Own::halt(&mut server).await;
@@ -247,6 +264,7 @@ impl Own {
     /// A fast shutdown, then SIGKILL after 5 s; the lazy file system
     /// unmounted after it (a failed unmount is the run's error).
     pub async fn stop(mut self) -> Result<()> {
+        self.release_wal_writer();
         Own::halt(&mut self.server).await;
         if let Some(l) = self.lazy.take() {
             l.mount
@@ -260,8 +278,10 @@ impl Own {
     /// asynchronous commit then stays in memory until the lab's fault, as
     /// the lazy file system holds an fsync. PostgreSQL lets it stay there
     /// up to three `wal_writer_delay`s; held, the window lasts as long as
-    /// the step, so the fault lands in it on every run.
-    pub fn hold_wal_writer(&self) -> Result<()> {
+    /// the step, so the fault lands in it on every run. Held only while it
+    /// waits for work (`WalWriterMain`), never in a flush, whose lock
+    /// would stop every other flush with it.
+    pub async fn hold_wal_writer(&mut self) -> Result<()> {
         let pid = self
             .server
             .id()
@@ -273,9 +293,33 @@ impl Own {
                 writers.len()
             );
         };
-        let writer = nix::unistd::Pid::from_raw(writer as i32);
-        nix::sys::signal::kill(writer, nix::sys::signal::Signal::SIGSTOP)?;
-        Ok(())
+        let mut db = crate::store::connect(&self.url()).await?;
+        let w = nix::unistd::Pid::from_raw(writer as i32);
+        for _ in 0..100 {
+            nix::sys::signal::kill(w, nix::sys::signal::Signal::SIGSTOP)?;
+            process::await_stopped(writer, Duration::from_secs(5)).await?;
+            let waits: Option<String> = sqlx::query_scalar(
+                "SELECT wait_event FROM pg_stat_activity WHERE backend_type = 'walwriter'",
+            )
+            .fetch_one(&mut db)
+            .await?;
+            if waits.as_deref() == Some("WalWriterMain") {
+                self.held = Some(writer);
+                return Ok(());
+            }
+            // Caught in its work: let it finish, and try again.
+            nix::sys::signal::kill(w, nix::sys::signal::Signal::SIGCONT)?;
+            tokio::task::yield_now().await;
+        }
+        anyhow::bail!("the run's own PostgreSQL's WAL writer was never caught waiting (100 tries)")
+    }
+
+    /// The held WAL writer let go (a shutdown waits for it).
+    fn release_wal_writer(&mut self) {
+        if let Some(w) = self.held.take() {
+            let w = nix::unistd::Pid::from_raw(w as i32);
+            let _ = nix::sys::signal::kill(w, nix::sys::signal::Signal::SIGCONT);
+        }
     }
 
     /// Everything written so far made durable, as the kernel's writeback
@@ -292,6 +336,7 @@ impl Own {
     /// what they wrote), then the server started again on its data.
     pub async fn crash(&mut self) -> Result<()> {
         process::kill_tree(&mut self.server).await?;
+        self.held = None;
         self.start_again().await
     }
 
@@ -306,6 +351,7 @@ impl Own {
             .mount
             .freeze();
         process::kill_tree(&mut self.server).await?;
+        self.held = None;
         // Taken only now: on an error before, stop() still unmounts it.
         let lazy = self.lazy.take().context("the lazy file system is gone")?;
         let lost = lazy

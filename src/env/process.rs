@@ -141,6 +141,14 @@ pub async fn kill_tree(child: &mut Child) -> Result<()> {
         return Ok(()); // already reaped
     };
     let _ = signal::kill(Pid::from_raw(pid as i32), Signal::SIGSTOP);
+    // A SIGSTOP takes when the process is next scheduled: a fork under
+    // way would still give a child, so the listing waits for the stop.
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    while stat(pid).is_some_and(|(state, _)| !matches!(state, 'T' | 'Z' | 'X'))
+        && std::time::Instant::now() < until
+    {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
     let mut all = vec![pid];
     for e in std::fs::read_dir("/proc")?.flatten() {
         if let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() {

@@ -336,7 +336,10 @@ impl Ctx<'_> {
             crate::vocab::DatabaseFault::Kill => own.crash().await?,
             crate::vocab::DatabaseFault::PowerLoss => {
                 let lost = own.power_loss().await?;
-                self.log.power_lost.extend(lost);
+                self.log
+                    .power_lost
+                    .get_or_insert_with(Vec::new)
+                    .extend(lost);
             }
         }
         let url = self.links.endpoints.pg_url(&self.database);

@@ -530,7 +530,7 @@ impl<'a> Ctx<'a> {
                 observed: Observed::default(),
                 outcomes: Vec::new(),
                 history: History::default(),
-                power_lost: Vec::new(),
+                power_lost: None,
                 sink,
             },
             role_seq: 0,
@@ -624,8 +624,8 @@ struct RunLog<'a> {
     outcomes: Vec<Outcome>,
     history: History,
     /// What a power loss dropped, file by file (the evidence's, not the
-    /// transcript's: it differs from run to run).
-    power_lost: Vec<String>,
+    /// transcript's: it differs from run to run); None without one.
+    power_lost: Option<Vec<String>>,
     sink: &'a mut dyn Sink,
 }
 

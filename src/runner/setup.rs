@@ -33,13 +33,16 @@ impl Ctx<'_> {
         drop(admin);
         let mut db = store::connect(&self.links.endpoints.pg_url(&db_name)).await?;
         store::migrate(&mut db).await?;
-        if let Some((own, _)) = &self.links.own_database {
+        if let Some((own, _)) = &mut self.links.own_database {
             // The run's database and schema on disk, as the kernel's
             // writeback would have them seconds later: a power loss is
-            // about the lab's steps, not its setup.
+            // about the lab's steps, not its setup. The checkpoint first
+            // writes out what is still in the server's memory (the
+            // migrations' asynchronous commits under `async-commit`).
+            sqlx::query("CHECKPOINT").execute(&mut db).await?;
             own.writeback()?;
             if self.lab.database == Durability::AsyncCommit && self.lab.has_database_fault() {
-                own.hold_wal_writer()?;
+                own.hold_wal_writer().await?;
             }
         }
         let broker = self.connect_broker().await?;
