@@ -219,13 +219,9 @@ async fn case(template: &Cluster, settings: &[(String, String)], fault: Fault) -
     // The WAL writer held (SIGSTOP) until the fault: an asynchronous
     // commit stays in the server's memory (PostgreSQL allows up to three
     // `wal_writer_delay`s), so the fault lands before its flush every time.
-    let writers = mqlab::env::process::children_named(server.id().unwrap(), "postgres: walwriter");
-    assert_eq!(writers.len(), 1, "the server's WAL writer");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(writers[0] as i32),
-        nix::sys::signal::Signal::SIGSTOP,
-    )
-    .unwrap();
+    mqlab::env::postgres::hold_wal_writer_of(server.id().unwrap(), &url(c))
+        .await
+        .unwrap();
     sql(c, "INSERT INTO t VALUES (1) RETURNING id::bigint")
         .await
         .unwrap();

@@ -144,6 +144,38 @@ pub struct Own {
     held: Option<u32>,
 }
 
+/// Stops (SIGSTOP) the WAL writer of the server whose postmaster is
+/// `postmaster` (reached at `url`) while it waits for work
+/// (`WalWriterMain`), never in a flush, whose lock would stop every other
+/// flush with it (a commit would then wait forever): its pid.
+pub async fn hold_wal_writer_of(postmaster: u32, url: &str) -> Result<u32> {
+    let writers = process::children_named(postmaster, "postgres: walwriter");
+    let [writer] = writers[..] else {
+        anyhow::bail!(
+            "the PostgreSQL server has {} WAL writers, not one",
+            writers.len()
+        );
+    };
+    let mut db = crate::store::connect(url).await?;
+    let w = nix::unistd::Pid::from_raw(writer as i32);
+    for _ in 0..100 {
+        nix::sys::signal::kill(w, nix::sys::signal::Signal::SIGSTOP)?;
+        process::await_stopped(writer, Duration::from_secs(5)).await?;
+        let waits: Option<String> = sqlx::query_scalar(
+            "SELECT wait_event FROM pg_stat_activity WHERE backend_type = 'walwriter'",
+        )
+        .fetch_one(&mut db)
+        .await?;
+        if waits.as_deref() == Some("WalWriterMain") {
+            return Ok(writer);
+        }
+        // Caught in its work: let it finish, and try again.
+        nix::sys::signal::kill(w, nix::sys::signal::Signal::SIGCONT)?;
+        tokio::task::yield_now().await;
+    }
+    anyhow::bail!("the PostgreSQL server's WAL writer was never caught waiting (100 tries)")
+}
+
 /// Dropped without [`Own::stop`] (a run torn down by a signal): the held
 /// WAL writer is killed first, as the server's other processes die with
 /// the server (the parent-death signal); stopped, it would see nothing
@@ -286,32 +318,8 @@ impl Own {
             .server
             .id()
             .context("the run's own PostgreSQL is not running")?;
-        let writers = process::children_named(pid, "postgres: walwriter");
-        let [writer] = writers[..] else {
-            anyhow::bail!(
-                "the run's own PostgreSQL has {} WAL writers, not one",
-                writers.len()
-            );
-        };
-        let mut db = crate::store::connect(&self.url()).await?;
-        let w = nix::unistd::Pid::from_raw(writer as i32);
-        for _ in 0..100 {
-            nix::sys::signal::kill(w, nix::sys::signal::Signal::SIGSTOP)?;
-            process::await_stopped(writer, Duration::from_secs(5)).await?;
-            let waits: Option<String> = sqlx::query_scalar(
-                "SELECT wait_event FROM pg_stat_activity WHERE backend_type = 'walwriter'",
-            )
-            .fetch_one(&mut db)
-            .await?;
-            if waits.as_deref() == Some("WalWriterMain") {
-                self.held = Some(writer);
-                return Ok(());
-            }
-            // Caught in its work: let it finish, and try again.
-            nix::sys::signal::kill(w, nix::sys::signal::Signal::SIGCONT)?;
-            tokio::task::yield_now().await;
-        }
-        anyhow::bail!("the run's own PostgreSQL's WAL writer was never caught waiting (100 tries)")
+        self.held = Some(hold_wal_writer_of(pid, &self.url()).await?);
+        Ok(())
     }
 
     /// The held WAL writer let go (a shutdown waits for it).
