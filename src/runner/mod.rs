@@ -58,6 +58,7 @@ mod program;
 mod publish;
 mod roles;
 pub use roles::{consumer_config, producer_config, RoleSite};
+use roles::{exit_code, point_of};
 use stage::StepStage;
 mod setup;
 mod stage;
@@ -740,14 +741,6 @@ fn failpoint(phase: &str) {
     }
 }
 
-/// 128 + signal for a killed process, as a shell reports it.
-fn exit_code(status: std::process::ExitStatus) -> i32 {
-    status
-        .code()
-        .or_else(|| status.signal().map(|s| 128 + s))
-        .unwrap_or(-1)
-}
-
 /// The kind of a fault's placement at `site`, for the step's exhaustive
 /// dispatch. The lab checker admits only the registry's placements, so
 /// `None` is a bug, said as an error rather than a panic.
@@ -791,15 +784,6 @@ fn between_steps(target: Target, action: FaultAction) -> Result<BetweenSteps> {
         other @ (Kind::Publish(_) | Kind::Consume(_)) => {
             bail!("a between-steps fault of kind {other:?}")
         }
-    }
-}
-
-/// Where a role blocks for a fault.
-fn point_of(f: &Fault) -> FaultPoint {
-    FaultPoint {
-        window: f.window,
-        message: f.message.clone(),
-        hold: false,
     }
 }
 

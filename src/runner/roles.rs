@@ -432,3 +432,20 @@ pub fn consumer_config(
         downstream: None,
     }
 }
+
+/// 128 + signal for a killed process, as a shell reports it.
+pub(super) fn exit_code(status: std::process::ExitStatus) -> i32 {
+    status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(-1)
+}
+
+/// Where a role blocks for a fault.
+pub(super) fn point_of(f: &Fault) -> FaultPoint {
+    FaultPoint {
+        window: f.window,
+        message: f.message.clone(),
+        hold: false,
+    }
+}
