@@ -84,12 +84,12 @@ const COVERAGE: &[(Pattern, Edit, Pattern)] = &[
     // counterexample drops `mandatory` with it.
     (
         Pattern::Inbox,
-        Edit::Failure("confirm"),
+        Edit::Failure("dlq confirm"),
         Pattern::DlqNoConfirm,
     ),
     (
         Pattern::Inbox,
-        Edit::Failure("mandatory"),
+        Edit::Failure("dlq mandatory"),
         Pattern::DlqConfirmWithoutMandatory,
     ),
     (
@@ -126,6 +126,44 @@ const COVERAGE: &[(Pattern, Edit, Pattern)] = &[
         Edit::Failure("dlq order"),
         Pattern::AckThenPublish,
     ),
+    // Article 000: wait for the new message's confirm, then ack the
+    // original (the order: retry-window@retry-ack-first); and `mandatory`,
+    // or the broker confirms a copy it routed nowhere. For the retry tier's
+    // copy (retry-tiers@retry-no-confirm, @retry-confirm-without-mandatory)
+    // and the DLQ's (failure-classes@dlq-no-confirm,
+    // @dlq-confirm-without-mandatory).
+    (
+        Pattern::Classified,
+        Edit::Failure("retry order"),
+        Pattern::RetryAckFirst,
+    ),
+    (
+        Pattern::Classified,
+        Edit::Failure("retry confirm"),
+        Pattern::RetryNoConfirm,
+    ),
+    (
+        Pattern::Classified,
+        Edit::Failure("retry mandatory"),
+        Pattern::RetryConfirmWithoutMandatory,
+    ),
+    (
+        Pattern::Classified,
+        Edit::Failure("dlq confirm"),
+        Pattern::ClassifiedDlqNoConfirm,
+    ),
+    (
+        Pattern::Classified,
+        Edit::Failure("dlq mandatory"),
+        Pattern::ClassifiedDlqConfirmWithoutMandatory,
+    ),
+    // The inbox on the classified path: a kill in the retry window leaves
+    // two copies (retry-window@no-inbox).
+    (
+        Pattern::Classified,
+        Edit::Removed(Step::InboxInsert),
+        Pattern::ClassifiedNoInbox,
+    ),
     (
         Pattern::Classified,
         Edit::Failure("by class"),
@@ -158,6 +196,18 @@ const COVERAGE: &[(Pattern, Edit, Pattern)] = &[
         Pattern::BlockKey,
         Edit::Failure("retry"),
         Pattern::Overwrite,
+    ),
+    // Its DLQ move, for an event it gives up on (per-key-block@dlq-no-confirm,
+    // @dlq-confirm-without-mandatory).
+    (
+        Pattern::BlockKey,
+        Edit::Failure("dlq confirm"),
+        Pattern::BlockKeyDlqNoConfirm,
+    ),
+    (
+        Pattern::BlockKey,
+        Edit::Failure("dlq mandatory"),
+        Pattern::BlockKeyDlqConfirmWithoutMandatory,
     ),
     // The downstream call's stable key: the eventId, not a request id new
     // on each attempt (side-effects@no-idempotency-key).
@@ -232,21 +282,36 @@ fn failure_settings(f: OnFailure) -> Vec<(&'static str, String)> {
         } => vec![
             ("retry", "retry tiers".into()),
             ("attempts", format!("{attempts:?}")),
-            ("confirm", confirm.to_string()),
-            ("mandatory", mandatory.to_string()),
+            ("dlq confirm", confirm.to_string()),
+            ("dlq mandatory", mandatory.to_string()),
             (
                 "dlq order",
                 format!("{:?}", dlq == DlqOrder::ConfirmThenAck),
             ),
         ],
         OnFailure::RequeueForever => vec![("retry", "requeue".into())],
-        OnFailure::RetryInPlace => vec![("retry", "in place".into())],
+        OnFailure::RetryInPlace { dlq_publish } => vec![
+            ("retry", "in place".into()),
+            ("dlq confirm", dlq_publish.confirm.to_string()),
+            ("dlq mandatory", dlq_publish.mandatory.to_string()),
+        ],
         OnFailure::Classified {
             attempts,
             dlq,
             by_class,
             backoff,
+            retry_order,
+            retry_publish,
+            dlq_publish,
         } => vec![
+            (
+                "retry order",
+                format!("{:?}", retry_order == DlqOrder::ConfirmThenAck),
+            ),
+            ("retry confirm", retry_publish.confirm.to_string()),
+            ("retry mandatory", retry_publish.mandatory.to_string()),
+            ("dlq confirm", dlq_publish.confirm.to_string()),
+            ("dlq mandatory", dlq_publish.mandatory.to_string()),
             ("attempts", format!("{attempts:?}")),
             (
                 "dlq order",
@@ -304,11 +369,12 @@ fn applies(safe: &PatternDef, edit: &Edit, cx: &PatternDef) -> Result<(), String
             // Retrying at all: a failure path of another kind.
             let other_kind =
                 std::mem::discriminant(&safe.on_failure) != std::mem::discriminant(&cx.on_failure);
-            // The confirm's counterexample drops `mandatory` with it.
+            // A confirm's counterexample drops its `mandatory` with it.
+            let with_mandatory = name.replace("confirm", "mandatory");
             let ok = (*name == "retry" && other_kind)
                 || changed.first() == Some(name)
                     && (changed.len() == 1
-                        || (*name == "confirm" && changed == ["confirm", "mandatory"]));
+                        || (name.ends_with("confirm") && changed == [*name, &with_mandatory]));
             (safe.steps.to_vec(), ok, false)
         }
     };
@@ -550,13 +616,16 @@ fn window_gaps(d: &PatternDef) -> Vec<String> {
     let dlq_moves = !d.auto_ack && !steps.contains(&Step::InboxOwnTx);
     let owed: &[&[Window]] = match d.on_failure {
         OnFailure::Classified { .. } => &[
-            &[Window::AfterRetryPublishBeforeAck],
+            &[
+                Window::AfterRetryPublishBeforeAck,
+                Window::AfterAckBeforeRetryPublish,
+            ],
             &[
                 Window::AfterDlqConfirmBeforeAck,
                 Window::AfterAckBeforeDlqPublish,
             ],
         ],
-        OnFailure::RetryInPlace => &[&[Window::AfterDlqConfirmBeforeAck]],
+        OnFailure::RetryInPlace { .. } => &[&[Window::AfterDlqConfirmBeforeAck]],
         OnFailure::RetryThenDlq { confirm: true, .. } if dlq_moves => &[&[
             Window::AfterDlqConfirmBeforeAck,
             Window::AfterAckBeforeDlqPublish,

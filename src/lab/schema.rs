@@ -369,6 +369,10 @@ pub struct RawFault {
     /// `settle` of the consumer started after the kill (default: the step's);
     /// 0 starts one that finds nothing left to do.
     pub restart_settle: Option<usize>,
+    /// `true`: the consumer started after the kill settles what the queue
+    /// holds then and what waits to expire into it, each copy once (two
+    /// copies of one event are two).
+    pub restart_drain: Option<bool>,
     /// The node a `node` fault acts on.
     pub node: Option<Spanned<usize>>,
     #[serde(default)]
@@ -392,6 +396,9 @@ pub struct RawVariant {
     pub max_deliveries: Option<NonZeroUsize>,
     /// A DLQ the consumer publishes to; may name a queue that does not exist.
     pub dlq: Option<Spanned<String>>,
+    /// Retry tiers the consumer republishes to; may name queues that do
+    /// not exist (a tier that exists must dead-letter back, as in the lab).
+    pub tiers: Option<Vec<Spanned<String>>>,
     pub kill_at_depth: Option<u32>,
     pub restart_settle: Option<usize>,
     /// Overrides every publish step's flags.

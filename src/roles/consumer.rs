@@ -17,8 +17,8 @@ use crate::protocol::ConsumerConfig;
 use crate::store::{self, InboxRow, OrderCreated, StateWrite};
 use crate::transcript::{MessageMeta, Record};
 use crate::vocab::{
-    AttemptsFrom, Backoff, DlqOrder, FailureClass, OnFailure, PatternDef, Status, Step, Window,
-    RETRY_ATTEMPT_HEADER,
+    AttemptsFrom, Backoff, DlqOrder, FailureClass, OnFailure, PatternDef, Publish, Status, Step,
+    Window, GUARDED, RETRY_ATTEMPT_HEADER,
 };
 
 mod failure;

@@ -185,6 +185,8 @@ impl Ctx<'_> {
                 _ => None,
             })
             .flat_map(|r| r.tiers.iter().cloned())
+            // A variant's tier that does not exist holds nothing.
+            .filter(|(t, _)| self.lab.topology.queues.iter().any(|q| q.name == *t))
             .collect();
         for q in &self.lab.topology.queues {
             let ttl = match q.arguments.get("x-message-ttl") {

@@ -342,7 +342,8 @@ names! {
         AfterPublishBeforeBroker = "after-publish-before-broker": "producer: the publish left the producer and never reached the broker",
         AfterPublishBeforeConfirm = "after-publish-before-confirm": "producer: the broker has the message, its confirm is not yet seen",
         AfterConfirm = "after-confirm": "producer: the confirm is seen and recorded",
-        AfterRetryPublishBeforeAck = "after-retry-publish-before-ack": "consumer: the copy in the retry tier is confirmed, the original is not acked",
+        AfterRetryPublishBeforeAck = "after-retry-publish-before-ack": "consumer: the copy for the retry tier is published (and confirmed, if the consumer waits for its confirm), the original is not acked",
+        AfterAckBeforeRetryPublish = "after-ack-before-retry-publish": "consumer: the original is acked, the copy for the retry tier is not published",
         AfterDlqConfirmBeforeAck = "after-dlq-confirm-before-ack": "consumer: the DLQ copy is confirmed, the original is not acked",
         AfterAckBeforeDlqPublish = "after-ack-before-dlq-publish": "consumer: the original is acked, the DLQ copy is not published",
         AfterDownstreamCall = "after-downstream-call": "consumer: the downstream call made after the ack has returned; its intent row, if any, is not marked done",
@@ -451,6 +452,14 @@ names! {
         IntentUnkeyed = "intent-unkeyed": "effect-intent, but each call carries a key new on each call (a request id): an intent called again at start, after a crash between its call and its mark, applies the downstream effect twice",
         IntentMarkFirst = "intent-mark-first": "effect-intent, but marks the intent done before it calls: a crash between the mark and the call leaves nothing pending, and the effect never happens",
         XDeathFirstCount = "x-death-first-count": "retry-dlq's reject loop, but reads the attempt from the first x-death entry's count alone: right while one queue rejects, short once a message was rejected from two queues (one entry per queue and reason)",
+        RetryNoConfirm = "retry-no-confirm": "classified, but republishes to its retry tier without a confirm (so no return is ever seen), then acks: a retry tier that does not exist loses the message",
+        RetryConfirmWithoutMandatory = "retry-confirm-without-mandatory": "classified, but republishes to its retry tier with a confirm and without `mandatory`: the broker confirms a copy it could route nowhere, and the original is acked",
+        ClassifiedDlqNoConfirm = "classified-dlq-no-confirm": "classified, but publishes the DLQ copy without a confirm (so no return is ever seen), then acks: a DLQ that does not exist loses the message",
+        ClassifiedDlqConfirmWithoutMandatory = "classified-dlq-confirm-without-mandatory": "classified, but publishes the DLQ copy with a confirm and without `mandatory`: the broker confirms a copy it could route nowhere, and the original is acked",
+        BlockKeyDlqNoConfirm = "block-key-dlq-no-confirm": "block-key, but publishes the DLQ copy of an event it gives up on without a confirm (so no return is ever seen), then acks: a DLQ that does not exist loses the event",
+        BlockKeyDlqConfirmWithoutMandatory = "block-key-dlq-confirm-without-mandatory": "block-key, but publishes the DLQ copy with a confirm and without `mandatory`: the broker confirms a copy it could route nowhere, and the original is acked",
+        RetryAckFirst = "retry-ack-first": "classified, but acks the original before it republishes the copy for the retry tier: a crash between the two loses the message",
+        ClassifiedNoInbox = "classified-no-inbox": "classified without the inbox row: the second copy a kill in the retry window leaves (the original redelivered beside its republished copy) applies twice",
     }
 }
 

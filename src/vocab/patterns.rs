@@ -24,8 +24,9 @@ pub enum OnFailure {
     /// Article 002's other way for a key in retry: block it. A transient
     /// failure is rolled back and tried again on the same delivery, held
     /// unacked (with one consumer and prefetch 1 nothing behind it runs);
-    /// out of attempts, and for the other classes, as `Classified`.
-    RetryInPlace,
+    /// out of attempts, and for the other classes, as `Classified`, its DLQ
+    /// copy published as `dlq_publish` says.
+    RetryInPlace { dlq_publish: Publish },
     /// Article 000's classes: transient failures republished to retry tiers
     /// (with a `retry-attempt` header and a confirm, then acked), a business
     /// rejection recorded and acked, poison and invariant violations moved
@@ -33,12 +34,36 @@ pub enum OnFailure {
     Classified {
         attempts: AttemptsFrom,
         dlq: DlqOrder,
+        /// The order of the retry copy's publish and the original's ack.
+        retry_order: DlqOrder,
+        /// How the copy for a retry tier is published.
+        retry_publish: Publish,
+        /// How the DLQ copy is published.
+        dlq_publish: Publish,
         /// `false`: every failure is taken as transient (retried, then dead-lettered).
         by_class: bool,
         /// Which tier attempt k is republished to.
         backoff: Backoff,
     },
 }
+
+/// How a failure path publishes its copy (to a retry tier, to the DLQ)
+/// before it acks the original. Article 000: wait for the new message's
+/// confirm, then ack the original; `mandatory` makes the broker return a
+/// copy it cannot route instead of confirming it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Publish {
+    /// Wait for the publisher confirm (and so see a return) before the ack.
+    pub confirm: bool,
+    /// The broker returns a copy no queue takes.
+    pub mandatory: bool,
+}
+
+/// A copy confirmed, and returned when no queue takes it: the safe way.
+pub const GUARDED: Publish = Publish {
+    confirm: true,
+    mandatory: true,
+};
 
 /// The retry tier a classified consumer republishes attempt k to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,7 +88,8 @@ pub enum AttemptsFrom {
     XDeathFirst,
 }
 
-/// The order of the DLQ move's two effects.
+/// The order of a failure path's two effects: its copy published (to the
+/// DLQ, or to a retry tier: `retry_order`) and the original acked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DlqOrder {
     /// Publish, wait for the confirm, then ack the original: a crash between
@@ -93,6 +119,9 @@ const SAFE_PATH: &[Step] = &[Receive, InboxInsert, Write, Commit, Ack];
 const CLASSIFIED_FAILURE: OnFailure = OnFailure::Classified {
     attempts: AttemptsFrom::Header,
     dlq: DlqOrder::ConfirmThenAck,
+    retry_order: DlqOrder::ConfirmThenAck,
+    retry_publish: GUARDED,
+    dlq_publish: GUARDED,
     by_class: true,
     backoff: Backoff::ByAttempt,
 };
@@ -263,6 +292,9 @@ pub const PATTERNS: &[PatternDef] = &[
         on_failure: OnFailure::Classified {
             attempts: AttemptsFrom::XDeath,
             dlq: DlqOrder::ConfirmThenAck,
+            retry_order: DlqOrder::ConfirmThenAck,
+            retry_publish: GUARDED,
+            dlq_publish: GUARDED,
             by_class: true,
             backoff: Backoff::ByAttempt,
         },
@@ -275,6 +307,9 @@ pub const PATTERNS: &[PatternDef] = &[
         on_failure: OnFailure::Classified {
             attempts: AttemptsFrom::Header,
             dlq: DlqOrder::AckThenPublish,
+            retry_order: DlqOrder::ConfirmThenAck,
+            retry_publish: GUARDED,
+            dlq_publish: GUARDED,
             by_class: true,
             backoff: Backoff::ByAttempt,
         },
@@ -301,6 +336,9 @@ pub const PATTERNS: &[PatternDef] = &[
         on_failure: OnFailure::Classified {
             attempts: AttemptsFrom::Header,
             dlq: DlqOrder::ConfirmThenAck,
+            retry_order: DlqOrder::ConfirmThenAck,
+            retry_publish: GUARDED,
+            dlq_publish: GUARDED,
             by_class: false,
             backoff: Backoff::ByAttempt,
         },
@@ -313,6 +351,9 @@ pub const PATTERNS: &[PatternDef] = &[
         on_failure: OnFailure::Classified {
             attempts: AttemptsFrom::Header,
             dlq: DlqOrder::ConfirmThenAck,
+            retry_order: DlqOrder::ConfirmThenAck,
+            retry_publish: GUARDED,
+            dlq_publish: GUARDED,
             by_class: true,
             backoff: Backoff::FirstTier,
         },
@@ -325,6 +366,9 @@ pub const PATTERNS: &[PatternDef] = &[
         on_failure: OnFailure::Classified {
             attempts: AttemptsFrom::Header,
             dlq: DlqOrder::ConfirmThenAck,
+            retry_order: DlqOrder::ConfirmThenAck,
+            retry_publish: GUARDED,
+            dlq_publish: GUARDED,
             by_class: true,
             backoff: Backoff::LastTier,
         },
@@ -386,7 +430,9 @@ pub const PATTERNS: &[PatternDef] = &[
         safe: true,
         steps: &[Receive, InboxInsert, WriteOverwrite, Commit, Ack],
         auto_ack: false,
-        on_failure: OnFailure::RetryInPlace,
+        on_failure: OnFailure::RetryInPlace {
+            dlq_publish: GUARDED,
+        },
     },
     PatternDef {
         pattern: Pattern::Overwrite,
@@ -414,7 +460,102 @@ pub const PATTERNS: &[PatternDef] = &[
         auto_ack: false,
         on_failure: SEED_FAILURE,
     },
+    PatternDef {
+        pattern: Pattern::RetryNoConfirm,
+        safe: false,
+        steps: SAFE_PATH,
+        auto_ack: false,
+        on_failure: classified_publishing(UNGUARDED, GUARDED),
+    },
+    PatternDef {
+        pattern: Pattern::RetryConfirmWithoutMandatory,
+        safe: false,
+        steps: SAFE_PATH,
+        auto_ack: false,
+        on_failure: classified_publishing(CONFIRMED_ONLY, GUARDED),
+    },
+    PatternDef {
+        pattern: Pattern::ClassifiedDlqNoConfirm,
+        safe: false,
+        steps: SAFE_PATH,
+        auto_ack: false,
+        on_failure: classified_publishing(GUARDED, UNGUARDED),
+    },
+    PatternDef {
+        pattern: Pattern::ClassifiedDlqConfirmWithoutMandatory,
+        safe: false,
+        steps: SAFE_PATH,
+        auto_ack: false,
+        on_failure: classified_publishing(GUARDED, CONFIRMED_ONLY),
+    },
+    PatternDef {
+        pattern: Pattern::BlockKeyDlqNoConfirm,
+        safe: false,
+        steps: &[Receive, InboxInsert, WriteOverwrite, Commit, Ack],
+        auto_ack: false,
+        on_failure: OnFailure::RetryInPlace {
+            dlq_publish: UNGUARDED,
+        },
+    },
+    PatternDef {
+        pattern: Pattern::BlockKeyDlqConfirmWithoutMandatory,
+        safe: false,
+        steps: &[Receive, InboxInsert, WriteOverwrite, Commit, Ack],
+        auto_ack: false,
+        on_failure: OnFailure::RetryInPlace {
+            dlq_publish: CONFIRMED_ONLY,
+        },
+    },
+    PatternDef {
+        pattern: Pattern::RetryAckFirst,
+        safe: false,
+        steps: SAFE_PATH,
+        auto_ack: false,
+        on_failure: OnFailure::Classified {
+            attempts: AttemptsFrom::Header,
+            dlq: DlqOrder::ConfirmThenAck,
+            retry_order: DlqOrder::AckThenPublish,
+            retry_publish: GUARDED,
+            dlq_publish: GUARDED,
+            by_class: true,
+            backoff: Backoff::ByAttempt,
+        },
+    },
+    PatternDef {
+        pattern: Pattern::ClassifiedNoInbox,
+        safe: false,
+        steps: &[Receive, Write, Commit, Ack],
+        auto_ack: false,
+        on_failure: CLASSIFIED_FAILURE,
+    },
 ];
+
+/// A copy published and acked at once: no confirm, so no return is seen
+/// either (`mandatory` would have nothing to wait on).
+const UNGUARDED: Publish = Publish {
+    confirm: false,
+    mandatory: false,
+};
+
+/// A copy confirmed, but not `mandatory`: the broker confirms a copy it
+/// could route nowhere.
+const CONFIRMED_ONLY: Publish = Publish {
+    confirm: true,
+    mandatory: false,
+};
+
+/// Article 000's classes with the retry tier's and the DLQ's publishes as given.
+const fn classified_publishing(retry_publish: Publish, dlq_publish: Publish) -> OnFailure {
+    OnFailure::Classified {
+        attempts: AttemptsFrom::Header,
+        dlq: DlqOrder::ConfirmThenAck,
+        retry_order: DlqOrder::ConfirmThenAck,
+        retry_publish,
+        dlq_publish,
+        by_class: true,
+        backoff: Backoff::ByAttempt,
+    }
+}
 
 impl Pattern {
     /// The patterns that call a downstream service, for an error message.
@@ -476,38 +617,47 @@ impl PatternDef {
     /// first attempt).
     pub fn windows_for(&self, dlq: bool) -> Vec<Window> {
         let seed_dlq = dlq && !self.auto_ack && !self.steps.contains(&InboxOwnTx);
-        let failure: &[Window] = match self.on_failure {
+        let failure: Vec<Window> = match self.on_failure {
             OnFailure::Classified {
-                dlq: DlqOrder::ConfirmThenAck,
+                dlq,
+                retry_order,
+                dlq_publish,
                 ..
-            } => &[
-                Window::AfterRetryPublishBeforeAck,
-                Window::AfterDlqConfirmBeforeAck,
-            ],
-            OnFailure::Classified {
-                dlq: DlqOrder::AckThenPublish,
-                ..
-            } => &[
-                Window::AfterRetryPublishBeforeAck,
-                Window::AfterAckBeforeDlqPublish,
-            ],
+            } => {
+                let retry = match retry_order {
+                    DlqOrder::ConfirmThenAck => Window::AfterRetryPublishBeforeAck,
+                    DlqOrder::AckThenPublish => Window::AfterAckBeforeRetryPublish,
+                };
+                // Without the DLQ copy's confirm there is no point "after
+                // the confirm" (as for the seed's move below).
+                let dlq = match (dlq, dlq_publish.confirm) {
+                    (DlqOrder::ConfirmThenAck, true) => Some(Window::AfterDlqConfirmBeforeAck),
+                    (DlqOrder::ConfirmThenAck, false) => None,
+                    (DlqOrder::AckThenPublish, _) => Some(Window::AfterAckBeforeDlqPublish),
+                };
+                std::iter::once(retry).chain(dlq).collect()
+            }
             // The seed's DLQ move: confirmed, then acked (without a
             // confirm there is no point "after the confirm").
             OnFailure::RetryThenDlq {
                 confirm: true,
                 dlq: DlqOrder::ConfirmThenAck,
                 ..
-            } if seed_dlq => &[Window::AfterDlqConfirmBeforeAck],
+            } if seed_dlq => vec![Window::AfterDlqConfirmBeforeAck],
             OnFailure::RetryThenDlq {
                 dlq: DlqOrder::AckThenPublish,
                 ..
-            } if seed_dlq => &[Window::AfterAckBeforeDlqPublish],
-            OnFailure::RetryInPlace => &[Window::AfterDlqConfirmBeforeAck],
-            OnFailure::RetryThenDlq { .. } | OnFailure::RequeueForever => &[],
+            } if seed_dlq => vec![Window::AfterAckBeforeDlqPublish],
+            OnFailure::RetryInPlace {
+                dlq_publish: Publish { confirm: true, .. },
+            } => vec![Window::AfterDlqConfirmBeforeAck],
+            OnFailure::RetryInPlace { .. }
+            | OnFailure::RetryThenDlq { .. }
+            | OnFailure::RequeueForever => vec![],
         };
         (0..self.steps.len())
             .filter_map(|i| self.window_after(i))
-            .chain(failure.iter().copied())
+            .chain(failure)
             .collect()
     }
 

@@ -126,8 +126,10 @@ pub enum ErrorKind {
         then: Then,
         follows: Then,
     },
-    #[error("`{0}` applies to a fault that kills the consumer only (a consumer kill; `restart_settle`: a database fault too)")]
+    #[error("`{0}` applies to a fault that kills the consumer only (a consumer kill; `restart_settle` and `restart_drain`: a database fault too)")]
     ConsumerOnly(&'static str),
+    #[error("`restart_drain` settles what the queue holds after the kill: it takes no `restart_settle` beside it")]
+    SettleOrDrain,
     #[error("`{name}` is no assertion of this lab (its assertions: {known})")]
     UnknownFact { name: String, known: String },
     #[error("`{name}` is falsified by the variant `{variant}`: it is evidence of the claim, not a harness fact")]

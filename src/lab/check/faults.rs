@@ -51,7 +51,7 @@ impl Checker<'_> {
             then,
             kill_at_depth: f.kill_at_depth,
             restart_settle: f.restart_settle,
-            restart_drain: false,
+            restart_drain: f.restart_drain == Some(true),
             copies,
             asserts,
         })
@@ -248,11 +248,26 @@ impl Checker<'_> {
             );
         }
         // A database fault kills the consumer too; a fresh one takes over.
-        if f.restart_settle.is_some() && !matches!(target, Target::Consumer | Target::Database) {
+        let restarts = matches!(target, Target::Consumer | Target::Database);
+        if f.restart_settle.is_some() && !restarts {
             self.err(
                 format!("{fkey}.restart_settle"),
                 span(spanned),
                 ErrorKind::ConsumerOnly("restart_settle"),
+            );
+        }
+        if f.restart_drain.is_some() && !restarts {
+            self.err(
+                format!("{fkey}.restart_drain"),
+                span(spanned),
+                ErrorKind::ConsumerOnly("restart_drain"),
+            );
+        }
+        if f.restart_drain == Some(true) && f.restart_settle.is_some() {
+            self.err(
+                format!("{fkey}.restart_drain"),
+                span(spanned),
+                ErrorKind::SettleOrDrain,
             );
         }
     }
@@ -475,6 +490,7 @@ impl Checker<'_> {
             f.then.as_ref().map(|t| ("then", span(t))),
             f.kill_at_depth.map(|_| ("kill_at_depth", whole.clone())),
             f.restart_settle.map(|_| ("restart_settle", whole.clone())),
+            f.restart_drain.map(|_| ("restart_drain", whole.clone())),
             f.assert.first().map(|a| ("assert", span(a))),
         ];
         for (k, sp) in extra.into_iter().flatten() {

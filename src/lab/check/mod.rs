@@ -157,12 +157,21 @@ impl<'a> Checker<'a> {
                 other => self.err("nodes", span(n), ErrorKind::Nodes(other)),
             }
         }
-        // A variant may aim its DLQ at a queue that does not exist: that is its point.
-        let missing_ok: Option<String> = variant_def
+        // A variant may aim its DLQ or its retry tiers at queues that do
+        // not exist: that is its point.
+        let missing_ok: Vec<String> = variant_def
             .as_ref()
-            .and_then(|(_, d)| d.dlq.as_ref().map(|s| s.get_ref().clone()));
+            .map(|(_, d)| {
+                let tiers = d.tiers.iter().flatten();
+                d.dlq
+                    .iter()
+                    .chain(tiers)
+                    .map(|s| s.get_ref().clone())
+                    .collect()
+            })
+            .unwrap_or_default();
         let topology = self.topology(&raw);
-        let steps = self.steps(&raw, &topology, missing_ok.as_deref());
+        let steps = self.steps(&raw, &topology, &missing_ok);
         self.counters(&raw, &steps);
         self.across_steps(&steps);
         let violations = match &variant_def {

@@ -142,7 +142,7 @@ impl Checker<'_> {
         &mut self,
         raw: &RawLab,
         topology: &Topology,
-        missing_ok: Option<&str>,
+        missing_ok: &[String],
     ) -> Vec<Step> {
         let mut published: Vec<String> = Vec::new();
         let mut next_id = 1;
@@ -407,7 +407,7 @@ impl Checker<'_> {
         key: &str,
         c: &RawConsume,
         topology: &Topology,
-        missing_ok: Option<&str>,
+        missing_ok: &[String],
         published: &[String],
     ) -> Consume {
         let tiers = self.consume_queues(key, c, topology, missing_ok);
@@ -454,7 +454,7 @@ impl Checker<'_> {
         key: &str,
         c: &RawConsume,
         topology: &Topology,
-        missing_ok: Option<&str>,
+        missing_ok: &[String],
     ) -> Vec<(String, u64)> {
         let declared = |q: &str| topology.queues.iter().any(|d| d.name == q);
         if !declared(c.queue.get_ref()) {
@@ -467,7 +467,7 @@ impl Checker<'_> {
         let mut tiers = Vec::new();
         if let Some(r) = &c.retry {
             let dlq = r.dlq.get_ref();
-            if !declared(dlq) && missing_ok != Some(dlq.as_str()) {
+            if !declared(dlq) && !missing_ok.contains(dlq) {
                 self.err(
                     format!("{key}.consume.retry.dlq"),
                     span(&r.dlq),
@@ -477,7 +477,13 @@ impl Checker<'_> {
             for (j, t) in r.tiers.iter().enumerate() {
                 let tkey = format!("{key}.consume.retry.tiers[{j}]");
                 let Some(q) = topology.queues.iter().find(|q| &q.name == t.get_ref()) else {
-                    self.err(tkey, span(t), ErrorKind::UnknownQueue(t.get_ref().clone()));
+                    match missing_ok.contains(t.get_ref()) {
+                        // A variant's missing tier: it holds nothing, for no time.
+                        true => tiers.push((t.get_ref().clone(), 0)),
+                        false => {
+                            self.err(tkey, span(t), ErrorKind::UnknownQueue(t.get_ref().clone()))
+                        }
+                    }
                     continue;
                 };
                 let back = q.arguments.get("x-dead-letter-routing-key")
@@ -546,7 +552,8 @@ impl Checker<'_> {
                 ErrorKind::NoTiers(pattern),
             );
         }
-        let in_place = c.command.is_none() && pattern.def().on_failure == OnFailure::RetryInPlace;
+        let in_place = c.command.is_none()
+            && matches!(pattern.def().on_failure, OnFailure::RetryInPlace { .. });
         if in_place && c.retry.is_none() {
             self.err(
                 format!("{key}.consume.retry"),

@@ -90,6 +90,12 @@ fn typed_expectations_load() {
 #[test]
 fn every_error_message_from_a_snippet() {
     let cases: &[(&str, &str, Option<&str>, &str)] = &[
+        (
+            r#"then = "restart", assert"#,
+            r#"then = "restart", restart_drain = true, restart_settle = 1, assert"#,
+            None,
+            "step[1].fault.restart_drain: `restart_drain` settles what the queue holds after the kill: it takes no `restart_settle` beside it",
+        ),
         (r#"name = "t""#, r#"name = "u""#, None, "t.toml:2:8: name: `name` is `u` but the file is `t.toml`"),
         (
             r#"name = "t""#,

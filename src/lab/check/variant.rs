@@ -92,6 +92,9 @@ fn vary_consume(c: &mut RawConsume, v: &RawVariant) {
     if let (Some(r), Some(dlq)) = (&mut c.retry, &v.dlq) {
         r.dlq = dlq.clone();
     }
+    if let (Some(r), Some(tiers)) = (&mut c.retry, &v.tiers) {
+        r.tiers = tiers.clone();
+    }
 }
 
 fn vary_publish(p: &mut RawPublish, v: &RawVariant) {

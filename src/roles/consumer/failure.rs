@@ -4,6 +4,27 @@
 
 use super::*;
 
+/// How the classified path publishes its copies (to a retry tier, to the
+/// DLQ) and acks the original: each order and each publish a setting of
+/// the pattern, so that a lab can show each one necessary.
+#[derive(Clone, Copy)]
+pub(super) struct Copies {
+    retry_order: DlqOrder,
+    retry_publish: Publish,
+    dlq_order: DlqOrder,
+    dlq_publish: Publish,
+}
+
+impl Copies {
+    /// Each copy confirmed and `mandatory`, then the original acked.
+    const GUARDED: Copies = Copies {
+        retry_order: DlqOrder::ConfirmThenAck,
+        retry_publish: GUARDED,
+        dlq_order: DlqOrder::ConfirmThenAck,
+        dlq_publish: GUARDED,
+    };
+}
+
 impl Consumer {
     /// A failed business write, the transaction still open with the inbox row.
     pub(super) async fn failed(
@@ -17,17 +38,30 @@ impl Consumer {
     ) -> Result<Outcome> {
         tracing::warn!(message = %meta.message_id, attempt, %class, error, "business write failed");
         match self.def().on_failure {
-            OnFailure::Classified { dlq, by_class, .. } => {
+            OnFailure::Classified {
+                dlq,
+                by_class,
+                retry_order,
+                retry_publish,
+                dlq_publish,
+                ..
+            } => {
                 let class = if by_class {
                     class
                 } else {
                     FailureClass::Transient
                 };
-                self.classified(d, meta, attempt, event_id, class, error, dlq)
+                let copies = Copies {
+                    retry_order,
+                    retry_publish,
+                    dlq_order: dlq,
+                    dlq_publish,
+                };
+                self.classified(d, meta, attempt, (event_id, class, error), copies)
                     .await
             }
-            OnFailure::RetryInPlace => {
-                self.retry_in_place(d, meta, attempt, event_id, class, error)
+            OnFailure::RetryInPlace { dlq_publish } => {
+                self.retry_in_place(d, meta, attempt, (event_id, class, error), dlq_publish)
                     .await
             }
             OnFailure::RequeueForever => {
@@ -54,15 +88,15 @@ impl Consumer {
 
     /// RetryInPlace's failure: a transient one rolled back and tried again
     /// on the same delivery (held: what is behind it waits), the last
-    /// attempt's as `classified` does it.
+    /// attempt's as `classified` does it, its DLQ copy published as
+    /// `dlq_publish` says.
     pub(super) async fn retry_in_place(
         &mut self,
         d: &Delivery,
         meta: &MessageMeta,
         attempt: u32,
-        event_id: &str,
-        class: FailureClass,
-        error: &str,
+        (event_id, class, error): (&str, FailureClass, &str),
+        dlq_publish: Publish,
     ) -> Result<Outcome> {
         let retry = self
             .cfg
@@ -79,16 +113,13 @@ impl Consumer {
             );
             return Ok(Outcome::RetryInPlace);
         }
-        self.classified(
-            d,
-            meta,
-            attempt,
-            event_id,
-            class,
-            error,
-            DlqOrder::ConfirmThenAck,
-        )
-        .await
+        // Out of attempts, the class's way (it publishes no retry copy).
+        let copies = Copies {
+            dlq_publish,
+            ..Copies::GUARDED
+        };
+        self.classified(d, meta, attempt, (event_id, class, error), copies)
+            .await
     }
 
     /// The retry-dlq page's failure: rejected into the broker's retry loop
@@ -148,17 +179,15 @@ impl Consumer {
     /// inbox row, in the open transaction) and acked; a transient failure is
     /// republished to its retry tier (confirmed), then acked; poison, an
     /// invariant violation, or a transient failure out of attempts is moved
-    /// to the DLQ with its diagnostics.
-    #[allow(clippy::too_many_arguments)]
+    /// to the DLQ with its diagnostics; each copy published and the
+    /// original acked as `copies` says.
     pub(super) async fn classified(
         &mut self,
         d: &Delivery,
         meta: &MessageMeta,
         attempt: u32,
-        event_id: &str,
-        class: FailureClass,
-        error: &str,
-        order: DlqOrder,
+        (event_id, class, error): (&str, FailureClass, &str),
+        copies: Copies,
     ) -> Result<Outcome> {
         if class == FailureClass::BusinessRejection {
             store::record_rejection(&mut self.db, &self.cfg.service, event_id, error).await?;
@@ -198,11 +227,23 @@ impl Consumer {
             let mut headers = diagnostics(&self.cfg, d, meta, attempt, class, error);
             headers.push((RETRY_ATTEMPT_HEADER, (attempt + 1).to_string()));
             headers.push((RETRY_PUBLISHED_AT, now_ms().to_string()));
-            self.link
-                .republish(d, &tier.queue, headers, (true, true))
-                .await?;
-            self.window(Window::AfterRetryPublishBeforeAck, meta).await;
-            self.ack(d).await?;
+            let Publish { confirm, mandatory } = copies.retry_publish;
+            match copies.retry_order {
+                DlqOrder::ConfirmThenAck => {
+                    self.link
+                        .republish(d, &tier.queue, headers, (confirm, mandatory))
+                        .await?;
+                    self.window(Window::AfterRetryPublishBeforeAck, meta).await;
+                    self.ack(d).await?;
+                }
+                DlqOrder::AckThenPublish => {
+                    self.ack(d).await?;
+                    self.window(Window::AfterAckBeforeRetryPublish, meta).await;
+                    self.link
+                        .republish(d, &tier.queue, headers, (confirm, mandatory))
+                        .await?;
+                }
+            }
             emit(
                 self.line(meta)
                     .with("attempt", attempt)
@@ -214,7 +255,9 @@ impl Consumer {
             return Ok(Outcome::Pending);
         }
         let headers = diagnostics(&self.cfg, d, meta, attempt, class, error);
-        self.move_to_dlq(&retry.dlq, d, meta, headers, order, (true, true))
+        let Publish { confirm, mandatory } = copies.dlq_publish;
+        let order = copies.dlq_order;
+        self.move_to_dlq(&retry.dlq, d, meta, headers, order, (confirm, mandatory))
             .await?;
         emit(
             self.line(meta)
