@@ -10,9 +10,15 @@
 //! each message's ack; for each publish step, each producer window, the
 //! network cut of each publish and (with a confirm timeout) the held
 //! confirm, times its messages; and a broker restart between any two steps.
-//! The lab's own fault and assertions are dropped.
+//! The lab's own fault and assertions are dropped. A clean run comes first
+//! ([`baseline`]): the built-in consumer's windows are then the ones it
+//! passed there ([`Passed`]), not the ones its pattern declares, and where
+//! the two differ explore fails ([`mismatches`]).
 
 use std::collections::BTreeMap;
+
+mod followed;
+pub use followed::{mismatches, Passed};
 
 use crate::exit;
 use crate::failure::Failure;
@@ -150,10 +156,18 @@ fn with_label(mut lab: Lab, label: &str) -> Lab {
     lab
 }
 
-/// Every fault point of `lab`, in a fixed order. Long because it is one
-/// pass over the steps, an arm per kind of step and the placements it
-/// admits, so the order of the points is the order of the lab.
+/// Every fault point of `lab`, in a fixed order, the built-in consumer's
+/// windows as its pattern declares them.
 pub fn points(lab: &Lab) -> Vec<Point> {
+    points_with(lab, None)
+}
+
+/// Every fault point of `lab`, the built-in consumer's windows those the
+/// clean run `passed` (and a window it passed that its pattern does not
+/// declare too). Long because it is one pass over the steps, an arm per
+/// kind of step and the placements it admits, so the order of the points
+/// is the order of the lab.
+pub fn points_with(lab: &Lab, passed: Option<&Passed>) -> Vec<Point> {
     let base = base_of(lab);
     // The drain steps at the end are not places for a fault.
     let own = lab.steps.len();
@@ -220,11 +234,27 @@ pub fn points(lab: &Lab) -> Vec<Point> {
                         && c.admits(p)
                         && (p.target != crate::vocab::Target::Database || own_database)
                 }) {
-                    for w in c.windows_of(p) {
-                        for mid in &published {
-                            if let Some(r) = row_of(p, w) {
-                                at(r, mid.clone(), fault_at(p, w, mid));
-                            }
+                    // The built-in consumer's own path, as the clean run
+                    // went: where it passed, and where it went undeclared.
+                    let followed = passed.filter(|_| {
+                        c.command.is_none()
+                            && matches!(p.windows, crate::vocab::Windows::ConsumerPath)
+                    });
+                    let undeclared = followed.map(|f| f.undeclared(c)).unwrap_or_default();
+                    let pairs = c
+                        .windows_of(p)
+                        .into_iter()
+                        .flat_map(|w| published.iter().map(move |mid| (w, mid.clone())));
+                    for (w, mid) in pairs
+                        .filter(|(w, mid)| followed.is_none_or(|f| f.passed(&c.queue, *w, mid)))
+                        .chain(
+                            undeclared
+                                .into_iter()
+                                .filter(|(_, m)| published.contains(m)),
+                        )
+                    {
+                        if let Some(r) = row_of(p, w) {
+                            at(r, mid.clone(), fault_at(p, w, &mid));
                         }
                     }
                 }
@@ -253,14 +283,13 @@ fn rendezvous_of(lab: &Lab, i: usize) -> Option<Fault> {
     Some(f)
 }
 
-/// The lab with no fault, run before the points when a consume step runs
-/// a program (a program that fails it fails every point the same way).
-pub fn baseline(lab: &Lab) -> Option<Lab> {
-    let program = lab
-        .steps
-        .iter()
-        .any(|s| matches!(&s.action, Action::Consume(c) if c.command.is_some()));
-    program.then(|| with_label(base_of(lab), "baseline"))
+/// The lab with no fault, run before the points: the built-in consumer
+/// says each window it passes ([`Passed`]), and a program that fails it
+/// fails every point the same way.
+pub fn baseline(lab: &Lab) -> Lab {
+    let mut clean = with_label(base_of(lab), "baseline");
+    clean.announce_windows = true;
+    clean
 }
 
 /// How many `COMMIT`s per message explore tries at most (a program that

@@ -230,6 +230,10 @@ pub struct ConsumerConfig {
     /// ended here.
     #[serde(default)]
     pub rejected_leave: bool,
+    /// Say each fault window passed (`window_passed`): explore's clean run
+    /// records where the code really goes, not where its pattern says.
+    #[serde(default)]
+    pub announce_windows: bool,
     /// The downstream service its pattern calls (`call-downstream`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub downstream: Option<DownstreamConfig>,

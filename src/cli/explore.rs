@@ -50,11 +50,6 @@ pub(super) fn cmd_explore(project: &Project, args: ExploreArgs) -> Result<i32, E
     }
     let (run, lab) = explore_lab(project, &args)?;
     super::own_databases_possible(std::slice::from_ref(&lab))?;
-    let (points, total) = chosen(&args, &lab);
-    if let Some(p) = args.partition.as_ref().filter(|_| points.is_empty()) {
-        eprintln!("mqlab: partition {p} of {run}'s points holds none; nothing to run");
-        return Ok(exit::OK);
-    }
     if let Some(dir) = &args.evidence {
         evidence::prepare_dir(dir).usage()?;
     }
@@ -63,13 +58,9 @@ pub(super) fn cmd_explore(project: &Project, args: ExploreArgs) -> Result<i32, E
     let mut session = Session::open(setup, progress(&terminal))?;
     // The points' transcripts are not printed: the matrix is the output.
     let mut sink = sinks::Terminal::quiet(terminal);
-    eprintln!(
-        "mqlab: exploring {run}: {} of {total} fault points (judged by {})",
-        points.len(),
-        crate::explore::judged_by(&lab)
-    );
     let started = Instant::now();
     let mut results = Vec::new();
+    let mut mismatched = 0;
     let (exe, run_dir) = (session.exe().to_path_buf(), session.run_dir().to_path_buf());
     let ended = session.run(&mut sink, std::slice::from_ref(&lab), async |env, sink| {
         let mut suite = Suite {
@@ -83,14 +74,39 @@ pub(super) fn cmd_explore(project: &Project, args: ExploreArgs) -> Result<i32, E
             jobs: 1,
             settings: Default::default(),
         };
-        // A program is first run with no fault: one that cannot get through
-        // the lab at all says so once, not at every point.
-        if let Some(base) = crate::explore::baseline(&lab) {
-            let record = suite.run_one(&base, sink).await;
-            if let Verdict::Error(e) = Verdict::of(&record) {
-                return Some(e);
-            }
+        // A clean run first: the windows the built-in consumer really
+        // passes are the points; a program that cannot get through the lab
+        // at all says so once, not at every point.
+        let clean = crate::explore::baseline(&lab);
+        let record = suite.run_one(&clean, sink).await;
+        if let Verdict::Error(e) = Verdict::of(&record) {
+            return Some(e);
         }
+        let passed = crate::explore::Passed::of(&record.transcript);
+        for (w, mid, why) in crate::explore::mismatches(&lab, &passed) {
+            let at = match mid.as_str() {
+                "-" => "clean run".to_string(),
+                m => m.to_string(),
+            };
+            let row = format!("consumer/{w}");
+            let p = Point {
+                row,
+                column: at,
+                lab: clean.clone(),
+            };
+            results.push((p, Verdict::Error(why)));
+            mismatched += 1;
+        }
+        let (points, total) = chosen(&args, &lab, &passed);
+        if let Some(p) = args.partition.as_ref().filter(|_| points.is_empty()) {
+            eprintln!("mqlab: partition {p} of {run}'s points holds none; nothing to run");
+            return None;
+        }
+        eprintln!(
+            "mqlab: exploring {run}: {} of {total} fault points (judged by {})",
+            points.len(),
+            crate::explore::judged_by(&lab)
+        );
         run_points(&mut suite, points, sink, &mut results).await;
         None
     });
@@ -102,18 +118,33 @@ pub(super) fn cmd_explore(project: &Project, args: ExploreArgs) -> Result<i32, E
     }
     session.close(false);
     if let Some(e) = ended?.into_result()? {
+        let who = match lab
+            .steps
+            .iter()
+            .any(|s| matches!(&s.action, crate::lab::Action::Consume(c) if c.command.is_some()))
+        {
+            true => "the program fails",
+            false => "it fails",
+        };
         eprintln!(
-            "mqlab: {run}: the program fails the lab with no fault injected, so no point can be judged: {e}"
+            "mqlab: {run}: {who} the lab with no fault injected, so no point can be judged: {e}"
         );
         return Ok(exit::LAB_FAILED);
     }
-    explore_report(&args, &run, &lab.claim, &results, started)
+    let code = explore_report(&args, &run, &lab.claim, &results, started)?;
+    // The code and its pattern differ: no verdict of the points stands.
+    if mismatched > 0 {
+        eprintln!("mqlab: {run}: the built-in consumer's clean run and its pattern differ ({mismatched} windows): explore fails");
+        return Ok(exit::LAB_FAILED);
+    }
+    Ok(code)
 }
 
-/// The points to run (all of the lab's, a sample of them, this
-/// partition's share) and how many the lab has.
-fn chosen(args: &ExploreArgs, lab: &Lab) -> (Vec<Point>, usize) {
-    let all = crate::explore::points(lab);
+/// The points to run (all of the lab's, as the clean run `passed` its
+/// windows, a sample of them, this partition's share) and how many the
+/// lab has.
+fn chosen(args: &ExploreArgs, lab: &Lab, passed: &crate::explore::Passed) -> (Vec<Point>, usize) {
+    let all = crate::explore::points_with(lab, Some(passed));
     let total = all.len();
     let mut points = match args.points {
         Some(n) => crate::explore::sample(all, n, args.seed),

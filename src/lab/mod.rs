@@ -46,6 +46,9 @@ pub struct Lab {
     pub database: crate::vocab::Durability,
     /// The articles' topic the book lists it under.
     pub topic: Option<crate::vocab::Topic>,
+    /// explore's clean run: the built-in consumer says each window it
+    /// passes (never set by a lab file).
+    pub announce_windows: bool,
 }
 
 /// A counterexample's declared difference on one RabbitMQ generation: its

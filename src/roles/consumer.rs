@@ -70,6 +70,9 @@ impl Progress {
 const MAX_RECONNECTS: usize = 5;
 
 pub async fn run(cfg: ConsumerConfig) -> Result<i32> {
+    if cfg.announce_windows {
+        point::announce_windows();
+    }
     let mut db = Some(store::connect(&cfg.database_url).await?);
     let mut progress = Progress::default();
     if cfg.until_stopped {

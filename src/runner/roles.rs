@@ -273,6 +273,7 @@ impl Ctx<'_> {
             // A policy may set a dead-letter chain the file does not show.
             rejected_leave: !self.lab.has_policy()
                 && self.lab.topology.dead_letters_return(&c.queue) == Some(false),
+            announce_windows: self.lab.announce_windows,
             downstream: c
                 .downstream
                 .as_ref()
@@ -429,6 +430,7 @@ pub fn consumer_config(
         until_stopped: false,
         settle_copies: false,
         rejected_leave: false,
+        announce_windows: false,
         downstream: None,
     }
 }

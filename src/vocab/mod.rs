@@ -298,6 +298,7 @@ names! {
         BusinessCommitted = "business_committed": "consumer: the business transaction committed",
         DuplicateSkipped = "duplicate_skipped": "consumer: the inbox already had the event; rolled back and acked",
         CrashInjected = "crash_injected": "a role reached the selected fault window and blocks there",
+        WindowPassed = "window_passed": "consumer: it passed a fault window (`window`), in explore's clean run only: the points explore then tries are these",
         AtRendezvous = "at_rendezvous": "consumer: an instance reached the window of a rendezvous (with a copy of the event) or of a stall and is held there until the harness releases it (the built-in consumer stops itself, SIGSTOP; a program's COMMIT is held by its PostgreSQL proxy)",
         Retry = "retry": "consumer: rejected into the retry queue",
         Requeued = "requeued": "consumer: nacked with requeue=true",

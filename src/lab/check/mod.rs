@@ -202,6 +202,7 @@ impl<'a> Checker<'a> {
             settings: raw.settings,
             database: raw.database,
             topic: raw.topic,
+            announce_windows: false,
         })
     }
 
