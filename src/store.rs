@@ -571,7 +571,7 @@ pub async fn set_order_state(
 
 /// A delayed check's cancel, in the open transaction: Ok(None) when
 /// cancelled, Ok(Some(the status found)) when the order is not in the
-/// status the check names (`Guarded`), or has no state yet (`absent`,
+/// status the check names (`Guarded`), or has no state yet ([`ABSENT`],
 /// either way). A cancel leaves the version as it is: a change event
 /// newer than the last one still applies after it (not modelled).
 pub async fn cancel_order_if(
@@ -600,8 +600,11 @@ pub async fn cancel_order_if(
             .bind(&order.order_id)
             .fetch_optional(conn)
             .await?;
-    Ok(Some(found.map_or_else(|| "absent".to_string(), |(s,)| s)))
+    Ok(Some(found.map_or_else(|| ABSENT.to_string(), |(s,)| s)))
 }
+
+/// What [`cancel_order_if`] finds for an order that has no state at all.
+pub const ABSENT: &str = "absent";
 
 /// What PostgreSQL holds after (or during) a run.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

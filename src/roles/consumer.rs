@@ -501,6 +501,17 @@ impl Consumer {
                     let found = store::cancel_order_if(db, service, &order, expected, how)
                         .await
                         .map_err(db_error)?;
+                    // Article 000: an order that must exist and does not is
+                    // an invariant violation, not a business decision.
+                    if found.as_deref() == Some(store::ABSENT) {
+                        return Err((
+                            FailureClass::InvariantViolation,
+                            format!(
+                                "order {} does not exist: a check for an order never placed",
+                                order.order_id
+                            ),
+                        ));
+                    }
                     if let Some(found) = found {
                         return Err((
                             FailureClass::BusinessRejection,
