@@ -507,6 +507,7 @@ fn steps(lab: &crate::lab::Lab) -> String {
             Action::Policy {
                 queue, definition, ..
             } => line.push_str(&format!(" on `{queue}`: `{definition}`")),
+            Action::Replay { from, to } => line.push_str(&format!(": `{from}` into `{to}`")),
             _ => {}
         }
         if let Some(f) = &step.fault {

@@ -265,6 +265,7 @@ pub fn points_with(lab: &Lab, passed: Option<&Passed>) -> Vec<Point> {
             | Action::Declare(_)
             | Action::Await { .. }
             | Action::PurgeInbox { .. }
+            | Action::Replay { .. }
             | Action::Policy { .. } => {}
         }
     }

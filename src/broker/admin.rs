@@ -44,6 +44,10 @@ pub trait Admin: Send {
     fn reopen(&mut self) -> BoxFuture<'_, Result<()>>;
     /// What a queue holds, read without consuming it.
     fn peek<'a>(&'a self, queue: &'a str) -> BoxFuture<'a, Result<Vec<Peeked>>>;
+    /// Moves every message `from` holds into `to` (an operator's DLQ
+    /// replay), each copy confirmed before its original is removed; how
+    /// many it moved.
+    fn replay<'a>(&'a self, from: &'a str, to: &'a str) -> BoxFuture<'a, Result<usize>>;
     /// Closes the link, saying why (its node may be gone: no error).
     fn close(self: Box<Self>, why: &'static str) -> BoxFuture<'static, ()>;
 }

@@ -325,6 +325,12 @@ pub enum Action {
         queue: String,
         definition: String,
     },
+    /// An operator's DLQ replay (article 002: a DLQ needs an owner, an
+    /// alert and a replay): every message `from` holds moved into `to`.
+    Replay {
+        from: String,
+        to: String,
+    },
 }
 
 impl Action {
@@ -340,6 +346,7 @@ impl Action {
             Action::Await { queue, .. } => format!("await({queue})"),
             Action::PurgeInbox { .. } => "purge-inbox".into(),
             Action::Policy { name, .. } => format!("policy({name})"),
+            Action::Replay { from, .. } => format!("replay({from})"),
         }
     }
 }

@@ -115,6 +115,8 @@ pub struct RawStep {
     pub purge_inbox: Option<RawPurgeInbox>,
     /// A policy set (or changed) on the running broker for one queue.
     pub policy: Option<RawPolicy>,
+    /// An operator's DLQ replay: what `from` holds moved into `to`.
+    pub replay: Option<RawReplay>,
     pub fault: Option<Spanned<RawFault>>,
     #[serde(default)]
     pub assert: Vec<Spanned<String>>,
@@ -128,6 +130,15 @@ pub struct RawPolicy {
     pub queue: Spanned<String>,
     /// Policy keys and values, as `rabbitmqctl set_policy` takes them.
     pub definition: BTreeMap<String, ArgValue>,
+}
+
+#[derive(Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct RawReplay {
+    /// The queue replayed (a DLQ).
+    pub from: Spanned<String>,
+    /// Where its messages go (the work queue).
+    pub to: Spanned<String>,
 }
 
 #[derive(Deserialize, Clone, Debug)]

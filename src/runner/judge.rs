@@ -204,6 +204,18 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// An operator's DLQ replay: what `from` holds moved into `to`.
+    pub(super) async fn replay(&mut self, from: &str, to: &str) -> Result<()> {
+        let moved = self.conns().broker.replay(from, to).await?;
+        let line = Record::new(self.lab.broker, &self.lab.name)
+            .with("from", from)
+            .with("to", to)
+            .with("moved", moved)
+            .status(Status::Replayed);
+        self.emit(Role::Job, &line);
+        Ok(())
+    }
+
     /// A policy for one queue, set on the running broker as an operator
     /// would set it, in force on the queue before the next step.
     pub(super) async fn set_policy(

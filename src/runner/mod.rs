@@ -716,6 +716,7 @@ impl Ctx<'_> {
                     queue,
                     definition,
                 } => self.set_policy(name, queue, definition).await?,
+                Action::Replay { from, to } => self.replay(from, to).await?,
             }
             if let Some(rule) = self.proxy().armed() {
                 self.proxy().disarm();

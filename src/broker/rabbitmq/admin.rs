@@ -52,6 +52,10 @@ impl Admin for AmqpAdmin {
         Box::pin(client::peek(&self.conn, queue))
     }
 
+    fn replay<'a>(&'a self, from: &'a str, to: &'a str) -> BoxFuture<'a, Result<usize>> {
+        Box::pin(client::replay(&self.conn, from, to))
+    }
+
     fn close(self: Box<Self>, why: &'static str) -> BoxFuture<'static, ()> {
         Box::pin(async move {
             let _ = self.conn.close(200, why.into()).await;

@@ -167,6 +167,44 @@ pub async fn peek(conn: &lapin::Connection, queue: &str) -> Result<Vec<Peeked>> 
     Ok(ids)
 }
 
+/// Moves every ready message of `from` into `to` (the default exchange,
+/// routing key `to`), as an operator's DLQ replay does: each published
+/// with its properties and headers, `mandatory` and confirmed, and only
+/// then acked in `from`; a copy returned or refused stops the replay with
+/// the original still in `from`. How many it moved.
+pub async fn replay(conn: &lapin::Connection, from: &str, to: &str) -> Result<usize> {
+    use lapin::options::{
+        BasicAckOptions, BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions,
+    };
+    let ch = conn.create_channel().await?;
+    ch.confirm_select(ConfirmSelectOptions::default()).await?;
+    let mut moved = 0;
+    while let Some(m) = ch
+        .basic_get(from.into(), BasicGetOptions { no_ack: false })
+        .await
+        .with_context(|| format!("reading queue `{from}`"))?
+    {
+        let d = &m.delivery;
+        let publish = BasicPublishOptions {
+            mandatory: true,
+            immediate: false,
+        };
+        let confirm = ch
+            .basic_publish("".into(), to.into(), publish, &d.data, d.properties.clone())
+            .await?
+            .await?;
+        anyhow::ensure!(
+            matches!(confirm, lapin::Confirmation::Ack(None)),
+            "replaying a message of `{from}` into `{to}`: not confirmed ({confirm:?})"
+        );
+        ch.basic_ack(d.delivery_tag, BasicAckOptions::default())
+            .await?;
+        moved += 1;
+    }
+    ch.close(200, "replayed".into()).await?;
+    Ok(moved)
+}
+
 /// The headers with a string or integer value, as text.
 pub fn string_headers(h: &FieldTable) -> BTreeMap<String, String> {
     h.inner()

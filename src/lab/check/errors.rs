@@ -92,7 +92,7 @@ pub enum ErrorKind {
     #[error("a quorum queue is always durable")]
     QuorumNotDurable,
     #[error(
-        "a step has exactly one of `publish`, `consume`, `inspect`, `declare`, `await`, `purge_inbox`, `policy` (or only a broker `fault`)"
+        "a step has exactly one of `publish`, `consume`, `inspect`, `declare`, `await`, `purge_inbox`, `policy`, `replay` (or only a broker `fault`)"
     )]
     StepActions,
     #[error("an inspect step reads state; a fault belongs on a publish or consume step")]

@@ -544,6 +544,7 @@ fn actions(s: &RawStep) -> usize {
         s.await_depth.is_some(),
         s.purge_inbox.is_some(),
         s.policy.is_some(),
+        s.replay.is_some(),
         s.fault.is_some(),
     ]
     .iter()

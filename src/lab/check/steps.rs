@@ -18,6 +18,7 @@ impl Checker<'_> {
             && s.purge_inbox.is_none()
             && s.declare.is_none()
             && s.await_depth.is_none()
+            && s.replay.is_none()
         {
             return None;
         }
@@ -34,8 +35,22 @@ impl Checker<'_> {
             }
         } else if let Some(names) = &s.declare {
             self.declare(key, names, topology)
+        } else if let Some(r) = &s.replay {
+            for (field, q) in [("from", &r.from), ("to", &r.to)] {
+                if !topology.queues.iter().any(|t| &t.name == q.get_ref()) {
+                    self.err(
+                        format!("{key}.replay.{field}"),
+                        span(q),
+                        ErrorKind::UnknownQueue(q.get_ref().clone()),
+                    );
+                }
+            }
+            Action::Replay {
+                from: r.from.get_ref().clone(),
+                to: r.to.get_ref().clone(),
+            }
         } else {
-            let a = s.await_depth.as_ref().expect("one of the four");
+            let a = s.await_depth.as_ref().expect("one of the five");
             for (field, q) in
                 std::iter::once(("queue", &a.queue)).chain(a.from.iter().map(|f| ("from", f)))
             {

@@ -431,7 +431,7 @@ fn every_error_message_from_a_snippet() {
             "[[step]]\nconsume",
             "[[step]]\npurge_inbox = { retention_ms = 0 }\nconsume",
             None,
-            "step[1]: a step has exactly one of `publish`, `consume`, `inspect`, `declare`, `await`, `purge_inbox`, `policy` (or only a broker `fault`)",
+            "step[1]: a step has exactly one of `publish`, `consume`, `inspect`, `declare`, `await`, `purge_inbox`, `policy`, `replay` (or only a broker `fault`)",
         ),
         (
             "[[step]]\nconsume",
