@@ -399,6 +399,27 @@ pub fn evaluate(c: &CounterRef, entries: &[Entry], obs: &Observed) -> Result<Str
                 .collect::<Vec<_>>()
                 .join(",")
         }
+        Counter::DlqFailedFor => {
+            let (queue, bound) = q.unwrap_or_default().split_once('/').unwrap_or_default();
+            let bound: u128 = bound.parse().unwrap_or(u128::MAX);
+            let Some(messages) = obs.dlq.get(queue) else {
+                return Err(format!("queue `{queue}` was not read"));
+            };
+            let at =
+                |h: &BTreeMap<String, String>, k: &str| humantime::parse_rfc3339(h.get(k)?).ok();
+            let mut out = Vec::new();
+            for h in messages {
+                let (Some(first), Some(last)) = (at(h, "first-failed-at"), at(h, "last-failed-at"))
+                else {
+                    return Err(format!(
+                        "a message in `{queue}` has no first-failed-at and last-failed-at"
+                    ));
+                };
+                let span = last.duration_since(first).map_or(0, |d| d.as_millis());
+                out.push(if span >= bound { "yes" } else { "no" });
+            }
+            out.join(",")
+        }
         Counter::Returned => entries
             .iter()
             .filter(|e| e.is(Role::Producer, Status::Returned))

@@ -77,6 +77,36 @@ fn order_version_reads_each_services_state_of_that_order() {
     assert_eq!(eval("orderStatus:order-9", &[], &obs), "none");
 }
 
+/// Each DLQ message's span between its first and its last failure, read
+/// from its own headers, as a band; a message without them, or a queue not
+/// read, is an error, not `no`.
+#[test]
+fn dlq_failed_for_is_a_band_of_each_messages_own_diagnostics() {
+    let h = |first: &str, last: &str| {
+        BTreeMap::from([
+            ("first-failed-at".to_string(), first.to_string()),
+            ("last-failed-at".to_string(), last.to_string()),
+        ])
+    };
+    let mut obs = Observed::default();
+    obs.dlq.insert(
+        "q.dlq".into(),
+        vec![
+            h("2026-12-07T10:00:00.000Z", "2026-12-07T10:00:01.500Z"),
+            h("2026-12-07T10:00:00.000Z", "2026-12-07T10:00:00.600Z"),
+        ],
+    );
+    assert_eq!(eval("dlqFailedFor:q.dlq/1400", &[], &obs), "yes,no");
+    assert_eq!(eval("dlqFailedFor:q.dlq/500", &[], &obs), "yes,yes");
+    let c: CounterRef = "dlqFailedFor:other/500".parse().unwrap();
+    assert!(evaluate(&c, &[], &obs).is_err(), "not read");
+    obs.dlq.insert("bare".into(), vec![BTreeMap::new()]);
+    let c: CounterRef = "dlqFailedFor:bare/500".parse().unwrap();
+    assert!(evaluate(&c, &[], &obs).is_err(), "no diagnostics");
+    assert!("dlqFailedFor:q.dlq".parse::<CounterRef>().is_err());
+    assert!("dlqFailedFor:q.dlq/0".parse::<CounterRef>().is_err());
+}
+
 #[test]
 fn waited_at_least_is_a_band_of_the_first_measured_delivery() {
     let lines = &[

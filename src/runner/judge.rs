@@ -268,7 +268,12 @@ impl Ctx<'_> {
         // requeues, which marks the messages redelivered.
         let read: BTreeSet<String> = asserts
             .iter()
-            .filter(|a| a.counter.counter == Counter::DlqHeader)
+            .filter(|a| {
+                matches!(
+                    a.counter.counter,
+                    Counter::DlqHeader | Counter::DlqFailedFor
+                )
+            })
             .filter_map(|a| {
                 a.counter
                     .arg

@@ -19,6 +19,8 @@ pub enum Arg {
     Order,
     /// `name:<message id>/<ms>`: a message and a time band's bound.
     MessageMs,
+    /// `name:<queue>/<ms>`: a queue and a time band's bound.
+    QueueMs,
 }
 
 names! {
@@ -61,6 +63,7 @@ names! {
         RejectionRows = "rejectionRows": "business rejection rows in PostgreSQL",
         RetryDelaysHonoured = "retryDelaysHonoured": "redeliveries of a message that waited at least the TTL its attempt owes (the lab's tier k for attempt k, the last after that) and less than the next tier's or twice its own, whichever is longer: measured, not printed",
         DlqHeader = "dlqHeader": "`dlqHeader:<queue>/<header>`: that diagnostic header of each message in the queue, read without consuming",
+        DlqFailedFor = "dlqFailedFor": "`dlqFailedFor:<queue>/<ms>`: for each message in the queue, `yes` if its `last-failed-at` is at least that long after its `first-failed-at` (its own diagnostics, read without consuming), `no` if sooner: a band, never a printed time",
         Returned = "returned": "publishes the broker returned as unroutable (mandatory)",
         Nacked = "nacked": "publishes the broker refused (basic.nack: a full queue with reject-publish)",
         Published = "published": "publishes the producer made, first sends and resends",
@@ -118,7 +121,9 @@ impl Counter {
         use Counter::*;
         match self {
             WaitedAtLeast | OldestAgeShownAtKill => Shape::YesNo,
-            Attempts | CommitOrder | DlqHeader | OrderVersion | OrderStatus => Shape::Text,
+            Attempts | CommitOrder | DlqHeader | DlqFailedFor | OrderVersion | OrderStatus => {
+                Shape::Text
+            }
             DeliveriesBefore => Shape::Count(&["never"]),
             Confirmed
             | Received
@@ -175,6 +180,7 @@ impl Counter {
             Attempts | Deliveries | DeliveriesBefore => Arg::MessageId,
             OrderVersion | OrderStatus => Arg::Order,
             WaitedAtLeast => Arg::MessageMs,
+            DlqFailedFor => Arg::QueueMs,
             Confirmed
             | DuplicatesApplied
             | BusinessRows
@@ -211,6 +217,7 @@ impl Counter {
             Arg::QueueHeader => format!("{}:queue/header", self.name()),
             Arg::Order => format!("{}:order", self.name()),
             Arg::MessageMs => format!("{}:message/ms", self.name()),
+            Arg::QueueMs => format!("{}:queue/ms", self.name()),
         }
     }
 }
@@ -248,6 +255,15 @@ impl FromStr for CounterRef {
             {
                 Err(format!(
                     "counter `{name}` takes `<message id>/<ms>`, ms a bound above 0 (`{name}:mid-2/500`)"
+                ))
+            }
+            (Arg::QueueMs, a)
+                if a.as_deref()
+                    .and_then(|a| a.split_once('/'))
+                    .is_none_or(|(q, ms)| q.is_empty() || !ms.parse::<u64>().is_ok_and(|n| n > 0)) =>
+            {
+                Err(format!(
+                    "counter `{name}` takes `<queue>/<ms>`, ms a bound above 0 (`{name}:orders.dlq/1400`)"
                 ))
             }
             (Arg::Order, None) => Err(format!(
