@@ -60,7 +60,6 @@ pub(super) fn cmd_explore(project: &Project, args: ExploreArgs) -> Result<i32, E
     let mut sink = sinks::Terminal::quiet(terminal);
     let started = Instant::now();
     let mut results = Vec::new();
-    let mut mismatched = 0;
     let (exe, run_dir) = (session.exe().to_path_buf(), session.run_dir().to_path_buf());
     let ended = session.run(&mut sink, std::slice::from_ref(&lab), async |env, sink| {
         let mut suite = Suite {
@@ -74,41 +73,7 @@ pub(super) fn cmd_explore(project: &Project, args: ExploreArgs) -> Result<i32, E
             jobs: 1,
             settings: Default::default(),
         };
-        // A clean run first: the windows the built-in consumer really
-        // passes are the points; a program that cannot get through the lab
-        // at all says so once, not at every point.
-        let clean = crate::explore::baseline(&lab);
-        let record = suite.run_one(&clean, sink).await;
-        if let Verdict::Error(e) = Verdict::of(&record) {
-            return Some(e);
-        }
-        let passed = crate::explore::Passed::of(&record.transcript);
-        for (w, mid, why) in crate::explore::mismatches(&lab, &passed) {
-            let at = match mid.as_str() {
-                "-" => "clean run".to_string(),
-                m => m.to_string(),
-            };
-            let row = format!("consumer/{w}");
-            let p = Point {
-                row,
-                column: at,
-                lab: clean.clone(),
-            };
-            results.push((p, Verdict::Error(why)));
-            mismatched += 1;
-        }
-        let (points, total) = chosen(&args, &lab, &passed);
-        if let Some(p) = args.partition.as_ref().filter(|_| points.is_empty()) {
-            eprintln!("mqlab: partition {p} of {run}'s points holds none; nothing to run");
-            return None;
-        }
-        eprintln!(
-            "mqlab: exploring {run}: {} of {total} fault points (judged by {})",
-            points.len(),
-            crate::explore::judged_by(&lab)
-        );
-        run_points(&mut suite, points, sink, &mut results).await;
-        None
+        explore_all(&mut suite, (&lab, &run), &args, sink, &mut results).await
     });
     if ended.is_ok() {
         sink.tell(&Event::SuiteFinished {
@@ -117,20 +82,10 @@ pub(super) fn cmd_explore(project: &Project, args: ExploreArgs) -> Result<i32, E
         });
     }
     session.close(false);
-    if let Some(e) = ended?.into_result()? {
-        let who = match lab
-            .steps
-            .iter()
-            .any(|s| matches!(&s.action, crate::lab::Action::Consume(c) if c.command.is_some()))
-        {
-            true => "the program fails",
-            false => "it fails",
-        };
-        eprintln!(
-            "mqlab: {run}: {who} the lab with no fault injected, so no point can be judged: {e}"
-        );
-        return Ok(exit::LAB_FAILED);
-    }
+    let mismatched = match ended?.into_result()? {
+        Ok(n) => n,
+        Err(e) => return Ok(no_clean_run(&lab, &run, &e)),
+    };
     let code = explore_report(&args, &run, &lab.claim, &results, started)?;
     // The code and its pattern differ: no verdict of the points stands.
     if mismatched > 0 {
@@ -138,6 +93,64 @@ pub(super) fn cmd_explore(project: &Project, args: ExploreArgs) -> Result<i32, E
         return Ok(exit::LAB_FAILED);
     }
     Ok(code)
+}
+
+/// The clean run failed: no point can be judged.
+fn no_clean_run(lab: &Lab, run: &str, e: &str) -> i32 {
+    let who = match lab
+        .steps
+        .iter()
+        .any(|s| matches!(&s.action, crate::lab::Action::Consume(c) if c.command.is_some()))
+    {
+        true => "the program fails",
+        false => "it fails",
+    };
+    eprintln!("mqlab: {run}: {who} the lab with no fault injected, so no point can be judged: {e}");
+    exit::LAB_FAILED
+}
+
+/// The clean run, then the points as it showed them: a mismatch between
+/// the built-in consumer's code and its pattern is an error row each (how
+/// many: the count); Err when the clean run itself failed.
+async fn explore_all(
+    suite: &mut Suite<'_>,
+    (lab, run): (&Lab, &str),
+    args: &ExploreArgs,
+    sink: &mut dyn Sink,
+    results: &mut Vec<(Point, Verdict)>,
+) -> Result<usize, String> {
+    // A clean run first: the windows the built-in consumer really passes
+    // are the points; a program that cannot get through the lab at all
+    // says so once, not at every point.
+    let clean = crate::explore::baseline(lab);
+    let record = suite.run_one(&clean, sink).await;
+    if let Verdict::Error(e) = Verdict::of(&record) {
+        return Err(e);
+    }
+    let passed = crate::explore::Passed::of(&record.transcript);
+    let mismatches = crate::explore::mismatches(lab, &passed);
+    let mismatched = mismatches.len();
+    for (w, mid, why) in mismatches {
+        let column = match mid.as_str() {
+            "-" => "clean run".to_string(),
+            m => m.to_string(),
+        };
+        let row = format!("consumer/{w}");
+        let lab = clean.clone();
+        results.push((Point { row, column, lab }, Verdict::Error(why)));
+    }
+    let (points, total) = chosen(args, lab, &passed);
+    if let Some(p) = args.partition.as_ref().filter(|_| points.is_empty()) {
+        eprintln!("mqlab: partition {p} of {run}'s points holds none; nothing to run");
+        return Ok(mismatched);
+    }
+    eprintln!(
+        "mqlab: exploring {run}: {} of {total} fault points (judged by {})",
+        points.len(),
+        crate::explore::judged_by(lab)
+    );
+    run_points(suite, points, sink, results).await;
+    Ok(mismatched)
 }
 
 /// The points to run (all of the lab's, as the clean run `passed` its

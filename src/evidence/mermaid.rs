@@ -438,6 +438,15 @@ impl<'a> Diagram<'a> {
     }
 
     fn job(&mut self, e: &Entry, status: Status) {
+        if status == Status::Replayed {
+            let from = self.queue(e.get("from").unwrap_or("?"));
+            let to = self.queue(e.get("to").unwrap_or("?"));
+            self.body.push(format!(
+                "    {from}->>{to}: replayed, {} moved back",
+                e.get("moved").unwrap_or("?")
+            ));
+            return;
+        }
         if status == Status::PolicySet {
             let q = self.queue(e.get("queue").unwrap_or("?"));
             self.body.push(format!(

@@ -3,7 +3,11 @@
 //! lines). explore tries those windows, not the ones the pattern table
 //! says, and a difference between the two is a failure: a window the code
 //! passes that its pattern does not declare (the code reordered, the table
-//! not), a window of the pattern's success path no message passed while
+//! not), a window passed on the other side of the delivery's ack than its
+//! name says (the code reordered under an unchanged name: each line says
+//! whether the delivery was acked), a consumer that received messages and
+//! passed no window at all, a window of the pattern's success path no
+//! message passed while
 //! one message at least was applied (committed), or a
 //! message the consumer says it copied to a retry tier or the DLQ that
 //! passed none of the windows its pattern declares for that copy (a window
@@ -22,9 +26,12 @@ use crate::vocab::{Role, Status, Window};
 pub struct Passed {
     by_queue: BTreeMap<String, Vec<(Window, String)>>,
     /// The copies the consumer said it made (`retry_scheduled`,
-    /// `moved_to_dlq`, `poison_to_dlq`), and the messages it applied
-    /// (`business_committed`), per queue: (message, status).
+    /// `moved_to_dlq`, `poison_to_dlq`), the messages it applied
+    /// (`business_committed`) and received, per queue: (message, status).
     copies: BTreeMap<String, Vec<(String, Status)>>,
+    /// Windows passed on the other side of the delivery's ack than their
+    /// name says, per queue: (window, message, acked).
+    wrong_side: BTreeMap<String, Vec<(Window, String, bool)>>,
 }
 
 impl Passed {
@@ -32,12 +39,14 @@ impl Passed {
     pub fn of(t: &Transcript) -> Passed {
         let mut by_queue: BTreeMap<String, Vec<(Window, String)>> = BTreeMap::new();
         let mut copies: BTreeMap<String, Vec<(String, Status)>> = BTreeMap::new();
+        let mut wrong_side: BTreeMap<String, Vec<(Window, String, bool)>> = BTreeMap::new();
         for e in t.entries() {
             let copy = [
                 Status::RetryScheduled,
                 Status::MovedToDlq,
                 Status::PoisonToDlq,
                 Status::BusinessCommitted,
+                Status::Received,
             ]
             .into_iter()
             .find(|s| e.is(Role::Consumer, *s));
@@ -59,12 +68,21 @@ impl Passed {
             ) else {
                 continue;
             };
+            let acked = e.get("acked").map(|a| a == "true");
+            if let Some(acked) = acked.filter(|a| w.says_acked().is_some_and(|s| s != *a)) {
+                let at = (w, mid.to_string(), acked);
+                wrong_side.entry(queue.to_string()).or_default().push(at);
+            }
             let seen = by_queue.entry(queue.to_string()).or_default();
             if !seen.iter().any(|(sw, sm)| *sw == w && sm == mid) {
                 seen.push((w, mid.to_string()));
             }
         }
-        Passed { by_queue, copies }
+        Passed {
+            by_queue,
+            copies,
+            wrong_side,
+        }
     }
 
     /// Whether the consumer of `queue` passed `w` with message `mid`.
@@ -105,12 +123,22 @@ pub fn mismatches(lab: &Lab, passed: &Passed) -> Vec<(Window, String, String)> {
         }
         queues.push(&c.queue);
         let pattern = c.pattern;
+        for (w, mid, acked) in passed.wrong_side.get(&c.queue).into_iter().flatten() {
+            let state = if *acked { "acked" } else { "not acked" };
+            let why = format!("the consumer passed `{w}` with {mid} {state}, which the window's name contradicts: the code's order and the pattern's differ");
+            out.push((*w, mid.clone(), why));
+        }
         for (w, mid) in passed.undeclared(c) {
             let why = format!("the consumer passed `{w}`, which its pattern `{pattern}` does not declare: the code and the pattern table differ");
             out.push((w, mid, why));
         }
         let copies = passed.copies.get(&c.queue).map_or(&[][..], Vec::as_slice);
         let applied = copies.iter().any(|(_, s)| *s == Status::BusinessCommitted);
+        let received = copies.iter().any(|(_, s)| *s == Status::Received);
+        if received && passed.on(&c.queue).is_empty() {
+            let why = "the consumer received messages and passed no window at all in the clean run: explore has nothing of its own path to try".to_string();
+            out.push((Window::AfterReceive, "-".into(), why));
+        }
         let def = pattern.def();
         for w in (0..def.steps.len()).filter_map(|i| def.window_after(i)) {
             if applied && !passed.on(&c.queue).iter().any(|(pw, _)| *pw == w) {
@@ -146,7 +174,8 @@ fn copies_unwindowed(c: &Consume, passed: &Passed) -> Vec<(Window, String, Strin
     };
     let mut out = Vec::new();
     let copies = passed.copies.get(&c.queue).into_iter().flatten();
-    for (mid, s) in copies.filter(|(_, s)| *s != Status::BusinessCommitted) {
+    let made = |s: &Status| !matches!(s, Status::BusinessCommitted | Status::Received);
+    for (mid, s) in copies.filter(|(_, s)| made(s)) {
         let owed = around(*s);
         let Some(w) = owed.first() else {
             continue;
@@ -250,6 +279,27 @@ mod tests {
         reordered.push(("mid-1", "after-ack-before-dlq-publish"));
         let m = mismatches(&l, &clean(&reordered, &moved));
         let windows: Vec<Window> = m.iter().map(|(w, _, _)| *w).collect();
+        // The ack moved before the copy, the window's name kept: the line
+        // says the delivery was acked where the name says it is not.
+        let mut t = Transcript::default();
+        for (mid, w) in &good {
+            let acked = *w == "after-ack";
+            t.push(Role::Consumer, &format!("lab=l messageId={mid} destination=orders.dm.work window={w} acked={acked} status=window_passed"));
+        }
+        let mut same_name = Passed::of(&t);
+        assert_eq!(
+            mismatches(&l, &same_name),
+            vec![],
+            "the right side of the ack"
+        );
+        t.push(Role::Consumer, "lab=l messageId=mid-1 destination=orders.dm.work window=after-dlq-confirm-before-ack acked=true status=window_passed");
+        same_name = Passed::of(&t);
+        let m2 = mismatches(&l, &same_name);
+        assert_eq!(m2.len(), 1, "{m2:?}");
+        assert_eq!(
+            (m2[0].0, m2[0].1.as_str()),
+            (Window::AfterDlqConfirmBeforeAck, "mid-1")
+        );
         assert_eq!(
             windows,
             [

@@ -4,21 +4,10 @@
 //! the harness continues it).
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::protocol::FaultPoint;
 use crate::transcript::{emit, MessageMeta, Record};
 use crate::vocab::{Status, Window};
-
-/// Set in explore's clean run: every window passed is said
-/// (`window_passed`), so that explore tries the windows the code really
-/// passes, and sees one its pattern does not declare.
-static ANNOUNCE: AtomicBool = AtomicBool::new(false);
-
-/// From now on, this process says each window it passes.
-pub fn announce_windows() {
-    ANNOUNCE.store(true, Ordering::Relaxed);
-}
 
 /// At the selected window: first a synchronous round trip on the role's
 /// channel (`barrier`; the broker handles a channel's frames in order, so
@@ -36,13 +25,6 @@ pub async fn reach<B, E>(
     B: Future<Output = Result<(), E>>,
     E: std::fmt::Display,
 {
-    if ANNOUNCE.load(Ordering::Relaxed) {
-        emit(
-            line.clone()
-                .with("window", window)
-                .status(Status::WindowPassed),
-        );
-    }
     let Some(point) = faults
         .iter()
         .find(|f| f.window == window && f.message == meta.message_id)

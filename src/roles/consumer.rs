@@ -13,7 +13,7 @@ use super::{emit, now_ms, PUBLISHED_AT};
 use crate::broker::{self, Delivery, Inbound, Subscription};
 use crate::faults::downstream::{CALLER, IDEMPOTENCY_KEY};
 use crate::faults::point;
-use crate::protocol::ConsumerConfig;
+use crate::protocol::{ConsumerConfig, RetryPolicy};
 use crate::store::{self, InboxRow, OrderCreated, StateWrite};
 use crate::transcript::{MessageMeta, Record};
 use crate::vocab::{
@@ -40,6 +40,9 @@ struct Consumer {
     /// the `unconfirmed-dlq` variant), the window barrier.
     link: Box<dyn Inbound>,
     db: PgConnection,
+    /// The current delivery is acked (autoAck: from its delivery on), for
+    /// explore's clean run: a window passed says it (`window_passed`).
+    acked: std::cell::Cell<bool>,
 }
 
 /// What a consumer process has done, across its connections.
@@ -70,9 +73,6 @@ impl Progress {
 const MAX_RECONNECTS: usize = 5;
 
 pub async fn run(cfg: ConsumerConfig) -> Result<i32> {
-    if cfg.announce_windows {
-        point::announce_windows();
-    }
     let mut db = Some(store::connect(&cfg.database_url).await?);
     let mut progress = Progress::default();
     if cfg.until_stopped {
@@ -139,6 +139,7 @@ async fn session(
         cfg: cfg.clone(),
         link,
         db: db.take().context("the consumer's database connection")?,
+        acked: std::cell::Cell::new(false),
     };
     let result = me.consume(progress).await;
     *db = Some(me.db);
@@ -162,6 +163,7 @@ impl Consumer {
             };
             let d = next?;
             progress.received += 1;
+            self.acked.set(self.def().auto_ack);
             let meta = d.meta.clone();
             let attempt = self.attempt_of(&d);
             capture_headers(&*self.link, &d, &meta, attempt);
@@ -245,6 +247,7 @@ impl Consumer {
         if !self.def().auto_ack {
             self.link.ack(d).await?;
         }
+        self.acked.set(true);
         Ok(())
     }
 
@@ -340,8 +343,7 @@ impl Consumer {
                 }
             }
             if let Some(w) = def.window_after(i) {
-                let barrier = self.link.barrier();
-                point::reach(&self.cfg.faults, w, meta, marker(&self.cfg, meta), barrier).await;
+                self.window(w, meta).await;
             }
         }
         Ok(Outcome::Settled)
@@ -527,7 +529,15 @@ impl Consumer {
         }
     }
 
+    /// A window of its path: said in explore's clean run (with whether
+    /// the delivery is acked there), stopped at when the lab selected it.
     async fn window(&self, w: Window, meta: &MessageMeta) {
+        if self.cfg.announce_windows {
+            let line = marker(&self.cfg, meta)
+                .with("window", w)
+                .with("acked", self.acked.get());
+            emit(line.status(Status::WindowPassed));
+        }
         let barrier = self.link.barrier();
         point::reach(&self.cfg.faults, w, meta, marker(&self.cfg, meta), barrier).await;
     }

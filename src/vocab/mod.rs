@@ -353,6 +353,35 @@ names! {
     }
 }
 
+impl Window {
+    /// What the window's name says about the delivery's ack, where it says
+    /// anything: explore's clean run checks it against what the consumer
+    /// did (a window passed on the wrong side of its ack is code reordered
+    /// under an unchanged name).
+    pub fn says_acked(self) -> Option<bool> {
+        use Window::*;
+        match self {
+            BeforeCommit
+            | AfterCommitBeforeAck
+            | AfterRetryPublishBeforeAck
+            | AfterDlqConfirmBeforeAck => Some(false),
+            AfterAckBeforeCommit
+            | AfterAck
+            | AfterAckBeforeRetryPublish
+            | AfterAckBeforeDlqPublish
+            | AfterDownstreamCall
+            | AfterIntentDone => Some(true),
+            AfterReceive
+            | OnDeliver
+            | AfterInboxCommit
+            | AfterOrderCommit
+            | AfterPublishBeforeBroker
+            | AfterPublishBeforeConfirm
+            | AfterConfirm => None,
+        }
+    }
+}
+
 /// The windows the producer's path passes, for every message.
 pub const PRODUCER_WINDOWS: &[Window] = &[Window::AfterPublishBeforeConfirm, Window::AfterConfirm];
 

@@ -169,9 +169,10 @@ pub async fn peek(conn: &lapin::Connection, queue: &str) -> Result<Vec<Peeked>> 
 
 /// Moves every ready message of `from` into `to` (the default exchange,
 /// routing key `to`), as an operator's DLQ replay does: each published
-/// with its properties and headers, `mandatory` and confirmed, and only
-/// then acked in `from`; a copy returned or refused stops the replay with
-/// the original still in `from`. How many it moved.
+/// with its properties and headers (a consumer's `retry-attempt` too: a
+/// replayed copy keeps its attempt count), `mandatory` and confirmed, and
+/// only then acked in `from`; a copy returned or refused stops the replay
+/// with the original back in `from`. How many it moved.
 pub async fn replay(conn: &lapin::Connection, from: &str, to: &str) -> Result<usize> {
     use lapin::options::{
         BasicAckOptions, BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions,
@@ -193,10 +194,13 @@ pub async fn replay(conn: &lapin::Connection, from: &str, to: &str) -> Result<us
             .basic_publish("".into(), to.into(), publish, &d.data, d.properties.clone())
             .await?
             .await?;
-        anyhow::ensure!(
-            matches!(confirm, lapin::Confirmation::Ack(None)),
-            "replaying a message of `{from}` into `{to}`: not confirmed ({confirm:?})"
-        );
+        if !matches!(confirm, lapin::Confirmation::Ack(None)) {
+            // Closing the channel puts the unacked original back in `from`.
+            let _ = ch.close(200, "replay stopped".into()).await;
+            anyhow::bail!(
+                "replaying a message of `{from}` into `{to}`: not confirmed ({confirm:?})"
+            );
+        }
         ch.basic_ack(d.delivery_tag, BasicAckOptions::default())
             .await?;
         moved += 1;

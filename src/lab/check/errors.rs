@@ -130,6 +130,8 @@ pub enum ErrorKind {
     ConsumerOnly(&'static str),
     #[error("`restart_drain` settles what the queue holds after the kill: it takes no `restart_settle` beside it")]
     SettleOrDrain,
+    #[error("a replay moves a queue's messages into another queue: `from` and `to` are the same queue, which it would never empty")]
+    ReplayIntoItself,
     #[error("`{name}` is no assertion of this lab (its assertions: {known})")]
     UnknownFact { name: String, known: String },
     #[error("`{name}` is falsified by the variant `{variant}`: it is evidence of the claim, not a harness fact")]

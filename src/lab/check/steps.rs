@@ -45,6 +45,13 @@ impl Checker<'_> {
                     );
                 }
             }
+            if r.from.get_ref() == r.to.get_ref() {
+                self.err(
+                    format!("{key}.replay.to"),
+                    span(&r.to),
+                    ErrorKind::ReplayIntoItself,
+                );
+            }
             Action::Replay {
                 from: r.from.get_ref().clone(),
                 to: r.to.get_ref().clone(),

@@ -91,6 +91,12 @@ fn typed_expectations_load() {
 fn every_error_message_from_a_snippet() {
     let cases: &[(&str, &str, Option<&str>, &str)] = &[
         (
+            "[counters]",
+            "[[step]]\nreplay = { from = \"q\", to = \"q\" }\n\n[counters]",
+            None,
+            "step[2].replay.to: a replay moves a queue's messages into another queue: `from` and `to` are the same queue, which it would never empty",
+        ),
+        (
             r#"then = "restart", assert"#,
             r#"then = "restart", restart_drain = true, restart_settle = 1, assert"#,
             None,

@@ -209,50 +209,8 @@ impl Consumer {
             .clone()
             .context("a classified consumer without a retry policy")?;
         if class == FailureClass::Transient && attempt < retry.max_attempts {
-            // Attempt k waits in tier k (the last one after that); without
-            // back-off, always in the first (or the last).
-            let last = retry.tiers.len() - 1;
-            let k = match self.def().on_failure {
-                OnFailure::Classified {
-                    backoff: Backoff::FirstTier,
-                    ..
-                } => 0,
-                OnFailure::Classified {
-                    backoff: Backoff::LastTier,
-                    ..
-                } => last,
-                _ => (attempt as usize - 1).min(last),
-            };
-            let tier = &retry.tiers[k];
-            let mut headers = diagnostics(&self.cfg, d, meta, attempt, class, error);
-            headers.push((RETRY_ATTEMPT_HEADER, (attempt + 1).to_string()));
-            headers.push((RETRY_PUBLISHED_AT, now_ms().to_string()));
-            let Publish { confirm, mandatory } = copies.retry_publish;
-            match copies.retry_order {
-                DlqOrder::ConfirmThenAck => {
-                    self.link
-                        .republish(d, &tier.queue, headers, (confirm, mandatory))
-                        .await?;
-                    self.window(Window::AfterRetryPublishBeforeAck, meta).await;
-                    self.ack(d).await?;
-                }
-                DlqOrder::AckThenPublish => {
-                    self.ack(d).await?;
-                    self.window(Window::AfterAckBeforeRetryPublish, meta).await;
-                    self.link
-                        .republish(d, &tier.queue, headers, (confirm, mandatory))
-                        .await?;
-                }
-            }
-            emit(
-                self.line(meta)
-                    .with("attempt", attempt)
-                    .with("failureClass", class)
-                    .with("tier", &tier.queue)
-                    .with("ttlMs", tier.ttl_ms)
-                    .status(Status::RetryScheduled),
-            );
-            return Ok(Outcome::Pending);
+            let failed = (attempt, class, error);
+            return self.retry_copy(d, meta, failed, &retry, copies).await;
         }
         let headers = diagnostics(&self.cfg, d, meta, attempt, class, error);
         let Publish { confirm, mandatory } = copies.dlq_publish;
@@ -266,6 +224,63 @@ impl Consumer {
                 .status(Status::MovedToDlq),
         );
         Ok(Outcome::Settled)
+    }
+
+    /// A transient failure with attempts left: its copy for the tier its
+    /// attempt owes, published and the original acked as `copies` says,
+    /// with the window between the two.
+    async fn retry_copy(
+        &mut self,
+        d: &Delivery,
+        meta: &MessageMeta,
+        (attempt, class, error): (u32, FailureClass, &str),
+        retry: &RetryPolicy,
+        copies: Copies,
+    ) -> Result<Outcome> {
+        // Attempt k waits in tier k (the last one after that); without
+        // back-off, always in the first (or the last).
+        let last = retry.tiers.len() - 1;
+        let k = match self.def().on_failure {
+            OnFailure::Classified {
+                backoff: Backoff::FirstTier,
+                ..
+            } => 0,
+            OnFailure::Classified {
+                backoff: Backoff::LastTier,
+                ..
+            } => last,
+            _ => (attempt as usize - 1).min(last),
+        };
+        let tier = &retry.tiers[k];
+        let mut headers = diagnostics(&self.cfg, d, meta, attempt, class, error);
+        headers.push((RETRY_ATTEMPT_HEADER, (attempt + 1).to_string()));
+        headers.push((RETRY_PUBLISHED_AT, now_ms().to_string()));
+        let Publish { confirm, mandatory } = copies.retry_publish;
+        match copies.retry_order {
+            DlqOrder::ConfirmThenAck => {
+                self.link
+                    .republish(d, &tier.queue, headers, (confirm, mandatory))
+                    .await?;
+                self.window(Window::AfterRetryPublishBeforeAck, meta).await;
+                self.ack(d).await?;
+            }
+            DlqOrder::AckThenPublish => {
+                self.ack(d).await?;
+                self.window(Window::AfterAckBeforeRetryPublish, meta).await;
+                self.link
+                    .republish(d, &tier.queue, headers, (confirm, mandatory))
+                    .await?;
+            }
+        }
+        emit(
+            self.line(meta)
+                .with("attempt", attempt)
+                .with("failureClass", class)
+                .with("tier", &tier.queue)
+                .with("ttlMs", tier.ttl_ms)
+                .status(Status::RetryScheduled),
+        );
+        Ok(Outcome::Pending)
     }
 
     /// The DLQ copy published (with a confirm and `mandatory` as asked)
