@@ -25,10 +25,11 @@ use crate::vocab::{Role, Status, Window};
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Passed {
     by_queue: BTreeMap<String, Vec<(Window, String)>>,
-    /// The copies the consumer said it made (`retry_scheduled`,
-    /// `moved_to_dlq`, `poison_to_dlq`), the messages it applied
-    /// (`business_committed`) and received, per queue: (message, status).
-    copies: BTreeMap<String, Vec<(String, Status)>>,
+    /// What the consumer said of each message: the copies it made
+    /// (`retry_scheduled`, `moved_to_dlq`, `poison_to_dlq`), that it applied
+    /// it (`business_committed`), that it received it; per queue:
+    /// (message, status).
+    said: BTreeMap<String, Vec<(String, Status)>>,
     /// Windows passed on the other side of the delivery's ack than their
     /// name says, per queue: (window, message, acked).
     wrong_side: BTreeMap<String, Vec<(Window, String, bool)>>,
@@ -38,10 +39,10 @@ impl Passed {
     /// Read from the clean run's transcript.
     pub fn of(t: &Transcript) -> Passed {
         let mut by_queue: BTreeMap<String, Vec<(Window, String)>> = BTreeMap::new();
-        let mut copies: BTreeMap<String, Vec<(String, Status)>> = BTreeMap::new();
+        let mut said: BTreeMap<String, Vec<(String, Status)>> = BTreeMap::new();
         let mut wrong_side: BTreeMap<String, Vec<(Window, String, bool)>> = BTreeMap::new();
         for e in t.entries() {
-            let copy = [
+            let told = [
                 Status::RetryScheduled,
                 Status::MovedToDlq,
                 Status::PoisonToDlq,
@@ -51,10 +52,9 @@ impl Passed {
             .into_iter()
             .find(|s| e.is(Role::Consumer, *s));
             if let (Some(s), Some(queue), Some(mid)) =
-                (copy, e.get("destination"), e.get("messageId"))
+                (told, e.get("destination"), e.get("messageId"))
             {
-                copies
-                    .entry(queue.to_string())
+                said.entry(queue.to_string())
                     .or_default()
                     .push((mid.to_string(), s));
             }
@@ -80,7 +80,7 @@ impl Passed {
         }
         Passed {
             by_queue,
-            copies,
+            said,
             wrong_side,
         }
     }
@@ -132,9 +132,9 @@ pub fn mismatches(lab: &Lab, passed: &Passed) -> Vec<(Window, String, String)> {
             let why = format!("the consumer passed `{w}`, which its pattern `{pattern}` does not declare: the code and the pattern table differ");
             out.push((w, mid, why));
         }
-        let copies = passed.copies.get(&c.queue).map_or(&[][..], Vec::as_slice);
-        let applied = copies.iter().any(|(_, s)| *s == Status::BusinessCommitted);
-        let received = copies.iter().any(|(_, s)| *s == Status::Received);
+        let said = passed.said.get(&c.queue).map_or(&[][..], Vec::as_slice);
+        let applied = said.iter().any(|(_, s)| *s == Status::BusinessCommitted);
+        let received = said.iter().any(|(_, s)| *s == Status::Received);
         if received && passed.on(&c.queue).is_empty() {
             let why = "the consumer received messages and passed no window at all in the clean run: explore has nothing of its own path to try".to_string();
             out.push((Window::AfterReceive, "-".into(), why));
@@ -173,9 +173,9 @@ fn copies_unwindowed(c: &Consume, passed: &Passed) -> Vec<(Window, String, Strin
             .collect()
     };
     let mut out = Vec::new();
-    let copies = passed.copies.get(&c.queue).into_iter().flatten();
+    let said = passed.said.get(&c.queue).into_iter().flatten();
     let made = |s: &Status| !matches!(s, Status::BusinessCommitted | Status::Received);
-    for (mid, s) in copies.filter(|(_, s)| made(s)) {
+    for (mid, s) in said.filter(|(_, s)| made(s)) {
         let owed = around(*s);
         let Some(w) = owed.first() else {
             continue;

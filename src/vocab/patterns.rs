@@ -465,28 +465,28 @@ pub const PATTERNS: &[PatternDef] = &[
         safe: false,
         steps: SAFE_PATH,
         auto_ack: false,
-        on_failure: classified_publishing(UNGUARDED, GUARDED),
+        on_failure: classified_copies(DlqOrder::ConfirmThenAck, UNGUARDED, GUARDED),
     },
     PatternDef {
         pattern: Pattern::RetryConfirmWithoutMandatory,
         safe: false,
         steps: SAFE_PATH,
         auto_ack: false,
-        on_failure: classified_publishing(CONFIRMED_ONLY, GUARDED),
+        on_failure: classified_copies(DlqOrder::ConfirmThenAck, CONFIRMED_ONLY, GUARDED),
     },
     PatternDef {
         pattern: Pattern::ClassifiedDlqNoConfirm,
         safe: false,
         steps: SAFE_PATH,
         auto_ack: false,
-        on_failure: classified_publishing(GUARDED, UNGUARDED),
+        on_failure: classified_copies(DlqOrder::ConfirmThenAck, GUARDED, UNGUARDED),
     },
     PatternDef {
         pattern: Pattern::ClassifiedDlqConfirmWithoutMandatory,
         safe: false,
         steps: SAFE_PATH,
         auto_ack: false,
-        on_failure: classified_publishing(GUARDED, CONFIRMED_ONLY),
+        on_failure: classified_copies(DlqOrder::ConfirmThenAck, GUARDED, CONFIRMED_ONLY),
     },
     PatternDef {
         pattern: Pattern::BlockKeyDlqNoConfirm,
@@ -511,15 +511,7 @@ pub const PATTERNS: &[PatternDef] = &[
         safe: false,
         steps: SAFE_PATH,
         auto_ack: false,
-        on_failure: OnFailure::Classified {
-            attempts: AttemptsFrom::Header,
-            dlq: DlqOrder::ConfirmThenAck,
-            retry_order: DlqOrder::AckThenPublish,
-            retry_publish: GUARDED,
-            dlq_publish: GUARDED,
-            by_class: true,
-            backoff: Backoff::ByAttempt,
-        },
+        on_failure: classified_copies(DlqOrder::AckThenPublish, GUARDED, GUARDED),
     },
     PatternDef {
         pattern: Pattern::ClassifiedNoInbox,
@@ -544,12 +536,18 @@ const CONFIRMED_ONLY: Publish = Publish {
     mandatory: false,
 };
 
-/// Article 000's classes with the retry tier's and the DLQ's publishes as given.
-const fn classified_publishing(retry_publish: Publish, dlq_publish: Publish) -> OnFailure {
+/// Article 000's classes with the retry copy's order and the retry tier's
+/// and the DLQ's publishes as given (the counterexamples of one copy's
+/// guard or order).
+const fn classified_copies(
+    retry_order: DlqOrder,
+    retry_publish: Publish,
+    dlq_publish: Publish,
+) -> OnFailure {
     OnFailure::Classified {
         attempts: AttemptsFrom::Header,
         dlq: DlqOrder::ConfirmThenAck,
-        retry_order: DlqOrder::ConfirmThenAck,
+        retry_order,
         retry_publish,
         dlq_publish,
         by_class: true,
