@@ -114,10 +114,16 @@ fn assertions(r: &RunRecord) -> Vec<Assertion> {
                 Some(v) => !o.pass && v.holds(&o.actual),
                 None => o.pass,
             };
-            // A harness fact: fixed by how the lab runs, shown apart.
-            let fact = o.kind.name() == "assert" && r.facts.contains(&o.name);
+            // A harness fact (fixed by how the lab runs) or a broker fact
+            // (given by the broker in every run): shown apart.
+            let assert = o.kind.name() == "assert";
+            let kind = match () {
+                _ if assert && r.facts.contains(&o.name) => "fact",
+                _ if assert && r.broker_facts.contains(&o.name) => "broker-fact",
+                _ => o.kind.name(),
+            };
             Assertion {
-                kind: if fact { "fact" } else { o.kind.name() }.to_string(),
+                kind: kind.to_string(),
                 name: o.name.clone(),
                 expected: o.expected.clone(),
                 actual: o.actual.clone(),
@@ -380,14 +386,17 @@ fn header(r: &Record) -> String {
     md
 }
 
-/// The claim's assertions, then the harness facts apart.
+/// The claim's assertions, then the harness facts and the broker facts
+/// apart.
 fn assertions_section(r: &Record) -> String {
     let mut md = String::new();
     md.push_str(
         "\n## Assertions\n\n| kind | name | expected | actual | result |\n|---|---|---|---|---|\n",
     );
-    let (facts, evidence): (Vec<&Assertion>, Vec<&Assertion>) =
-        r.assertions.iter().partition(|a| a.kind == "fact");
+    let evidence = r
+        .assertions
+        .iter()
+        .filter(|a| !matches!(a.kind.as_str(), "fact" | "broker-fact"));
     for a in evidence {
         let result = if a.expected_violation {
             format!("{} (expected violation)", a.result)
@@ -403,21 +412,41 @@ fn assertions_section(r: &Record) -> String {
             result
         ));
     }
-    if !facts.is_empty() {
-        md.push_str(
-            "\n## Harness facts\n\nFixed by how the lab runs (no variant of the lab changes them): \
-             they show the run went as designed, not that the claim holds.\n\n\
-             | name | expected | actual | result |\n|---|---|---|---|\n",
-        );
-        for a in facts {
-            md.push_str(&format!(
-                "| `{}` | {} | {} | {} |\n",
-                cell(&a.name),
-                cell(&a.expected),
-                cell(&a.actual),
-                a.result
-            ));
-        }
+    md.push_str(&facts_table(
+        r,
+        "fact",
+        "Harness facts",
+        "Fixed by how the lab runs (no variant of the lab changes them): \
+         they show the run went as designed, not that the claim holds.",
+    ));
+    md.push_str(&facts_table(
+        r,
+        "broker-fact",
+        "Broker facts",
+        "What the broker gives in every run (no variant of the lab changes \
+         them; another broker or generation could): the behaviour the run \
+         relies on, not evidence of the claim.",
+    ));
+    md
+}
+
+/// One table of a run's facts of `kind`, if it has any.
+fn facts_table(r: &Record, kind: &str, title: &str, why: &str) -> String {
+    let facts: Vec<&Assertion> = r.assertions.iter().filter(|a| a.kind == kind).collect();
+    if facts.is_empty() {
+        return String::new();
+    }
+    let mut md = format!(
+        "\n## {title}\n\n{why}\n\n| name | expected | actual | result |\n|---|---|---|---|\n"
+    );
+    for a in facts {
+        md.push_str(&format!(
+            "| `{}` | {} | {} | {} |\n",
+            cell(&a.name),
+            cell(&a.expected),
+            cell(&a.actual),
+            a.result
+        ));
     }
     md
 }

@@ -48,6 +48,9 @@ pub struct RunRecord {
     /// The lab's harness facts: assertions fixed by how it runs, shown
     /// apart from the claim's evidence.
     pub facts: Vec<String>,
+    /// The lab's broker facts: assertions the broker fixes in every run,
+    /// shown apart from the claim's evidence and from the harness facts.
+    pub broker_facts: Vec<String>,
     /// The broker settings the run relied on, as read from the broker.
     pub settings: Vec<(String, String)>,
     /// The lab file's declared difference for the generation the run was
@@ -134,6 +137,7 @@ mod tests {
             duration: Duration::ZERO,
             failure: None,
             facts: Vec::new(),
+            broker_facts: Vec::new(),
             settings: Vec::new(),
             declared: None,
             own_database: None,

@@ -75,6 +75,12 @@ pub async fn connect(url: &str) -> Result<PgConnection> {
         .context("cannot connect to PostgreSQL")
 }
 
+/// Ends a connection with its Terminate message, so the server logs no
+/// lost client; a failure to say goodbye changes nothing for the caller.
+pub async fn close(conn: PgConnection) {
+    let _ = conn.close().await;
+}
+
 /// A fresh database per lab run, so labs sharing one server cannot see each other.
 pub async fn create_database(admin: &mut PgConnection, name: &str) -> Result<()> {
     sqlx::query(&format!("DROP DATABASE IF EXISTS \"{name}\""))

@@ -56,7 +56,7 @@ fn malformed_lab_file_reports_file_and_line() {
             "--root",
             p.path().to_str().unwrap(),
         ]),
-        "consumer-crash.toml:8:",
+        "consumer-crash.toml:10:",
     );
 }
 
@@ -84,7 +84,7 @@ fn semantic_errors_name_the_key_path() {
         .collect();
     assert_eq!(lines.len(), 2, "{stderr}");
     assert!(
-        lines.iter().any(|l| l.contains("consumer-crash.toml:18:")
+        lines.iter().any(|l| l.contains("consumer-crash.toml:20:")
             && l.contains(": step[1].fault.message: `mid-9` is not published before this step")),
         "{stderr}"
     );
@@ -288,7 +288,7 @@ fn a_fault_on_the_wrong_step_names_the_placements() {
             "--root",
             p.path().to_str().unwrap(),
         ]),
-        "connection-drop.toml:22:",
+        "connection-drop.toml:24:",
     );
     let (_, _, stderr) = run(&mut mqlab(&[
         "lab",

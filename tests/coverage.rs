@@ -37,6 +37,13 @@ const COVERAGE: &[(Pattern, Edit, Pattern)] = &[
         Edit::Replaced(Step::InboxInsert, &[Step::InboxOwnTx]),
         Pattern::DedupOutsideTx,
     ),
+    // The same row on a helper's connection of its own (article 000's
+    // "another DbContext"): the code reads as one transaction.
+    (
+        Pattern::Inbox,
+        Edit::Replaced(Step::InboxInsert, &[Step::InboxOtherConnection]),
+        Pattern::DedupOtherConnection,
+    ),
     (
         Pattern::Inbox,
         Edit::Replaced(Step::InboxInsert, &[Step::InboxInsertBlind]),
@@ -582,6 +589,7 @@ fn seen_at_once(s: Step) -> bool {
             | Step::Commit
             | Step::Ack
             | Step::InboxOwnTx
+            | Step::InboxOtherConnection
             | Step::CallDownstream
             | Step::CallDownstreamUnkeyed
             | Step::CallAfterAck
@@ -613,7 +621,7 @@ fn window_gaps(d: &PatternDef) -> Vec<String> {
         }
     }
     // Each copy the failure path publishes before it acks the original.
-    let dlq_moves = !d.auto_ack && !steps.contains(&Step::InboxOwnTx);
+    let dlq_moves = !d.auto_ack && !d.inbox_commits_alone();
     let owed: &[&[Window]] = match d.on_failure {
         OnFailure::Classified { .. } => &[
             &[
@@ -681,14 +689,14 @@ fn every_assertion_is_falsified_by_a_variant_or_is_a_harness_fact() {
             }
             for s in &lab.steps {
                 for a in s.fault.iter().flat_map(|f| &f.asserts).chain(&s.asserts) {
-                    let fact = lab.facts.contains(&a.name);
+                    let fact = lab.facts.contains(&a.name) || lab.broker_facts.contains(&a.name);
                     let gap = UNFALSIFIED.contains(&(name.as_str(), a.name.as_str()));
                     if gap {
                         gaps_seen.push((name.clone(), a.name.clone()));
                     }
                     if !falsified.contains(&a.name) && !fact && !gap {
                         problems.push(format!(
-                            "{name}: `{}` is falsified by no variant and is not a harness fact",
+                            "{name}: `{}` is falsified by no variant and is no harness or broker fact",
                             a.name
                         ));
                     }

@@ -294,8 +294,8 @@ fn check_evidence(dir: &std::path::Path, transcripts: &std::path::Path, runs: &[
         );
         for a in r["assertions"].as_array().unwrap() {
             let kind = match a["kind"].as_str().unwrap() {
-                // A harness fact is an `[assert]` line shown apart.
-                "fact" => "assert",
+                // A harness or broker fact is an `[assert]` line shown apart.
+                "fact" | "broker-fact" => "assert",
                 k @ ("assert" | "check") => k,
                 _ => continue,
             };

@@ -115,13 +115,15 @@ fn vocabulary() {
     }
 }
 
-/// Which variant falsifies each of a lab's assertions, and its harness
-/// facts (fixed by how it runs): what each assertion is evidence of.
+/// Which variant falsifies each of a lab's assertions, its harness facts
+/// (fixed by how it runs) and its broker facts (given by the broker in
+/// every run): what each assertion is evidence of.
 fn evidence_line(lab: &crate::lab::Lab, falsified: &[(String, String)]) -> String {
     let mut names: Vec<&str> = Vec::new();
     for s in &lab.steps {
         for a in s.fault.iter().flat_map(|f| &f.asserts).chain(&s.asserts) {
-            if !names.contains(&a.name.as_str()) && !lab.facts.contains(&a.name) {
+            let fact = lab.facts.contains(&a.name) || lab.broker_facts.contains(&a.name);
+            if !names.contains(&a.name.as_str()) && !fact {
                 names.push(&a.name);
             }
         }
@@ -143,6 +145,9 @@ fn evidence_line(lab: &crate::lab::Lab, falsified: &[(String, String)]) -> Strin
     let mut line = format!("falsified by: {}", shown.join(", "));
     if !lab.facts.is_empty() {
         line.push_str(&format!("; harness facts: {}", lab.facts.join(", ")));
+    }
+    if !lab.broker_facts.is_empty() {
+        line.push_str(&format!("; broker facts: {}", lab.broker_facts.join(", ")));
     }
     line
 }

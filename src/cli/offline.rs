@@ -47,8 +47,8 @@ pub(super) fn cmd_check(files: &[PathBuf]) -> Result<i32, Error> {
         let stored: Vec<(&str, &str, &str)> = r
             .assertions
             .iter()
-            // A harness fact is an assertion shown apart.
-            .filter(|a| matches!(a.kind.as_str(), "assert" | "check" | "fact"))
+            // A harness or broker fact is an assertion shown apart.
+            .filter(|a| matches!(a.kind.as_str(), "assert" | "check" | "fact" | "broker-fact"))
             .map(|a| (a.name.as_str(), a.actual.as_str(), a.result.as_str()))
             .collect();
         let again: Vec<(&str, &str, &str)> = outcomes

@@ -40,6 +40,8 @@ pub struct Lab {
     pub nodes: usize,
     /// Assertions fixed by how the lab runs: harness facts, not evidence.
     pub facts: Vec<String>,
+    /// Assertions the broker fixes in every run: broker facts, not evidence.
+    pub broker_facts: Vec<String>,
     /// Broker settings the lab's bounds rely on.
     pub settings: Vec<crate::vocab::BrokerSetting>,
     /// The PostgreSQL it runs on: the shared one, or one of the run's own.

@@ -55,6 +55,12 @@ pub struct RawLab {
     /// claim's evidence, and falsified by no variant.
     #[serde(default)]
     pub facts: Vec<Spanned<String>>,
+    /// Assertions whose value the broker gives in every run, whatever the
+    /// variant (a drained queue reads 0, a copy published again is never
+    /// flagged redelivered): not evidence of the claim, and not fixed by
+    /// the harness either (another broker or generation could change it).
+    #[serde(default)]
+    pub broker_facts: Vec<Spanned<String>>,
     /// Broker settings the lab's bounds rely on (checked on the broker
     /// before the lab runs).
     #[serde(default)]

@@ -388,6 +388,20 @@ impl Consumer {
                     return settled(&self.cfg, meta, attempt, Status::DuplicateSkipped).map(Some);
                 }
             }
+            Step::InboxOtherConnection => {
+                begin(open, &mut self.db).await?;
+                // The helper's own connection (article 000's "another
+                // DbContext"): its insert commits there, whatever the
+                // business transaction opened above does after it.
+                let mut other = store::connect(&self.cfg.database_url).await?;
+                let new = store::insert_inbox(&mut other, &self.cfg.service, event_id).await?;
+                store::close(other).await;
+                if !new {
+                    store::rollback(&mut self.db).await?;
+                    self.ack(d).await?;
+                    return settled(&self.cfg, meta, attempt, Status::DuplicateSkipped).map(Some);
+                }
+            }
             Step::InboxInsert | Step::InboxInsertSavepoint | Step::InboxInsertCatching => {
                 begin(open, &mut self.db).await?;
                 return self.inbox_row(step, d, meta, attempt, event_id).await;

@@ -424,6 +424,7 @@ async fn execute(p: &Params<'_>, env: EnvAccess<'_>, lab: &Lab, sink: &mut dyn S
         duration: started.elapsed(),
         failure,
         facts: lab.facts.clone(),
+        broker_facts: lab.broker_facts.clone(),
         settings,
         own_database,
         power_lost,

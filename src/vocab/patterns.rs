@@ -171,6 +171,13 @@ pub const PATTERNS: &[PatternDef] = &[
         on_failure: SEED_FAILURE,
     },
     PatternDef {
+        pattern: Pattern::DedupOtherConnection,
+        safe: false,
+        steps: &[Receive, InboxOtherConnection, Write, Commit, Ack],
+        auto_ack: false,
+        on_failure: SEED_FAILURE,
+    },
+    PatternDef {
         pattern: Pattern::RequeueForever,
         safe: false,
         steps: SAFE_PATH,
@@ -584,7 +591,7 @@ impl PatternDef {
         let committed = done.contains(&Commit);
         match self.steps[i] {
             Receive => Some(Window::AfterReceive),
-            InboxOwnTx => Some(Window::AfterInboxCommit),
+            InboxOwnTx | InboxOtherConnection => Some(Window::AfterInboxCommit),
             InboxInsert | InboxInsertBlind | InboxInsertByEvent | InboxInsertSavepoint
             | InboxInsertCatching | SkipRedelivered | InboxSelect | InboxInsertIgnoring => None,
             // The window after the write that follows covers it.
@@ -611,10 +618,10 @@ impl PatternDef {
     /// failure path's DLQ move only when the step has a DLQ (`retry`), and
     /// never for an autoAck consumer (the broker forgot the message when it
     /// sent it: there is no ack to come) or an inbox committed on its own
-    /// (its row survives the rollback, so a message never gets past its
-    /// first attempt).
+    /// (`inbox_commits_alone`: its row survives the rollback, so a message
+    /// never gets past its first attempt).
     pub fn windows_for(&self, dlq: bool) -> Vec<Window> {
-        let seed_dlq = dlq && !self.auto_ack && !self.steps.contains(&InboxOwnTx);
+        let seed_dlq = dlq && !self.auto_ack && !self.inbox_commits_alone();
         let failure: Vec<Window> = match self.on_failure {
             OnFailure::Classified {
                 dlq,
@@ -657,6 +664,15 @@ impl PatternDef {
             .filter_map(|i| self.window_after(i))
             .chain(failure)
             .collect()
+    }
+
+    /// Whether its inbox row commits apart from the business row (its own
+    /// transaction, or a connection of its own): the row survives the
+    /// business transaction's rollback.
+    pub fn inbox_commits_alone(&self) -> bool {
+        self.steps
+            .iter()
+            .any(|s| matches!(s, InboxOwnTx | InboxOtherConnection))
     }
 
     /// Whether its path calls the harness's downstream service.

@@ -134,8 +134,12 @@ pub enum ErrorKind {
     ReplayIntoItself,
     #[error("`{name}` is no assertion of this lab (its assertions: {known})")]
     UnknownFact { name: String, known: String },
-    #[error("`{name}` is falsified by the variant `{variant}`: it is evidence of the claim, not a harness fact")]
+    #[error(
+        "`{name}` is falsified by the variant `{variant}`: it is evidence of the claim, not a fact"
+    )]
     FactFalsified { name: String, variant: String },
+    #[error("`{0}` is in `facts` and in `broker_facts`: a fact is fixed by the harness or given by the broker, one of the two")]
+    FactTwice(String),
     #[error("`commit` picks which of a program's COMMITs for the message `before-commit` holds (1: the first): it needs `window = \"before-commit\"` on a consume step that runs a program, and a value of 1 or more")]
     CommitOrdinal,
     #[error("`instances = {0}` runs competing consumers, whose order only a `rendezvous` or `stall` fault fixes: add one (`target = \"consumer\"`, `action = \"rendezvous\"` or `\"stall\"`), or drop `instances`")]

@@ -182,7 +182,7 @@ impl<'a> Checker<'a> {
             None => (BTreeMap::new(), BTreeMap::new()),
         };
         let (violations, generations) = violations;
-        let facts = self.facts(&raw, &steps);
+        let (facts, broker_facts) = self.facts(&raw, &steps);
         if !self.errs.is_empty() {
             return Err(self.errs);
         }
@@ -199,6 +199,7 @@ impl<'a> Checker<'a> {
             effects: raw.effects,
             nodes: self.nodes,
             facts,
+            broker_facts,
             settings: raw.settings,
             database: raw.database,
             topic: raw.topic,
@@ -266,8 +267,9 @@ impl<'a> Checker<'a> {
         }
     }
 
-    /// `facts`: each names an assertion of the lab that no variant falsifies.
-    fn facts(&mut self, raw: &RawLab, steps: &[Step]) -> Vec<String> {
+    /// `facts` and `broker_facts`: each names an assertion of the lab that
+    /// no variant falsifies, in one of the two lists.
+    fn facts(&mut self, raw: &RawLab, steps: &[Step]) -> (Vec<String>, Vec<String>) {
         let named: Vec<&str> = steps
             .iter()
             .flat_map(|s| {
@@ -277,37 +279,42 @@ impl<'a> Checker<'a> {
             })
             .map(|a| a.name.as_str())
             .collect();
-        let mut out = Vec::new();
-        for (i, f) in raw.facts.iter().enumerate() {
-            let name = f.get_ref();
-            if !named.contains(&name.as_str()) {
-                self.err(
-                    format!("facts[{i}]"),
-                    span(f),
-                    ErrorKind::UnknownFact {
+        let mut lists = [Vec::new(), Vec::new()];
+        for (list, (key, raw_list)) in [("facts", &raw.facts), ("broker_facts", &raw.broker_facts)]
+            .into_iter()
+            .enumerate()
+        {
+            for (i, f) in raw_list.iter().enumerate() {
+                let name = f.get_ref();
+                let at = format!("{key}[{i}]");
+                if !named.contains(&name.as_str()) {
+                    let known = named.join(", ");
+                    let kind = ErrorKind::UnknownFact {
                         name: name.clone(),
-                        known: named.join(", "),
-                    },
-                );
-            }
-            if let Some((v, _)) = raw.variant.iter().find(|(_, v)| {
-                v.violations.contains_key(name)
-                    || v.generation_tables()
-                        .iter()
-                        .any(|(_, t)| t.values().any(|d| d.violations.contains_key(name)))
-            }) {
-                self.err(
-                    format!("facts[{i}]"),
-                    span(f),
-                    ErrorKind::FactFalsified {
+                        known,
+                    };
+                    self.err(at.clone(), span(f), kind);
+                }
+                if let Some((v, _)) = raw.variant.iter().find(|(_, v)| {
+                    v.violations.contains_key(name)
+                        || v.generation_tables()
+                            .iter()
+                            .any(|(_, t)| t.values().any(|d| d.violations.contains_key(name)))
+                }) {
+                    let kind = ErrorKind::FactFalsified {
                         name: name.clone(),
                         variant: v.clone(),
-                    },
-                );
+                    };
+                    self.err(at.clone(), span(f), kind);
+                }
+                if list == 1 && lists[0].contains(name) {
+                    self.err(at, span(f), ErrorKind::FactTwice(name.clone()));
+                }
+                lists[list].push(name.clone());
             }
-            out.push(name.clone());
         }
-        out
+        let [facts, broker_facts] = lists;
+        (facts, broker_facts)
     }
 
     /// A publish step's `batch` (and its `flush`).

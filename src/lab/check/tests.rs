@@ -503,7 +503,19 @@ fn every_error_message_from_a_snippet() {
             r#"claim = "c""#,
             "claim = \"c\"\nfacts = [\"rows\"]",
             None,
-            "facts[0]: `rows` is falsified by the variant `v`: it is evidence of the claim, not a harness fact",
+            "facts[0]: `rows` is falsified by the variant `v`: it is evidence of the claim, not a fact",
+        ),
+        (
+            r#"claim = "c""#,
+            "claim = \"c\"\nbroker_facts = [\"rows\"]",
+            None,
+            "broker_facts[0]: `rows` is falsified by the variant `v`: it is evidence of the claim, not a fact",
+        ),
+        (
+            r#"claim = "c""#,
+            "claim = \"c\"\nfacts = [\"crashExitCode\"]\nbroker_facts = [\"crashExitCode\"]",
+            None,
+            "broker_facts[0]: `crashExitCode` is in `facts` and in `broker_facts`: a fact is fixed by the harness or given by the broker, one of the two",
         ),
         (
             r#"window = "after-commit-before-ack", message"#,
