@@ -27,6 +27,11 @@ pub struct Observed {
     /// Queues read without consuming (for `dlqHeader`): each message's headers.
     #[serde(default)]
     pub dlq: BTreeMap<String, Vec<BTreeMap<String, String>>>,
+    /// What each queue a `heldAfter` counter names still holds in any state
+    /// (ready, unacked, waiting for its dead-letter target), read from the
+    /// queue's process or leader at the assertion.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub held: BTreeMap<String, u64>,
     /// Ready messages of each queue a consumer kill's `depthAtKill` names,
     /// read while the consumer was held at its window, before the kill.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -292,6 +297,12 @@ pub fn evaluate(c: &CounterRef, entries: &[Entry], obs: &Observed) -> Result<Str
             let queue = q.unwrap_or_default();
             return obs.depths.get(queue).map(|d| d.to_string()).ok_or_else(|| {
                 format!("queue `{queue}` could not be read (unavailable: its node down or cut off)")
+            });
+        }
+        Counter::HeldAfter => {
+            let queue = q.unwrap_or_default();
+            return obs.held.get(queue).map(|d| d.to_string()).ok_or_else(|| {
+                format!("what queue `{queue}` holds could not be read (its node down or cut off)")
             });
         }
         Counter::DepthAtKill | Counter::UnackedAtKill => {

@@ -213,12 +213,16 @@ impl Lab {
         })
     }
 
-    /// An await reads what its `from` queue holds (with `rabbitmqctl
-    /// eval`: not on a broker mqlab did not start).
+    /// An await reads what its `from` queue holds, and so does a
+    /// `heldAfter` counter (with `rabbitmqctl eval`: not on a broker mqlab
+    /// did not start).
     pub fn reads_queue_holds(&self) -> bool {
-        self.steps
-            .iter()
-            .any(|s| matches!(&s.action, Action::Await { from: Some(_), .. }))
+        self.steps.iter().any(|s| {
+            matches!(&s.action, Action::Await { from: Some(_), .. })
+                || s.asserts
+                    .iter()
+                    .any(|a| a.counter.counter == crate::vocab::Counter::HeldAfter)
+        })
     }
 
     /// Sets a policy on the broker (with `rabbitmqctl eval`: not on a

@@ -254,7 +254,11 @@ impl Ctx<'_> {
         self.log.observed.ground = self.ground().await?;
         self.log.observed.downstream = self.links.downstream.as_ref().map(|d| d.calls());
         self.log.observed.downstream_callers = self.lab.downstream_callers();
-        let queues: Vec<String> = self.lab.queue_names().map(str::to_string).collect();
+        // A queue marked `later` is read once a declare step made it.
+        let queues: Vec<String> = (self.lab.topology.queues.iter())
+            .filter(|q| !q.later || self.servers.declared_later.contains(&q.name))
+            .map(|q| q.name.clone())
+            .collect();
         for q in queues {
             // A queue on a node that is down is not read: a counter that
             // needs its depth says so.
@@ -262,6 +266,28 @@ impl Ctx<'_> {
             match self.queue_state(&q).await? {
                 Some((ready, _)) => self.log.observed.depths.insert(q, ready),
                 None => self.log.observed.depths.remove(&q),
+            };
+        }
+        // What a queue holds beyond its ready messages (a quorum queue's
+        // at-least-once dead-letters waiting for their target): read from
+        // its process or leader, for the queues a `heldAfter` counter names.
+        let held: BTreeSet<String> = asserts
+            .iter()
+            .filter(|a| a.counter.counter == Counter::HeldAfter)
+            .filter_map(|a| a.counter.arg.clone())
+            .collect();
+        self.log.observed.held.clear();
+        for q in held {
+            let holds = self.env.read().queue_holds(&self.vhost, &q).await;
+            match holds {
+                Ok(n) => self.log.observed.held.insert(q, n),
+                Err(e) => {
+                    eprintln!(
+                        "mqlab: {}: what `{q}` holds could not be read: {e:#}",
+                        self.run
+                    );
+                    self.log.observed.held.remove(&q)
+                }
             };
         }
         // Only the queues a `dlqHeader` counter reads are peeked: a peek

@@ -616,6 +616,8 @@ struct Servers {
     home_asked: BTreeMap<String, NodesFaulted>,
     /// The broker paused by the lab and not resumed yet.
     broker_paused: bool,
+    /// Queues marked `later` that a declare step has declared so far.
+    declared_later: BTreeSet<String>,
 }
 
 /// What a run wrote: its transcript (and the sink that shows each line as
@@ -697,6 +699,7 @@ impl Ctx<'_> {
                         .broker
                         .declare_later(&lab.topology, names)
                         .await?;
+                    self.servers.declared_later.extend(names.iter().cloned());
                     self.sync_metadata().await?;
                 }
                 Action::Await {

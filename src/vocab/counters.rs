@@ -48,6 +48,7 @@ names! {
         BusinessRows = "businessRows": "business rows in PostgreSQL",
         ProcessedRows = "processedRows": "inbox rows in PostgreSQL",
         DepthAfter = "depthAfter": "ready messages in the queue, read from the broker",
+        HeldAfter = "heldAfter": "messages a queue still holds in any state: ready, delivered and not acked, and (a quorum queue with at-least-once dead-lettering) waiting for their dead-letter target to take them; read from a classic queue's process or a quorum queue's leader with rabbitmqctl eval (mqlab's brokers only), never from a statistic",
         DepthAtKill = "depthAtKill": "ready messages in the queue just before a consumer kill, read while the consumer held its window with its prefetched deliveries: what a queue-depth monitor saw (on a consumer kill's `assert`)",
         UnackedAtKill = "unackedAtKill": "messages of a classic queue delivered and not acked, as its process counts them, read at the same moment as depthAtKill (with rabbitmqctl eval: mqlab's brokers only, and the run has the broker to itself)",
         OldestAgeShownAtKill = "oldestAgeShownAtKill": "`yes` if a classic queue reports a time for its oldest message at the same moment as depthAtKill, `no` if it reports none: its head_message_timestamp (what list_queues, the management API and Prometheus show), read from the messages' `timestamp` property and counting the unacked messages it holds in memory (read like unackedAtKill; a time outside the run is an error; 4.0's own received-at time is not read)",
@@ -135,6 +136,7 @@ impl Counter {
             | BusinessRows
             | ProcessedRows
             | DepthAfter
+            | HeldAfter
             | DepthAtKill
             | UnackedAtKill
             | Deliveries
@@ -176,7 +178,9 @@ impl Counter {
             Isolated => Arg::OptionalClass,
             DlqHeader => Arg::QueueHeader,
             RetryDelaysHonoured => Arg::MessageId,
-            DepthAfter | DepthAtKill | UnackedAtKill | OldestAgeShownAtKill => Arg::Queue,
+            DepthAfter | HeldAfter | DepthAtKill | UnackedAtKill | OldestAgeShownAtKill => {
+                Arg::Queue
+            }
             Attempts | Deliveries | DeliveriesBefore => Arg::MessageId,
             OrderVersion | OrderStatus => Arg::Order,
             WaitedAtLeast => Arg::MessageMs,
