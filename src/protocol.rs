@@ -161,6 +161,10 @@ pub struct OrderService {
 #[serde(deny_unknown_fields)]
 pub struct RetryPolicy {
     pub max_attempts: u32,
+    /// The time budget from a message's first failure, in ms: no retry
+    /// once it is spent (the classified pattern; None: the count alone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_duration_ms: Option<u64>,
     pub dlq: String,
     /// Retry queues of increasing TTL, for the classified pattern: attempt n
     /// waits in tier min(n, len) - 1.

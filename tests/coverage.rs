@@ -186,6 +186,13 @@ const COVERAGE: &[(Pattern, Edit, Pattern)] = &[
         Edit::Failure("backoff"),
         Pattern::LongestDelay,
     ),
+    // Article 002: attempts stop at whichever of the count and the
+    // duration comes first; without the time budget, at the count alone.
+    (
+        Pattern::Classified,
+        Edit::Failure("budget"),
+        Pattern::RetryCountOnly,
+    ),
     // The write's guards, both read from the order's state before it is
     // set: the version comparison (a change event only when newer:
     // per-key-order@overwrite) and the status check (a delayed cancel only
@@ -307,6 +314,7 @@ fn failure_settings(f: OnFailure) -> Vec<(&'static str, String)> {
             dlq,
             by_class,
             backoff,
+            budget,
             retry_order,
             retry_publish,
             dlq_publish,
@@ -326,6 +334,7 @@ fn failure_settings(f: OnFailure) -> Vec<(&'static str, String)> {
             ),
             ("by class", by_class.to_string()),
             ("backoff", format!("{backoff:?}")),
+            ("budget", budget.to_string()),
         ],
     }
 }

@@ -447,6 +447,8 @@ pub struct Message {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Retry {
     pub max_attempts: u32,
+    /// The time budget from a message's first failure, in ms.
+    pub max_duration_ms: Option<u64>,
     pub dlq: String,
     /// Retry queues and the TTL each holds a message for.
     pub tiers: Vec<(String, u64)>,

@@ -307,6 +307,9 @@ pub struct RawDownstream {
 #[serde(deny_unknown_fields)]
 pub struct RawRetry {
     pub max_attempts: NonZeroU32,
+    /// The time budget from a message's first failure, in ms (article 002:
+    /// attempts stop at whichever of the count and the duration comes first).
+    pub max_duration_ms: Option<Spanned<NonZeroU64>>,
     pub dlq: Spanned<String>,
     /// Retry queues of increasing TTL (the classified pattern republishes to them).
     #[serde(default)]

@@ -414,6 +414,7 @@ pub fn consumer_config(
         max_deliveries: c.max_deliveries,
         retry: c.retry.as_ref().map(|r| RetryPolicy {
             max_attempts: r.max_attempts,
+            max_duration_ms: r.max_duration_ms,
             dlq: r.dlq.clone(),
             tiers: r
                 .tiers

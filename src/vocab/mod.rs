@@ -465,6 +465,7 @@ names! {
         Classified = "classified": "inbox path; failures by class (article 000/002): transient → retry tiers, business rejection → recorded, poison and invariant violations → DLQ at once",
         ClassifiedXDeath = "classified-xdeath": "classified, but counts attempts from x-death while it republishes: the count never grows",
         AckThenPublish = "ack-then-publish": "classified, but acks the original before it publishes the DLQ copy",
+        RetryCountOnly = "retry-count-only": "classified, but stops retrying at the attempt count alone: a time budget (`max_duration_ms`) set beside it is never looked at",
         RetryEverything = "retry-everything": "classified, but takes every failure as transient: poison and rejections are retried, then dead-lettered",
         CheckThenInsert = "check-then-insert": "checks the inbox with a SELECT, writes, then inserts the inbox row ignoring a conflict: two copies processed at once both pass the check",
         DlqConfirmWithoutMandatory = "dlq-confirm-without-mandatory": "retry-dlq's DLQ move with a confirm and without `mandatory`: the broker confirms a message it could not route",

@@ -44,6 +44,10 @@ pub enum OnFailure {
         by_class: bool,
         /// Which tier attempt k is republished to.
         backoff: Backoff,
+        /// Whether it stops retrying once the retry policy's time budget
+        /// (`max_duration_ms`, from the first failure) is spent, whichever
+        /// of the count and the duration comes first; `false`: the count alone.
+        budget: bool,
     },
 }
 
@@ -124,6 +128,7 @@ const CLASSIFIED_FAILURE: OnFailure = OnFailure::Classified {
     dlq_publish: GUARDED,
     by_class: true,
     backoff: Backoff::ByAttempt,
+    budget: true,
 };
 
 /// The retry-dlq page's failure handling (the seed labs' consumer).
@@ -304,6 +309,7 @@ pub const PATTERNS: &[PatternDef] = &[
             dlq_publish: GUARDED,
             by_class: true,
             backoff: Backoff::ByAttempt,
+            budget: true,
         },
     },
     PatternDef {
@@ -319,6 +325,7 @@ pub const PATTERNS: &[PatternDef] = &[
             dlq_publish: GUARDED,
             by_class: true,
             backoff: Backoff::ByAttempt,
+            budget: true,
         },
     },
     PatternDef {
@@ -336,6 +343,22 @@ pub const PATTERNS: &[PatternDef] = &[
         on_failure: SEED_FAILURE,
     },
     PatternDef {
+        pattern: Pattern::RetryCountOnly,
+        safe: false,
+        steps: SAFE_PATH,
+        auto_ack: false,
+        on_failure: OnFailure::Classified {
+            attempts: AttemptsFrom::Header,
+            dlq: DlqOrder::ConfirmThenAck,
+            retry_order: DlqOrder::ConfirmThenAck,
+            retry_publish: GUARDED,
+            dlq_publish: GUARDED,
+            by_class: true,
+            backoff: Backoff::ByAttempt,
+            budget: false,
+        },
+    },
+    PatternDef {
         pattern: Pattern::RetryEverything,
         safe: false,
         steps: SAFE_PATH,
@@ -348,6 +371,7 @@ pub const PATTERNS: &[PatternDef] = &[
             dlq_publish: GUARDED,
             by_class: false,
             backoff: Backoff::ByAttempt,
+            budget: true,
         },
     },
     PatternDef {
@@ -363,6 +387,7 @@ pub const PATTERNS: &[PatternDef] = &[
             dlq_publish: GUARDED,
             by_class: true,
             backoff: Backoff::FirstTier,
+            budget: true,
         },
     },
     PatternDef {
@@ -378,6 +403,7 @@ pub const PATTERNS: &[PatternDef] = &[
             dlq_publish: GUARDED,
             by_class: true,
             backoff: Backoff::LastTier,
+            budget: true,
         },
     },
     PatternDef {
@@ -559,6 +585,7 @@ const fn classified_copies(
         dlq_publish,
         by_class: true,
         backoff: Backoff::ByAttempt,
+        budget: true,
     }
 }
 

@@ -39,6 +39,8 @@ pub enum ErrorKind {
     NotATier { queue: String, work: String },
     #[error("pattern `{0}` retries transient failures through tier queues: set `retry.tiers`")]
     NoTiers(Pattern),
+    #[error("`max_duration_ms` is a time budget the built-in classified patterns keep; pattern `{0}` would never look at it: drop it, or choose a classified pattern")]
+    BudgetNeedsClassified(Pattern),
     #[error("pattern `{0}` moves what it cannot retry to a DLQ: set `retry` (max_attempts, dlq)")]
     NoRetry(Pattern),
     #[error("pattern `{0}` blocks its queue with one consumer: drop `instances`")]

@@ -451,6 +451,7 @@ impl Checker<'_> {
             max_deliveries: c.max_deliveries.map(|n| n.get()),
             retry: c.retry.as_ref().map(|r| Retry {
                 max_attempts: r.max_attempts.get(),
+                max_duration_ms: r.max_duration_ms.as_ref().map(|m| m.get_ref().get()),
                 dlq: r.dlq.get_ref().clone(),
                 tiers,
             }),
@@ -572,6 +573,16 @@ impl Checker<'_> {
                 format!("{key}.consume.retry"),
                 span(&c.queue),
                 ErrorKind::NoTiers(pattern),
+            );
+        }
+        if let Some(m) = (c.retry.as_ref())
+            .and_then(|r| r.max_duration_ms.as_ref())
+            .filter(|_| !classified)
+        {
+            self.err(
+                format!("{key}.consume.retry.max_duration_ms"),
+                span(m),
+                ErrorKind::BudgetNeedsClassified(pattern),
             );
         }
         let in_place = c.command.is_none()

@@ -674,6 +674,12 @@ fault = { target = "producer", action = "kill", window = "before-commit", messag
         ),
         (
             r#"consume = { queue = "q","#,
+            r#"consume = { queue = "q", retry = { max_attempts = 2, max_duration_ms = 500, dlq = "q" },"#,
+            None,
+            "step[1].consume.retry.max_duration_ms: `max_duration_ms` is a time budget the built-in classified patterns keep; pattern `inbox` would never look at it: drop it, or choose a classified pattern",
+        ),
+        (
+            r#"consume = { queue = "q","#,
             r#"consume = { queue = "q", command = "true", downstream = { timeout_ms = 500 },"#,
             None,
             "step[1].consume.command: a program's behaviour is its own: `pattern`, `retry`, `transient_failures`, `max_deliveries` and `downstream` are for the built-in consumer",

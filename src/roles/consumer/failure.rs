@@ -208,7 +208,8 @@ impl Consumer {
             .retry
             .clone()
             .context("a classified consumer without a retry policy")?;
-        if class == FailureClass::Transient && attempt < retry.max_attempts {
+        let out_of_time = self.out_of_time(d, &retry);
+        if class == FailureClass::Transient && attempt < retry.max_attempts && !out_of_time {
             let failed = (attempt, class, error);
             return self.retry_copy(d, meta, failed, &retry, copies).await;
         }
@@ -217,13 +218,31 @@ impl Consumer {
         let order = copies.dlq_order;
         self.move_to_dlq(&retry.dlq, d, meta, headers, order, (confirm, mandatory))
             .await?;
-        emit(
-            self.line(meta)
-                .with("attempt", attempt)
-                .with("failureClass", class)
-                .status(Status::MovedToDlq),
-        );
+        let mut line = (self.line(meta).with("attempt", attempt)).with("failureClass", class);
+        // Attempts were left: the time budget ended them.
+        if class == FailureClass::Transient && attempt < retry.max_attempts {
+            line = line.with("budgetSpent", true);
+        }
+        emit(line.status(Status::MovedToDlq));
         Ok(Outcome::Settled)
+    }
+
+    /// Whether the retry policy's time budget, counted from the message's
+    /// first failure (its `first-failed-at` header; none yet: now), is
+    /// spent, for a pattern that keeps one (article 002: attempts stop at
+    /// whichever of the count and the duration comes first).
+    fn out_of_time(&self, d: &Delivery, retry: &RetryPolicy) -> bool {
+        let keeps = matches!(
+            self.def().on_failure,
+            OnFailure::Classified { budget: true, .. }
+        );
+        let (Some(budget), true) = (retry.max_duration_ms, keeps) else {
+            return false;
+        };
+        let first = d.headers.get(super::FIRST_FAILED_AT);
+        let first = first.and_then(|t| humantime::parse_rfc3339(t).ok());
+        let spent = first.and_then(|t| std::time::SystemTime::now().duration_since(t).ok());
+        spent.is_some_and(|s| s.as_millis() >= u128::from(budget))
     }
 
     /// A transient failure with attempts left: its copy for the tier its
