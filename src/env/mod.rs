@@ -328,7 +328,8 @@ pub trait Environment {
         })
     }
     /// A quorum queue has a leader on a node other than `gone` (a cluster's
-    /// node killed mid-stream); one node: nothing to wait for.
+    /// node killed mid-stream; 0: any leader, after a broker restart); a
+    /// broker mqlab did not start: nothing to wait for.
     fn await_leader<'a>(
         &'a self,
         _gone: usize,

@@ -24,6 +24,15 @@ impl crate::faults::Harness for Ctx<'_> {
         let broker = self.connect_broker().await?;
         broker.declare(&self.lab.topology).await?;
         self.conns().broker = broker;
+        // A quorum queue is read once its member is elected again (its
+        // depth reads 0 before): no node is gone, any leader will do.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        for q in crate::faults::Run::quorum_queues(self) {
+            self.env
+                .read()
+                .await_leader(0, &self.vhost, &q, deadline)
+                .await?;
+        }
         Ok(())
     }
 }

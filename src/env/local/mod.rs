@@ -482,4 +482,16 @@ impl super::Environment for LocalEnv {
     fn queue_holds<'a>(&'a self, vhost: &'a str, queue: &'a str) -> super::EnvFuture<'a, u64> {
         Box::pin(super::nodes::holds(self, vhost, queue))
     }
+
+    fn await_leader<'a>(
+        &'a self,
+        gone: usize,
+        vhost: &'a str,
+        queue: &'a str,
+        deadline: std::time::Instant,
+    ) -> super::EnvFuture<'a, ()> {
+        Box::pin(super::nodes::await_leader(
+            self, gone, vhost, queue, deadline,
+        ))
+    }
 }
