@@ -37,8 +37,7 @@ const COVERAGE: &[(Pattern, Edit, Pattern)] = &[
         Edit::Replaced(Step::InboxInsert, &[Step::InboxOwnTx]),
         Pattern::DedupOutsideTx,
     ),
-    // The same row on a helper's connection of its own (article 000's
-    // "another DbContext"): the code reads as one transaction.
+    // The row on a helper's own connection (article 000: another DbContext).
     (
         Pattern::Inbox,
         Edit::Replaced(Step::InboxInsert, &[Step::InboxOtherConnection]),
@@ -186,8 +185,7 @@ const COVERAGE: &[(Pattern, Edit, Pattern)] = &[
         Edit::Failure("backoff"),
         Pattern::LongestDelay,
     ),
-    // Article 002: attempts stop at whichever of the count and the
-    // duration comes first; without the time budget, at the count alone.
+    // Article 002: without the time budget, the attempts stop at the count.
     (
         Pattern::Classified,
         Edit::Failure("budget"),

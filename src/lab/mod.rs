@@ -218,9 +218,9 @@ impl Lab {
     /// did not start).
     pub fn reads_queue_holds(&self) -> bool {
         self.steps.iter().any(|s| {
+            let fault = s.fault.iter().flat_map(|f| &f.asserts);
             matches!(&s.action, Action::Await { from: Some(_), .. })
-                || s.asserts
-                    .iter()
+                || (s.asserts.iter().chain(fault))
                     .any(|a| a.counter.counter == crate::vocab::Counter::HeldAfter)
         })
     }

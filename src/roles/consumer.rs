@@ -390,17 +390,9 @@ impl Consumer {
             }
             Step::InboxOtherConnection => {
                 begin(open, &mut self.db).await?;
-                // The helper's own connection (article 000's "another
-                // DbContext"): its insert commits there, whatever the
-                // business transaction opened above does after it.
-                let mut other = store::connect(&self.cfg.database_url).await?;
-                let new = store::insert_inbox(&mut other, &self.cfg.service, event_id).await?;
-                store::close(other).await;
-                if !new {
-                    store::rollback(&mut self.db).await?;
-                    self.ack(d).await?;
-                    return settled(&self.cfg, meta, attempt, Status::DuplicateSkipped).map(Some);
-                }
+                return self
+                    .inbox_other_connection(d, meta, attempt, event_id)
+                    .await;
             }
             Step::InboxInsert | Step::InboxInsertSavepoint | Step::InboxInsertCatching => {
                 begin(open, &mut self.db).await?;
@@ -432,6 +424,28 @@ impl Consumer {
             | Step::Ack => {}
         }
         Ok(None)
+    }
+
+    /// The inbox row written by a helper on a connection of its own
+    /// (article 000's "another DbContext"): its insert commits there,
+    /// whatever the business transaction already open does after it. None
+    /// for a new event; a duplicate is rolled back, acked and skipped.
+    async fn inbox_other_connection(
+        &mut self,
+        d: &Delivery,
+        meta: &MessageMeta,
+        attempt: u32,
+        event_id: &str,
+    ) -> Result<Option<Outcome>> {
+        let mut other = store::connect(&self.cfg.database_url).await?;
+        let new = store::insert_inbox(&mut other, &self.cfg.service, event_id).await?;
+        store::close(other).await;
+        if new {
+            return Ok(None);
+        }
+        store::rollback(&mut self.db).await?;
+        self.ack(d).await?;
+        settled(&self.cfg, meta, attempt, Status::DuplicateSkipped).map(Some)
     }
 
     /// The inbox row with the digest of the business content, in the open

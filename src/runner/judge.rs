@@ -97,6 +97,32 @@ impl Ctx<'_> {
         }
     }
 
+    /// What a queue holds beyond its ready messages (a quorum queue's
+    /// at-least-once dead-letters waiting for their target), for the queues
+    /// a `heldAfter` counter names: read from its process or leader. A read
+    /// that fails leaves the counter unread (a failed assertion, not a value).
+    async fn read_held(&mut self, asserts: &[Assertion]) {
+        let held: BTreeSet<String> = asserts
+            .iter()
+            .filter(|a| a.counter.counter == Counter::HeldAfter)
+            .filter_map(|a| a.counter.arg.clone())
+            .collect();
+        self.log.observed.held.clear();
+        for q in held {
+            let holds = self.env.read().queue_holds(&self.vhost, &q).await;
+            match holds {
+                Ok(n) => self.log.observed.held.insert(q, n),
+                Err(e) => {
+                    eprintln!(
+                        "mqlab: {}: what `{q}` holds could not be read: {e:#}",
+                        self.run
+                    );
+                    self.log.observed.held.remove(&q)
+                }
+            };
+        }
+    }
+
     /// Judges one point of the history now, prints its lines and keeps it.
     pub(super) fn judge(&mut self, point: Point, role: Role) {
         let entries = self.log.transcript.entries();
@@ -268,28 +294,7 @@ impl Ctx<'_> {
                 None => self.log.observed.depths.remove(&q),
             };
         }
-        // What a queue holds beyond its ready messages (a quorum queue's
-        // at-least-once dead-letters waiting for their target): read from
-        // its process or leader, for the queues a `heldAfter` counter names.
-        let held: BTreeSet<String> = asserts
-            .iter()
-            .filter(|a| a.counter.counter == Counter::HeldAfter)
-            .filter_map(|a| a.counter.arg.clone())
-            .collect();
-        self.log.observed.held.clear();
-        for q in held {
-            let holds = self.env.read().queue_holds(&self.vhost, &q).await;
-            match holds {
-                Ok(n) => self.log.observed.held.insert(q, n),
-                Err(e) => {
-                    eprintln!(
-                        "mqlab: {}: what `{q}` holds could not be read: {e:#}",
-                        self.run
-                    );
-                    self.log.observed.held.remove(&q)
-                }
-            };
-        }
+        self.read_held(asserts).await;
         // Only the queues a `dlqHeader` counter reads are peeked: a peek
         // requeues, which marks the messages redelivered.
         let read: BTreeSet<String> = asserts

@@ -208,7 +208,7 @@ impl Consumer {
             .retry
             .clone()
             .context("a classified consumer without a retry policy")?;
-        let out_of_time = self.out_of_time(d, &retry);
+        let out_of_time = self.out_of_time(d, attempt, &retry);
         if class == FailureClass::Transient && attempt < retry.max_attempts && !out_of_time {
             let failed = (attempt, class, error);
             return self.retry_copy(d, meta, failed, &retry, copies).await;
@@ -228,10 +228,12 @@ impl Consumer {
     }
 
     /// Whether the retry policy's time budget, counted from the message's
-    /// first failure (its `first-failed-at` header; none yet: now), is
-    /// spent, for a pattern that keeps one (article 002: attempts stop at
-    /// whichever of the count and the duration comes first).
-    fn out_of_time(&self, d: &Delivery, retry: &RetryPolicy) -> bool {
+    /// first failure (its `first-failed-at` header; none at attempt 1:
+    /// now), is spent, for a pattern that keeps one (article 002: attempts
+    /// stop at whichever of the count and the duration comes first). A
+    /// retry whose header is missing or unreadable is taken as out of time
+    /// (when in doubt, the DLQ, never another retry), and says so.
+    fn out_of_time(&self, d: &Delivery, attempt: u32, retry: &RetryPolicy) -> bool {
         let keeps = matches!(
             self.def().on_failure,
             OnFailure::Classified { budget: true, .. }
@@ -239,10 +241,23 @@ impl Consumer {
         let (Some(budget), true) = (retry.max_duration_ms, keeps) else {
             return false;
         };
-        let first = d.headers.get(super::FIRST_FAILED_AT);
-        let first = first.and_then(|t| humantime::parse_rfc3339(t).ok());
+        let header = d.headers.get(super::FIRST_FAILED_AT);
+        if header.is_none() && attempt == 1 {
+            return false;
+        }
+        let first = header.and_then(|t| humantime::parse_rfc3339(t).ok());
         let spent = first.and_then(|t| std::time::SystemTime::now().duration_since(t).ok());
-        spent.is_some_and(|s| s.as_millis() >= u128::from(budget))
+        match spent {
+            Some(s) => s.as_millis() >= u128::from(budget),
+            None => {
+                tracing::warn!(
+                    ?header,
+                    attempt,
+                    "no readable first-failed-at: the time budget taken as spent"
+                );
+                true
+            }
+        }
     }
 
     /// A transient failure with attempts left: its copy for the tier its
