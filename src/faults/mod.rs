@@ -97,7 +97,8 @@ pub trait Run: Harness {
     fn proxy(&self) -> &Proxy;
     /// The run's vhost.
     fn vhost(&self) -> &str;
-    /// The names of the lab's quorum queues.
+    /// The names of the lab's quorum queues declared so far (one marked
+    /// `later`: once a declare step made it).
     fn quorum_queues(&self) -> Vec<String>;
     /// Node n is down (`true`: restarted after the lab, however it ends,
     /// and not the harness's to talk to) or up again.

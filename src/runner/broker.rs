@@ -27,13 +27,7 @@ impl crate::faults::Harness for Ctx<'_> {
         // A quorum queue is read once its member is elected again (its
         // depth reads 0 before): no node is gone, any leader will do.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        // A queue marked `later` only once a declare step made it.
-        let later = &self.servers.declared_later;
-        let quorum: Vec<String> = (self.lab.topology.queues.iter())
-            .filter(|q| q.is_quorum() && (!q.later || later.contains(&q.name)))
-            .map(|q| q.name.clone())
-            .collect();
-        for q in quorum {
+        for q in crate::faults::Run::quorum_queues(self) {
             let leader = self.env.read().await_leader(0, &self.vhost, &q, deadline);
             leader.await?;
         }
@@ -55,7 +49,9 @@ impl crate::faults::Run for Ctx<'_> {
             .topology
             .queues
             .iter()
+            // A queue marked `later` only once a declare step made it.
             .filter(|q| q.is_quorum())
+            .filter(|q| !q.later || self.servers.declared_later.contains(&q.name))
             .map(|q| q.name.clone())
             .collect()
     }
