@@ -436,13 +436,69 @@ pub async fn await_paused(nodes: &impl Nodes, n: usize) -> Result<()> {
 }
 
 /// Waits until the nodes that were cut off and still run answer AMQP again
-/// (a paused node restarts its broker once it sees the majority).
+/// (a paused node restarts its broker once it sees the majority). A node
+/// that has not answered within [`SYNC_HUNG_AFTER`] is checked for a hung
+/// `global:sync` ([`unblock_global`]) and waited for again.
 pub async fn await_healed(nodes: &impl Nodes, cut: &[usize], deadline: Instant) -> Result<()> {
     for &n in cut {
         // A node killed while cut off has nothing to come back.
-        if nodes.running(n).await {
-            nodes.ready(n, deadline).await?;
+        if !nodes.running(n).await {
+            continue;
         }
+        loop {
+            let step = (Instant::now() + SYNC_HUNG_AFTER).min(deadline);
+            match nodes.ready(n, step).await {
+                Ok(()) => break,
+                Err(e) if Instant::now() >= deadline => return Err(e),
+                // A failing eval is "not yet": the wait goes on to its deadline.
+                Err(_) => unblock_global(nodes, n).await.unwrap_or(()),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// How long a healed node may take to answer before the harness looks for
+/// a hung `global:sync`: RabbitMQ's own workaround looks after 10 s.
+const SYNC_HUNG_AFTER: Duration = Duration::from_secs(20);
+
+/// What RabbitMQ 3.10.9 and later do when `global:sync` hangs, which 3.10.8
+/// on Erlang 25 cannot: a peer whose sync tag in `global_name_server` is
+/// the same after 10 s is sent nodedown and nodeup on both sides, so both
+/// restart their sync. A paused node restarting its broker after a heal
+/// calls `global:sync` (`rabbit_node_monitor:global_sync`). 3.10.8's
+/// workaround sends Erlang 24's two-element messages, which Erlang 25's
+/// `global` drops ("The global_name_server received an unexpected message:
+/// handle_info({nodedown, ...})"): the sync never returned and node 1 never
+/// answered again, seen in two CI runs of the containers' cluster group
+/// (quorum-partition@classic-queue). rabbitmq-server#6046 (in 3.10.9) sends
+/// Erlang 25's form, `{nodedown, Node, Info}` and `{nodeup, Node,
+/// #{connection_id => Id}}`; this sends the same. A node whose sync moves
+/// or has none is left alone.
+async fn unblock_global(nodes: &impl Nodes, n: usize) -> Result<()> {
+    const TAGS: &str = "{dictionary, D} = process_info(whereis(global_name_server), dictionary), \
+         lists:sort([{P, T} || {{sync_tag_his, P}, T} <- D]).";
+    let before = nodes.eval(n, TAGS).await?;
+    // The same rule as RabbitMQ's: unchanged over 10 s is hung.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let expr = format!(
+        "Before = {before}, {{dictionary, D}} = process_info(whereis(global_name_server), dictionary), \
+         Stuck = [P || {{{{sync_tag_his, P}}, T}} <- D, lists:member({{P, T}}, Before)], \
+         Id = fun(N, On) -> maps:get({{connection_id, N}}, \
+                element(3, erpc:call(On, sys, get_state, [global_name_server], 5000)), none) end, \
+         [begin global_name_server ! {{nodedown, P, #{{}}}}, \
+                {{global_name_server, P}} ! {{nodedown, node(), #{{}}}}, \
+                global_name_server ! {{nodeup, P, #{{connection_id => Mine}}}}, \
+                {{global_name_server, P}} ! {{nodeup, node(), #{{connection_id => His}}}}, P \
+          end || P <- Stuck, Mine <- [Id(P, node())], His <- [Id(node(), P)], \
+                 is_integer(Mine), is_integer(His)]."
+    );
+    let stuck = nodes.eval(n, &expr).await?;
+    if stuck != "[]" {
+        eprintln!(
+            "mqlab: node {n}'s global:sync hung after the heal (with {stuck}); sent Erlang 25's \
+             nodedown and nodeup, as RabbitMQ 3.10.9's workaround does (3.10.8's sends Erlang 24's)"
+        );
     }
     Ok(())
 }
