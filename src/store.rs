@@ -128,6 +128,15 @@ pub struct OrderCreated {
     /// status is still this one when the check runs.
     #[serde(default)]
     pub cancel_if_status: Option<String>,
+    /// A delayed task (order.payment-reminder): due this long after it
+    /// was scheduled (its sender's `published-at`, the host's clock) ...
+    #[serde(default)]
+    pub due_in_ms: Option<u64>,
+    /// ... and run only up to this long after it was due; found later, it
+    /// is recorded as skipped, not run (article 002: a reminder sent late
+    /// may be worse than none).
+    #[serde(default)]
+    pub max_lateness_ms: Option<u64>,
 }
 
 impl OrderCreated {

@@ -22,6 +22,7 @@ use crate::vocab::{
 };
 
 mod failure;
+mod lateness;
 
 enum Outcome {
     Settled,
@@ -516,6 +517,9 @@ impl Consumer {
         let db_error = |e: anyhow::Error| (FailureClass::Transient, e.to_string());
         match order {
             Ok(order) => {
+                if how == StateWrite::Guarded {
+                    too_late(&order, d)?;
+                }
                 let (db, service) = (&mut self.db, self.cfg.service.as_str());
                 if let Some(version) = order.version {
                     let stale = store::set_order_state(db, service, &order, version, how)
@@ -569,6 +573,14 @@ impl Consumer {
         let barrier = self.link.barrier();
         point::reach(&self.cfg.faults, w, meta, marker(&self.cfg, meta), barrier).await;
     }
+}
+
+/// A delayed task found later than its maximum lateness: how late it is
+/// is the host's clock now, less when it was scheduled (the sender's
+/// `published-at`) and its delay.
+fn too_late(order: &OrderCreated, d: &Delivery) -> std::result::Result<(), (FailureClass, String)> {
+    let sent = d.headers.get(PUBLISHED_AT).map(String::as_str);
+    lateness::judge(order.due_in_ms, order.max_lateness_ms, sent, now_ms())
 }
 
 /// The downstream call with the event as its body and `key` as its
