@@ -445,13 +445,27 @@ pub async fn await_healed(nodes: &impl Nodes, cut: &[usize], deadline: Instant) 
         if !nodes.running(n).await {
             continue;
         }
+        // A failing or slow eval is "not yet": the wait goes on to its
+        // deadline, and the last such failure is told with the timeout.
+        let mut unblocking = None;
         loop {
             let step = (Instant::now() + SYNC_HUNG_AFTER).min(deadline);
             match nodes.ready(n, step).await {
                 Ok(()) => break,
-                Err(e) if Instant::now() >= deadline => return Err(e),
-                // A failing eval is "not yet": the wait goes on to its deadline.
-                Err(_) => unblock_global(nodes, n).await.unwrap_or(()),
+                Err(e) if Instant::now() >= deadline => {
+                    return Err(match unblocking {
+                        Some(u) => e.context(format!("looking for a hung global:sync: {u:#}")),
+                        None => e,
+                    })
+                }
+                Err(_) => {
+                    let tried = tokio::time::timeout_at(deadline.into(), unblock_global(nodes, n));
+                    match tried.await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => unblocking = Some(e),
+                        Err(_) => unblocking = Some(anyhow::anyhow!("no answer by the deadline")),
+                    }
+                }
             }
         }
     }
@@ -467,37 +481,46 @@ const SYNC_HUNG_AFTER: Duration = Duration::from_secs(20);
 /// the same after 10 s is sent nodedown and nodeup on both sides, so both
 /// restart their sync. A paused node restarting its broker after a heal
 /// calls `global:sync` (`rabbit_node_monitor:global_sync`). 3.10.8's
-/// workaround sends Erlang 24's two-element messages, which Erlang 25's
-/// `global` drops ("The global_name_server received an unexpected message:
+/// workaround sends two-element messages, which Erlang 25.1's `global`
+/// and later drop ("The global_name_server received an unexpected message:
 /// handle_info({nodedown, ...})"): the sync never returned and node 1 never
 /// answered again, seen in two CI runs of the containers' cluster group
 /// (quorum-partition@classic-queue). rabbitmq-server#6046 (in 3.10.9) sends
-/// Erlang 25's form, `{nodedown, Node, Info}` and `{nodeup, Node,
-/// #{connection_id => Id}}`; this sends the same. A node whose sync moves
-/// or has none is left alone.
+/// the three-element form, `{nodedown, Node, Info}` and `{nodeup, Node,
+/// #{connection_id => Id}}`, each side's current connection id; this sends
+/// the same. A fake nodedown is harmless only because RabbitMQ starts
+/// Erlang with `prevent_overlapping_partitions false` (3.10.8's
+/// `sbin/rabbitmq-server`): with it on, `global` would tell the third node
+/// of a lost connection and disconnect real peers. A node whose sync moves
+/// or has none is left alone; a peer whose connection id either side lacks
+/// is named as skipped. On 4.0.5, whose own workaround works, this would
+/// only repeat it.
 async fn unblock_global(nodes: &impl Nodes, n: usize) -> Result<()> {
     const TAGS: &str = "{dictionary, D} = process_info(whereis(global_name_server), dictionary), \
          lists:sort([{P, T} || {{sync_tag_his, P}, T} <- D]).";
     let before = nodes.eval(n, TAGS).await?;
     // The same rule as RabbitMQ's: unchanged over 10 s is hung.
     tokio::time::sleep(Duration::from_secs(10)).await;
+    // Each peer's ids read before anything is sent to it, and a peer that
+    // cannot be read is named, not a reason to stop half way.
     let expr = format!(
         "Before = {before}, {{dictionary, D}} = process_info(whereis(global_name_server), dictionary), \
          Stuck = [P || {{{{sync_tag_his, P}}, T}} <- D, lists:member({{P, T}}, Before)], \
          Id = fun(N, On) -> maps:get({{connection_id, N}}, \
                 element(3, erpc:call(On, sys, get_state, [global_name_server], 5000)), none) end, \
-         [begin global_name_server ! {{nodedown, P, #{{}}}}, \
+         [case catch {{Id(P, node()), Id(node(), P)}} of \
+            {{Mine, His}} when is_integer(Mine), is_integer(His) -> \
+                global_name_server ! {{nodedown, P, #{{}}}}, \
                 {{global_name_server, P}} ! {{nodedown, node(), #{{}}}}, \
                 global_name_server ! {{nodeup, P, #{{connection_id => Mine}}}}, \
-                {{global_name_server, P}} ! {{nodeup, node(), #{{connection_id => His}}}}, P \
-          end || P <- Stuck, Mine <- [Id(P, node())], His <- [Id(node(), P)], \
-                 is_integer(Mine), is_integer(His)]."
+                {{global_name_server, P}} ! {{nodeup, node(), #{{connection_id => His}}}}, P; \
+            _ -> {{skipped, P}} end || P <- Stuck]."
     );
     let stuck = nodes.eval(n, &expr).await?;
     if stuck != "[]" {
         eprintln!(
-            "mqlab: node {n}'s global:sync hung after the heal (with {stuck}); sent Erlang 25's \
-             nodedown and nodeup, as RabbitMQ 3.10.9's workaround does (3.10.8's sends Erlang 24's)"
+            "mqlab: node {n}'s global:sync hung after the heal (with {stuck}); sent nodedown and \
+             nodeup in the form Erlang 25.1's global takes, as RabbitMQ 3.10.9's workaround does"
         );
     }
     Ok(())
