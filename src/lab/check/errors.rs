@@ -105,6 +105,8 @@ pub enum ErrorKind {
     NoRoutingKey,
     #[error("fixture `{file}`: {why}")]
     Fixture { file: String, why: String },
+    #[error("fixture `{fixture}` is a delayed task ({why}): give it `dueInMs` and `maxLatenessMs`, and publish it with `expiration_ms` equal to `dueInMs`, which also stamps when it was sent (the consumer measures its lateness from that)")]
+    DelayedTaskUnscheduled { fixture: String, why: String },
     #[error(
         "`{action}` of the {target} does not belong on this step ({})",
         crate::vocab::placements_summary()

@@ -344,7 +344,10 @@ impl Checker<'_> {
             };
             for n in first..*next_id {
                 let copy = count.map(|_| n - first + 1);
-                match load_fixture(self.fixtures, &fixture, n, copy) {
+                let loaded = load_fixture(self.fixtures, &fixture, n, copy).and_then(|(m, b)| {
+                    delayed_task_scheduled(&fixture, &b, expiration_ms).map(|()| (m, b))
+                });
+                match loaded {
                     Ok((meta, body)) => messages.push(Message {
                         meta,
                         routing_key: routing_key.clone(),
@@ -650,4 +653,36 @@ impl Checker<'_> {
             }
         }
     }
+}
+
+/// A fixture that is a delayed task (`dueInMs`, `maxLatenessMs`) is
+/// published with its delay as its TTL: the consumer measures how late it
+/// is from the time stamped on it, which only a message with
+/// `expiration_ms` carries; without both fields it would have no rule.
+fn delayed_task_scheduled(
+    fixture: &str,
+    body: &str,
+    expiration_ms: Option<u64>,
+) -> Result<(), ErrorKind> {
+    let v: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
+    let field = |k: &str| v.get(k).map(|x| (x.as_u64(), x.to_string()));
+    let (due, max) = (field("dueInMs"), field("maxLatenessMs"));
+    let why = match (&due, &max, expiration_ms) {
+        (None, None, _) => return Ok(()),
+        (Some((Some(d), _)), Some((Some(_), _)), Some(e)) if *d == e => return Ok(()),
+        (Some((Some(d), _)), Some((Some(_), _)), e) => format!(
+            "`dueInMs` {d}, published with {}",
+            e.map_or("no `expiration_ms`".to_string(), |e| format!(
+                "`expiration_ms = {e}`"
+            ))
+        ),
+        (Some((None, raw)), _, _) => format!("`dueInMs` is {raw}, not a count of ms"),
+        (_, Some((None, raw)), _) => format!("`maxLatenessMs` is {raw}, not a count of ms"),
+        (None, _, _) => "`maxLatenessMs` without `dueInMs`".to_string(),
+        (_, None, _) => "`dueInMs` without `maxLatenessMs`".to_string(),
+    };
+    Err(ErrorKind::DelayedTaskUnscheduled {
+        fixture: fixture.to_string(),
+        why,
+    })
 }

@@ -220,6 +220,18 @@ fn every_error_message_from_a_snippet() {
             "step[0].publish.messages[1]: fixture `",
         ),
         (
+            r#""order-1002"]"#,
+            r#""order-4001-payment-reminder"]"#,
+            None,
+            "step[0].publish.messages[1]: fixture `order-4001-payment-reminder` is a delayed task (`dueInMs` 200, published with no `expiration_ms`): give it `dueInMs` and `maxLatenessMs`, and publish it with `expiration_ms` equal to `dueInMs`",
+        ),
+        (
+            r#""order-1002"]"#,
+            r#"{ fixture = "order-4001-payment-reminder", expiration_ms = 300 }]"#,
+            None,
+            "step[0].publish.messages[1]: fixture `order-4001-payment-reminder` is a delayed task (`dueInMs` 200, published with `expiration_ms = 300`)",
+        ),
+        (
             r#"routing_key = "q", "#,
             "",
             None,
