@@ -29,8 +29,8 @@ fn every_one_node_lab_holds_on_rabbitmq_4_0() {
 /// something beyond AMQP and SQL (`Lab::needs`: a broker fault, a policy,
 /// a queue's own figures, a broker setting, a database of the run's own).
 /// What the generation changes is shown by every run on a local 4.0 node
-/// (above), what the container changes by every run in a 3.10 container
-/// (tests/containers.rs); here, where the two meet: the 4.0 image under
+/// (above), what the container changes by the same runs in a 3.10
+/// container (tests/containers.rs); here, where the two meet: the 4.0 image under
 /// each environment operation. The other runs speak AMQP and SQL through
 /// the proxy only, as they do in the other two suites.
 #[test]

@@ -452,19 +452,22 @@ pub async fn await_healed(nodes: &impl Nodes, cut: &[usize], deadline: Instant) 
             let step = (Instant::now() + SYNC_HUNG_AFTER).min(deadline);
             match nodes.ready(n, step).await {
                 Ok(()) => break,
-                Err(e) if Instant::now() >= deadline => {
-                    return Err(match unblocking {
-                        Some(u) => e.context(format!("looking for a hung global:sync: {u:#}")),
-                        None => e,
-                    })
-                }
+                Err(e) if Instant::now() >= deadline => return Err(match unblocking {
+                    Some(u) => anyhow::anyhow!(
+                        "{e:#}\n(the last look for a hung global:sync on node {n} failed: {u:#})"
+                    ),
+                    None => e,
+                }),
                 Err(_) => {
                     let tried = tokio::time::timeout_at(deadline.into(), unblock_global(nodes, n));
-                    match tried.await {
-                        Ok(Ok(())) => {}
-                        Ok(Err(e)) => unblocking = Some(e),
-                        Err(_) => unblocking = Some(anyhow::anyhow!("no answer by the deadline")),
-                    }
+                    unblocking = match tried.await {
+                        Ok(Ok(())) => None,
+                        Ok(Err(e)) => Some(e),
+                        Err(_) => Some(anyhow::anyhow!("no answer by the deadline")),
+                    };
+                    // Never a busy loop: a `ready` that failed at once waits
+                    // out its step here.
+                    tokio::time::sleep_until(step.into()).await;
                 }
             }
         }
@@ -519,8 +522,9 @@ async fn unblock_global(nodes: &impl Nodes, n: usize) -> Result<()> {
     let stuck = nodes.eval(n, &expr).await?;
     if stuck != "[]" {
         eprintln!(
-            "mqlab: node {n}'s global:sync hung after the heal (with {stuck}); sent nodedown and \
-             nodeup in the form Erlang 25.1's global takes, as RabbitMQ 3.10.9's workaround does"
+            "mqlab: node {n}'s global:sync hung after the heal: sent nodedown and nodeup in the \
+             form Erlang 25.1's global takes, as RabbitMQ 3.10.9's workaround does, to each peer \
+             named (a peer `{{skipped, P}}` had no connection id to send): {stuck}"
         );
     }
     Ok(())

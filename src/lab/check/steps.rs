@@ -686,3 +686,44 @@ fn delayed_task_scheduled(
         why,
     })
 }
+
+#[cfg(test)]
+mod delayed_task_tests {
+    use super::delayed_task_scheduled as check;
+
+    #[test]
+    fn a_delayed_task_needs_both_fields_and_its_ttl() {
+        let why = |body: &str, ttl: Option<u64>| match check("f", body, ttl) {
+            Ok(()) => "ok".to_string(),
+            Err(super::ErrorKind::DelayedTaskUnscheduled { why, .. }) => why,
+            Err(other) => format!("{other}"),
+        };
+        let both = r#"{"dueInMs": 200, "maxLatenessMs": 500}"#;
+        assert_eq!(why(both, Some(200)), "ok");
+        assert_eq!(why(r#"{"eventId": "e"}"#, None), "ok");
+        assert_eq!(
+            why(both, Some(300)),
+            "`dueInMs` 200, published with `expiration_ms = 300`"
+        );
+        assert_eq!(
+            why(both, None),
+            "`dueInMs` 200, published with no `expiration_ms`"
+        );
+        assert_eq!(
+            why(r#"{"dueInMs": 200}"#, Some(200)),
+            "`dueInMs` without `maxLatenessMs`"
+        );
+        assert_eq!(
+            why(r#"{"maxLatenessMs": 5}"#, Some(200)),
+            "`maxLatenessMs` without `dueInMs`"
+        );
+        assert_eq!(
+            why(r#"{"dueInMs": 200.5, "maxLatenessMs": 5}"#, Some(200)),
+            "`dueInMs` is 200.5, not a count of ms"
+        );
+        assert_eq!(
+            why(r#"{"dueInMs": 200, "maxLatenessMs": -5}"#, Some(200)),
+            "`maxLatenessMs` is -5, not a count of ms"
+        );
+    }
+}
