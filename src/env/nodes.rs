@@ -452,12 +452,14 @@ pub async fn await_healed(nodes: &impl Nodes, cut: &[usize], deadline: Instant) 
             let step = (Instant::now() + SYNC_HUNG_AFTER).min(deadline);
             match nodes.ready(n, step).await {
                 Ok(()) => break,
-                Err(e) if Instant::now() >= deadline => return Err(match unblocking {
-                    Some(u) => anyhow::anyhow!(
+                Err(e) if Instant::now() >= deadline => {
+                    return Err(match unblocking {
+                        Some(u) => anyhow::anyhow!(
                         "{e:#}\n(the last look for a hung global:sync on node {n} failed: {u:#})"
                     ),
-                    None => e,
-                }),
+                        None => e,
+                    })
+                }
                 Err(_) => {
                     let tried = tokio::time::timeout_at(deadline.into(), unblock_global(nodes, n));
                     unblocking = match tried.await {
