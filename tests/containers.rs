@@ -46,7 +46,7 @@ fn every_lab_that_needs_the_environment_passes_in_containers_with_the_local_tran
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let (r, p) = require_images();
     let out = tempfile::tempdir().unwrap();
-    let runs = runs_that_need_the_environment();
+    let runs = one_node_runs(|lab| !lab.needs().is_empty());
     // 15 on 2026-12-07: a narrower `needs` would shrink this suite unseen.
     assert!(
         runs.len() >= 15,
@@ -66,21 +66,6 @@ fn every_lab_that_needs_the_environment_passes_in_containers_with_the_local_tran
     // runs are compared with; check that it saw them all.
     assert!(stdout.contains(" 0 failed ("), "{stdout}");
     assert_eq!(std::fs::read_dir(out.path()).unwrap().count(), runs.len());
-}
-
-/// The one-node runs of the project's labs that need the environment.
-fn runs_that_need_the_environment() -> Vec<String> {
-    let project = mqlab::lab::Project { root: root() };
-    let mut runs = Vec::new();
-    for lab in project.lab_names().unwrap() {
-        for run in project.runs_of(&lab).unwrap() {
-            let l = project.load(&run).unwrap();
-            if !l.is_cluster() && !l.needs().is_empty() {
-                runs.push(run);
-            }
-        }
-    }
-    runs
 }
 
 #[test]

@@ -53,21 +53,6 @@ fn every_one_node_lab_that_needs_the_environment_holds_in_a_rabbitmq_4_0_contain
     labs_hold(&args, runs.len());
 }
 
-/// The one-node runs of the project's labs that `keep` selects.
-fn one_node_runs(keep: impl Fn(&mqlab::lab::Lab) -> bool) -> Vec<String> {
-    let project = mqlab::lab::Project { root: root() };
-    let mut runs = Vec::new();
-    for lab in project.lab_names().unwrap() {
-        for run in project.runs_of(&lab).unwrap() {
-            let l = project.load(&run).unwrap();
-            if !l.is_cluster() && keep(&l) {
-                runs.push(run);
-            }
-        }
-    }
-    runs
-}
-
 /// Two whole suites at once on two cores would time them, not test them.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 

@@ -224,3 +224,18 @@ pub fn require_images() -> (String, String) {
         ),
     }
 }
+
+/// The one-node runs of the project's labs that `keep` selects.
+pub fn one_node_runs(keep: impl Fn(&mqlab::lab::Lab) -> bool) -> Vec<String> {
+    let project = mqlab::lab::Project { root: root() };
+    let mut runs = Vec::new();
+    for lab in project.lab_names().unwrap() {
+        for run in project.runs_of(&lab).unwrap() {
+            let l = project.load(&run).unwrap();
+            if !l.is_cluster() && keep(&l) {
+                runs.push(run);
+            }
+        }
+    }
+    runs
+}
