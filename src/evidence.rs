@@ -537,6 +537,7 @@ fn steps(lab: &crate::lab::Lab) -> String {
                 queue, definition, ..
             } => line.push_str(&format!(" on `{queue}`: `{definition}`")),
             Action::Replay { from, to } => line.push_str(&format!(": `{from}` into `{to}`")),
+            Action::Delete(_) => line.push_str(": by an administrator, with what it holds"),
             _ => {}
         }
         if let Some(f) = &step.fault {

@@ -263,6 +263,7 @@ pub fn points_with(lab: &Lab, passed: Option<&Passed>) -> Vec<Point> {
             | Action::Broker(_)
             | Action::Node { .. }
             | Action::Declare(_)
+            | Action::Delete(_)
             | Action::Await { .. }
             | Action::PurgeInbox { .. }
             | Action::Replay { .. }

@@ -447,6 +447,14 @@ impl<'a> Diagram<'a> {
             ));
             return;
         }
+        if status == Status::QueueDeleted {
+            let q = self.queue(e.get("queue").unwrap_or("?"));
+            self.body.push(format!(
+                "    Note over {q}: deleted by an administrator, with its {} messages",
+                e.get("held").unwrap_or("?")
+            ));
+            return;
+        }
         if status == Status::PolicySet {
             let q = self.queue(e.get("queue").unwrap_or("?"));
             self.body.push(format!(

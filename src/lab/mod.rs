@@ -306,8 +306,12 @@ pub enum Action {
         node: usize,
         action: FaultAction,
     },
-    /// Declares exchanges and queues the lab marks `later`.
+    /// Declares exchanges and queues the lab marks `later`, or queues a
+    /// `Delete` step deleted (the application declares its topology again).
     Declare(Vec<String>),
+    /// An administrator deletes these queues, with every message they hold
+    /// (article 002: persistence and replication do not cover it).
+    Delete(Vec<String>),
     /// Waits until `queue` holds `depth` ready messages, at most
     /// `within_secs`, or until `from` (which dead-letters into `queue`)
     /// holds no message any more.
@@ -349,6 +353,7 @@ impl Action {
             Action::Broker(a) => format!("broker({a})"),
             Action::Node { node, action } => format!("node{node}({action})"),
             Action::Declare(names) => format!("declare({})", names.join(", ")),
+            Action::Delete(names) => format!("delete({})", names.join(", ")),
             Action::Await { queue, .. } => format!("await({queue})"),
             Action::PurgeInbox { .. } => "purge-inbox".into(),
             Action::Policy { name, .. } => format!("policy({name})"),

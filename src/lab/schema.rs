@@ -112,8 +112,11 @@ pub struct RawStep {
     pub publish: Option<RawPublish>,
     pub consume: Option<RawConsume>,
     pub inspect: Option<Vec<InspectField>>,
-    /// Declares exchanges and queues the lab marks `later`.
+    /// Declares exchanges and queues the lab marks `later`, or queues a
+    /// `delete` step deleted.
     pub declare: Option<Vec<Spanned<String>>>,
+    /// An administrator deletes these queues, with what they hold.
+    pub delete: Option<Vec<Spanned<String>>>,
     /// Waits until a queue holds `depth` ready messages, or `within_secs` passed.
     #[serde(rename = "await")]
     pub await_depth: Option<RawAwait>,

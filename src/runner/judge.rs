@@ -242,6 +242,19 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// An administrator's deletion of queues, each with what it held.
+    pub(super) async fn delete_queues(&mut self, names: &[String]) -> Result<()> {
+        for queue in names {
+            let held = self.conns().broker.delete_queue(queue).await?;
+            let line = Record::new(self.lab.broker, &self.lab.name)
+                .with("queue", queue)
+                .with("held", held)
+                .status(Status::QueueDeleted);
+            self.emit(Role::Job, &line);
+        }
+        Ok(())
+    }
+
     /// A policy for one queue, set on the running broker as an operator
     /// would set it, in force on the queue before the next step.
     pub(super) async fn set_policy(
@@ -361,6 +374,11 @@ fn owed(lab: &Lab, events: &Events) -> Owed {
     for s in &lab.steps {
         match &s.action {
             Action::Declare(names) => declared.extend(names.iter().map(String::as_str)),
+            Action::Delete(names) => {
+                for n in names {
+                    declared.remove(n.as_str());
+                }
+            }
             Action::Publish(p) => {
                 for m in &p.messages {
                     let Some(queues) = lab.topology.route(&p.exchange, &m.routing_key, &declared)

@@ -37,6 +37,10 @@ impl Admin for AmqpAdmin {
         Box::pin(client::delete_queues(&self.channel, topology))
     }
 
+    fn delete_queue<'a>(&'a self, queue: &'a str) -> BoxFuture<'a, Result<u32>> {
+        Box::pin(client::delete_queue(&self.channel, queue))
+    }
+
     fn queue_state<'a>(&'a self, queue: &'a str) -> BoxFuture<'a, Result<(u32, u32)>> {
         Box::pin(client::queue_state(&self.channel, queue))
     }

@@ -23,12 +23,21 @@ pub async fn declare(channel: &Channel, topology: &Topology) -> Result<()> {
     declare_where(channel, topology, |later, _| !later).await
 }
 
-/// Declares the named `later` exchanges and queues (a lab's `declare` step).
+/// Declares the named exchanges and queues (a lab's `declare` step: each
+/// marked `later`, or a queue a `delete` step deleted, as the lab file was
+/// checked).
 pub async fn declare_later(channel: &Channel, topology: &Topology, names: &[String]) -> Result<()> {
-    declare_where(channel, topology, |later, name| {
-        later && names.iter().any(|n| n == name)
-    })
-    .await
+    declare_where(channel, topology, |_, name| names.iter().any(|n| n == name)).await
+}
+
+/// Deletes one queue, whatever it holds (`queue.delete` with neither
+/// `if-empty` nor `if-unused`, as `rabbitmqctl delete_queue` does); how
+/// many messages it held.
+pub async fn delete_queue(channel: &Channel, queue: &str) -> Result<u32> {
+    channel
+        .queue_delete(queue.into(), lapin::options::QueueDeleteOptions::default())
+        .await
+        .with_context(|| format!("deleting queue `{queue}`"))
 }
 
 /// Deletes the topology's queues (a run reusing another's vhost).

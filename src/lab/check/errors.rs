@@ -94,12 +94,12 @@ pub enum ErrorKind {
     #[error("a quorum queue is always durable")]
     QuorumNotDurable,
     #[error(
-        "a step has exactly one of `publish`, `consume`, `inspect`, `declare`, `await`, `purge_inbox`, `policy`, `replay` (or only a broker `fault`)"
+        "a step has exactly one of `publish`, `consume`, `inspect`, `declare`, `delete`, `await`, `purge_inbox`, `policy`, `replay` (or only a broker `fault`)"
     )]
     StepActions,
     #[error("an inspect step reads state; a fault belongs on a publish or consume step")]
     NoFaultOnInspect,
-    #[error("`{0}` is not an exchange or queue marked `later = true`")]
+    #[error("`{0}` is not an exchange or queue marked `later = true`, nor a queue a `delete` step deleted")]
     NotLater(String),
     #[error("no `routing_key` (set it on the message or the step)")]
     NoRoutingKey,

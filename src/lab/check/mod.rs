@@ -108,6 +108,9 @@ pub struct Checker<'a> {
     /// Each message published so far and its eventId: a rendezvous holds
     /// the copies of one event.
     events: Vec<(String, String)>,
+    /// The queues a `delete` step deleted so far: a `declare` step may
+    /// declare them again.
+    deleted: Vec<String>,
 }
 
 fn span<T>(s: &Spanned<T>) -> Option<Range<usize>> {
@@ -122,6 +125,7 @@ impl<'a> Checker<'a> {
             errs: Vec::new(),
             has_effects: false,
             events: Vec::new(),
+            deleted: Vec::new(),
             nodes: 1,
         }
     }
@@ -548,6 +552,7 @@ fn actions(s: &RawStep) -> usize {
         s.consume.is_some(),
         s.inspect.is_some(),
         s.declare.is_some(),
+        s.delete.is_some(),
         s.await_depth.is_some(),
         s.purge_inbox.is_some(),
         s.policy.is_some(),

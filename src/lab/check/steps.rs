@@ -17,6 +17,7 @@ impl Checker<'_> {
         if s.policy.is_none()
             && s.purge_inbox.is_none()
             && s.declare.is_none()
+            && s.delete.is_none()
             && s.await_depth.is_none()
             && s.replay.is_none()
         {
@@ -35,6 +36,8 @@ impl Checker<'_> {
             }
         } else if let Some(names) = &s.declare {
             self.declare(key, names, topology)
+        } else if let Some(names) = &s.delete {
+            self.delete(key, names, topology)
         } else if let Some(r) = &s.replay {
             for (field, q) in [("from", &r.from), ("to", &r.to)] {
                 if !topology.queues.iter().any(|t| &t.name == q.get_ref()) {
@@ -57,7 +60,7 @@ impl Checker<'_> {
                 to: r.to.get_ref().clone(),
             }
         } else {
-            let a = s.await_depth.as_ref().expect("one of the five");
+            let a = s.await_depth.as_ref().expect("one of the six");
             for (field, q) in
                 std::iter::once(("queue", &a.queue)).chain(a.from.iter().map(|f| ("from", f)))
             {
@@ -136,7 +139,8 @@ impl Checker<'_> {
         }
     }
 
-    /// A `declare` step: each name a queue or exchange marked `later`.
+    /// A `declare` step: each name a queue or exchange marked `later`, or a
+    /// queue a `delete` step before it deleted.
     fn declare(&mut self, key: &str, names: &[Spanned<String>], topology: &Topology) -> Action {
         for (j, n) in names.iter().enumerate() {
             let later = topology
@@ -146,7 +150,8 @@ impl Checker<'_> {
                 || topology
                     .exchanges
                     .iter()
-                    .any(|x| x.later && &x.name == n.get_ref());
+                    .any(|x| x.later && &x.name == n.get_ref())
+                || self.deleted.contains(n.get_ref());
             if !later {
                 self.err(
                     format!("{key}.declare[{j}]"),
@@ -155,7 +160,25 @@ impl Checker<'_> {
                 );
             }
         }
+        self.deleted
+            .retain(|d| !names.iter().any(|n| n.get_ref() == d));
         Action::Declare(names.iter().map(|n| n.get_ref().clone()).collect())
+    }
+
+    /// A `delete` step: each name a queue of the lab's topology.
+    fn delete(&mut self, key: &str, names: &[Spanned<String>], topology: &Topology) -> Action {
+        for (j, n) in names.iter().enumerate() {
+            if !topology.queues.iter().any(|q| &q.name == n.get_ref()) {
+                self.err(
+                    format!("{key}.delete[{j}]"),
+                    span(n),
+                    ErrorKind::UnknownQueue(n.get_ref().clone()),
+                );
+            }
+        }
+        let names: Vec<String> = names.iter().map(|n| n.get_ref().clone()).collect();
+        self.deleted.extend(names.iter().cloned());
+        Action::Delete(names)
     }
 
     /// Long because it checks one section of the file key by key, in the

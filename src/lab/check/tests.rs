@@ -92,6 +92,18 @@ fn every_error_message_from_a_snippet() {
     let cases: &[(&str, &str, Option<&str>, &str)] = &[
         (
             "[counters]",
+            "[[step]]\ndelete = [\"nope\"]\n\n[counters]",
+            None,
+            "step[2].delete[0]: no queue `nope` is declared",
+        ),
+        (
+            "[counters]",
+            "[[step]]\ndeclare = [\"q\"]\n\n[counters]",
+            None,
+            "step[2].declare[0]: `q` is not an exchange or queue marked `later = true`, nor a queue a `delete` step deleted",
+        ),
+        (
+            "[counters]",
             "[[step]]\nreplay = { from = \"q\", to = \"q\" }\n\n[counters]",
             None,
             "step[2].replay.to: a replay moves a queue's messages into another queue: `from` and `to` are the same queue, which it would never empty",
@@ -449,7 +461,7 @@ fn every_error_message_from_a_snippet() {
             "[[step]]\nconsume",
             "[[step]]\npurge_inbox = { retention_ms = 0 }\nconsume",
             None,
-            "step[1]: a step has exactly one of `publish`, `consume`, `inspect`, `declare`, `await`, `purge_inbox`, `policy`, `replay` (or only a broker `fault`)",
+            "step[1]: a step has exactly one of `publish`, `consume`, `inspect`, `declare`, `delete`, `await`, `purge_inbox`, `policy`, `replay` (or only a broker `fault`)",
         ),
         (
             "[[step]]\nconsume",
@@ -1041,4 +1053,26 @@ fn the_projects_labs_load() {
             project.load(&run).unwrap_or_else(|e| panic!("{run}: {e}"));
         }
     }
+}
+
+/// An administrator's `delete` step, then a `declare` of the same queue:
+/// accepted, in that order only (the second `declare` is refused above,
+/// with no `delete` before it).
+#[test]
+fn a_deleted_queue_may_be_declared_again() {
+    let text = BASE.replacen(
+        "[counters]",
+        "[[step]]\ndelete = [\"q\"]\n\n[[step]]\ndeclare = [\"q\"]\n\n[counters]",
+        1,
+    );
+    let lab = super::super::from_str(&text, "t", &fixtures(), None).unwrap();
+    let phases: Vec<String> = lab.steps.iter().map(|s| s.action.phase()).collect();
+    assert_eq!(phases[2..], ["delete(q)", "declare(q)"]);
+    let twice = BASE.replacen(
+        "[counters]",
+        "[[step]]\ndelete = [\"q\"]\n\n[[step]]\ndeclare = [\"q\"]\n\n[[step]]\ndeclare = [\"q\"]\n\n[counters]",
+        1,
+    );
+    let e = super::super::from_str(&twice, "t", &fixtures(), None).unwrap_err();
+    assert!(e.to_string().contains("step[4].declare[0]"), "{e}");
 }
