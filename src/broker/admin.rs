@@ -38,7 +38,7 @@ pub trait Admin: Send {
     /// Deletes the topology's queues (a vhost another run used).
     fn delete_queues<'a>(&'a self, topology: &'a Topology) -> BoxFuture<'a, Result<()>>;
     /// Deletes one queue as an administrator would, with what it holds; how
-    /// many messages it held.
+    /// many ready messages it held.
     fn delete_queue<'a>(&'a self, queue: &'a str) -> BoxFuture<'a, Result<u32>>;
     /// Ready messages and consumers of a queue, as the broker reports them;
     /// a [`HomeNodeDown`] error, after which [`Admin::reopen`] is called.

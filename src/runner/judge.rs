@@ -243,7 +243,7 @@ impl Ctx<'_> {
     }
 
     /// An administrator's deletion of queues, each with what it held.
-    pub(super) async fn delete_queues(&mut self, names: &[String]) -> Result<()> {
+    pub(super) async fn admin_delete(&mut self, names: &[String]) -> Result<()> {
         for queue in names {
             let held = self.conns().broker.delete_queue(queue).await?;
             let line = Record::new(self.lab.broker, &self.lab.name)

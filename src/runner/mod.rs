@@ -702,7 +702,7 @@ impl Ctx<'_> {
                     self.servers.declared_later.extend(names.iter().cloned());
                     self.sync_metadata().await?;
                 }
-                Action::Delete(names) => self.delete_queues(names).await?,
+                Action::Delete(names) => self.admin_delete(names).await?,
                 Action::Await {
                     queue,
                     depth,

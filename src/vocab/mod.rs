@@ -321,7 +321,7 @@ names! {
         Snapshot = "snapshot": "inspect: the fields read from PostgreSQL",
         InboxPurged = "inbox_purged": "job: the inbox rows older than the retention deleted, with how many",
         Replayed = "replayed": "job: an operator's replay moved what a DLQ held (`from`) back into the work queue (`to`), each copy confirmed before its original was removed, with how many",
-        QueueDeleted = "queue_deleted": "job: an administrator deleted a queue, with how many messages it held",
+        QueueDeleted = "queue_deleted": "job: an administrator deleted a queue, with how many ready messages it held",
         PolicySet = "policy_set": "job: a policy set on the running broker, in force on its queue",
         DownstreamCalled = "downstream_called": "consumer: the downstream call after the ack returned an answer (an intent, if any, is marked done next)",
         CallFailed = "call_failed": "consumer: the downstream call after the ack failed; an intent stays pending for the consumer's next start, without one the call is never made again",

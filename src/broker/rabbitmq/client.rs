@@ -20,19 +20,25 @@ pub async fn connect(url: &str) -> Result<Connection> {
 
 /// Declares the topology, except what the lab declares later.
 pub async fn declare(channel: &Channel, topology: &Topology) -> Result<()> {
-    declare_where(channel, topology, |later, _| !later).await
+    declare_where(channel, topology, |later, _| !later, |later, _| !later).await
 }
 
-/// Declares the named exchanges and queues (a lab's `declare` step: each
-/// marked `later`, or a queue a `delete` step deleted, as the lab file was
-/// checked).
+/// Declares the named `later` exchanges and queues, and the named queues a
+/// `delete` step deleted (a lab's `declare` step).
 pub async fn declare_later(channel: &Channel, topology: &Topology, names: &[String]) -> Result<()> {
-    declare_where(channel, topology, |_, name| names.iter().any(|n| n == name)).await
+    let named = |name: &str| names.iter().any(|n| n == name);
+    declare_where(
+        channel,
+        topology,
+        |later, name| later && named(name),
+        |_, name| named(name),
+    )
+    .await
 }
 
 /// Deletes one queue, whatever it holds (`queue.delete` with neither
-/// `if-empty` nor `if-unused`, as `rabbitmqctl delete_queue` does); how
-/// many messages it held.
+/// `if-empty` nor `if-unused`, as `rabbitmqctl delete_queue` does); the
+/// message count of its `delete-ok` (the ready messages it held).
 pub async fn delete_queue(channel: &Channel, queue: &str) -> Result<u32> {
     channel
         .queue_delete(queue.into(), lapin::options::QueueDeleteOptions::default())
@@ -54,12 +60,19 @@ pub async fn delete_queues(channel: &Channel, topology: &Topology) -> Result<()>
     Ok(())
 }
 
+/// Declares the exchanges and the queues (with their bindings) each pick
+/// takes, given whether it is marked `later` and its name.
 async fn declare_where(
     channel: &Channel,
     topology: &Topology,
-    pick: impl Fn(bool, &str) -> bool,
+    pick_exchange: impl Fn(bool, &str) -> bool,
+    pick_queue: impl Fn(bool, &str) -> bool,
 ) -> Result<()> {
-    for x in topology.exchanges.iter().filter(|x| pick(x.later, &x.name)) {
+    for x in topology
+        .exchanges
+        .iter()
+        .filter(|x| pick_exchange(x.later, &x.name))
+    {
         let kind = match x.kind {
             ExchangeKind::Direct => lapin::ExchangeKind::Direct,
             ExchangeKind::Topic => lapin::ExchangeKind::Topic,
@@ -75,7 +88,11 @@ async fn declare_where(
             .await
             .with_context(|| format!("declaring exchange `{}`", x.name))?;
     }
-    for q in topology.queues.iter().filter(|q| pick(q.later, &q.name)) {
+    for q in topology
+        .queues
+        .iter()
+        .filter(|q| pick_queue(q.later, &q.name))
+    {
         let opts = QueueDeclareOptions {
             durable: q.durable,
             ..Default::default()

@@ -101,6 +101,12 @@ pub enum ErrorKind {
     NoFaultOnInspect,
     #[error("`{0}` is not an exchange or queue marked `later = true`, nor a queue a `delete` step deleted")]
     NotLater(String),
+    #[error("`{0}` does not exist at this step (a `later` queue no `declare` step declared yet, or one deleted already): nothing to delete")]
+    NothingToDelete(String),
+    #[error("`{queue}` is deleted ({by}) until a `declare` step declares it again: until then a step may only publish (with no `assert` and no `fault`), delete or declare, since any other reads the broker's queues")]
+    WhileDeleted { queue: String, by: String },
+    #[error("`{0}` is deleted here and never declared again: the run's checks read every queue of the lab at its end; add a `declare` step after it")]
+    DeletedForGood(String),
     #[error("no `routing_key` (set it on the message or the step)")]
     NoRoutingKey,
     #[error("fixture `{file}`: {why}")]

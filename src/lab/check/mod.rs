@@ -108,9 +108,11 @@ pub struct Checker<'a> {
     /// Each message published so far and its eventId: a rendezvous holds
     /// the copies of one event.
     events: Vec<(String, String)>,
-    /// The queues a `delete` step deleted so far: a `declare` step may
-    /// declare them again.
-    deleted: Vec<String>,
+    /// The queues a `delete` step deleted and no `declare` step declared
+    /// again yet, with that step's key: a `declare` step may declare them.
+    deleted: Vec<(String, String)>,
+    /// The `later` exchanges and queues a `declare` step declared so far.
+    declared: Vec<String>,
 }
 
 fn span<T>(s: &Spanned<T>) -> Option<Range<usize>> {
@@ -126,6 +128,7 @@ impl<'a> Checker<'a> {
             has_effects: false,
             events: Vec::new(),
             deleted: Vec::new(),
+            declared: Vec::new(),
             nodes: 1,
         }
     }

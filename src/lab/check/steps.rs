@@ -1,12 +1,12 @@
 //! The step sections: publish, consume and the steps of their own kind
-//! (`policy`, `purge_inbox`, `declare`, `await`).
+//! (`policy`, `purge_inbox`, `declare`, `delete`, `await`, `replay`).
 
 use super::*;
 
 impl Checker<'_> {
     /// A step of its own kind, not a role's (`policy`, `purge_inbox`,
-    /// `declare`, `await`): None when `s` is none of them; Some(None) when it is one
-    /// and has an error.
+    /// `declare`, `delete`, `await`, `replay`): None when `s` is none of
+    /// them; Some(None) when it is one and has an error.
     fn standalone(
         &mut self,
         key: &str,
@@ -39,59 +39,10 @@ impl Checker<'_> {
         } else if let Some(names) = &s.delete {
             self.delete(key, names, topology)
         } else if let Some(r) = &s.replay {
-            for (field, q) in [("from", &r.from), ("to", &r.to)] {
-                if !topology.queues.iter().any(|t| &t.name == q.get_ref()) {
-                    self.err(
-                        format!("{key}.replay.{field}"),
-                        span(q),
-                        ErrorKind::UnknownQueue(q.get_ref().clone()),
-                    );
-                }
-            }
-            if r.from.get_ref() == r.to.get_ref() {
-                self.err(
-                    format!("{key}.replay.to"),
-                    span(&r.to),
-                    ErrorKind::ReplayIntoItself,
-                );
-            }
-            Action::Replay {
-                from: r.from.get_ref().clone(),
-                to: r.to.get_ref().clone(),
-            }
+            self.replay(key, r, topology)
         } else {
             let a = s.await_depth.as_ref().expect("one of the six");
-            for (field, q) in
-                std::iter::once(("queue", &a.queue)).chain(a.from.iter().map(|f| ("from", f)))
-            {
-                if !topology.queues.iter().any(|t| &t.name == q.get_ref()) {
-                    self.err(
-                        format!("{key}.await.{field}"),
-                        span(q),
-                        ErrorKind::UnknownQueue(q.get_ref().clone()),
-                    );
-                }
-            }
-            if let Some(f) = &a.from {
-                if topology.queues.iter().any(|t| &t.name == f.get_ref())
-                    && !dead_letters_into(topology, f.get_ref(), a.queue.get_ref())
-                {
-                    self.err(
-                        format!("{key}.await.from"),
-                        span(f),
-                        ErrorKind::AwaitFromNotDeadLettering {
-                            from: f.get_ref().clone(),
-                            queue: a.queue.get_ref().clone(),
-                        },
-                    );
-                }
-            }
-            Action::Await {
-                queue: a.queue.get_ref().clone(),
-                depth: a.depth,
-                within_secs: a.within_secs.get(),
-                from: a.from.as_ref().map(|f| f.get_ref().clone()),
-            }
+            self.await_step(key, a, topology)
         };
         let asserts = self.asserts(&format!("{key}.assert"), &s.assert, raw);
         Some(Some(Step {
@@ -99,6 +50,76 @@ impl Checker<'_> {
             fault: None,
             asserts,
         }))
+    }
+
+    /// A `replay` step: two declared queues, not the same one.
+    fn replay(
+        &mut self,
+        key: &str,
+        r: &crate::lab::schema::RawReplay,
+        topology: &Topology,
+    ) -> Action {
+        for (field, q) in [("from", &r.from), ("to", &r.to)] {
+            if !topology.queues.iter().any(|t| &t.name == q.get_ref()) {
+                self.err(
+                    format!("{key}.replay.{field}"),
+                    span(q),
+                    ErrorKind::UnknownQueue(q.get_ref().clone()),
+                );
+            }
+        }
+        if r.from.get_ref() == r.to.get_ref() {
+            self.err(
+                format!("{key}.replay.to"),
+                span(&r.to),
+                ErrorKind::ReplayIntoItself,
+            );
+        }
+        Action::Replay {
+            from: r.from.get_ref().clone(),
+            to: r.to.get_ref().clone(),
+        }
+    }
+
+    /// An `await` step: its queue declared, and its `from` a queue that
+    /// dead-letters straight into it.
+    fn await_step(
+        &mut self,
+        key: &str,
+        a: &crate::lab::schema::RawAwait,
+        topology: &Topology,
+    ) -> Action {
+        for (field, q) in
+            std::iter::once(("queue", &a.queue)).chain(a.from.iter().map(|f| ("from", f)))
+        {
+            if !topology.queues.iter().any(|t| &t.name == q.get_ref()) {
+                self.err(
+                    format!("{key}.await.{field}"),
+                    span(q),
+                    ErrorKind::UnknownQueue(q.get_ref().clone()),
+                );
+            }
+        }
+        if let Some(f) = &a.from {
+            if topology.queues.iter().any(|t| &t.name == f.get_ref())
+                && !dead_letters_into(topology, f.get_ref(), a.queue.get_ref())
+            {
+                self.err(
+                    format!("{key}.await.from"),
+                    span(f),
+                    ErrorKind::AwaitFromNotDeadLettering {
+                        from: f.get_ref().clone(),
+                        queue: a.queue.get_ref().clone(),
+                    },
+                );
+            }
+        }
+        Action::Await {
+            queue: a.queue.get_ref().clone(),
+            depth: a.depth,
+            within_secs: a.within_secs.get(),
+            from: a.from.as_ref().map(|f| f.get_ref().clone()),
+        }
     }
 
     /// A `policy` step: its queue declared, and a classic one (a quorum or
@@ -151,7 +172,7 @@ impl Checker<'_> {
                     .exchanges
                     .iter()
                     .any(|x| x.later && &x.name == n.get_ref())
-                || self.deleted.contains(n.get_ref());
+                || self.deleted.iter().any(|(d, _)| d == n.get_ref());
             if !later {
                 self.err(
                     format!("{key}.declare[{j}]"),
@@ -161,24 +182,53 @@ impl Checker<'_> {
             }
         }
         self.deleted
-            .retain(|d| !names.iter().any(|n| n.get_ref() == d));
+            .retain(|(d, _)| !names.iter().any(|n| n.get_ref() == d));
+        self.declared
+            .extend(names.iter().map(|n| n.get_ref().clone()));
         Action::Declare(names.iter().map(|n| n.get_ref().clone()).collect())
     }
 
-    /// A `delete` step: each name a queue of the lab's topology.
+    /// A `delete` step: each name a queue of the lab's topology that
+    /// exists at this step (a `later` one declared, none deleted already:
+    /// RabbitMQ answers the deletion of a missing queue as done).
     fn delete(&mut self, key: &str, names: &[Spanned<String>], topology: &Topology) -> Action {
         for (j, n) in names.iter().enumerate() {
-            if !topology.queues.iter().any(|q| &q.name == n.get_ref()) {
+            let name = n.get_ref();
+            let Some(q) = topology.queues.iter().find(|q| &q.name == name) else {
                 self.err(
                     format!("{key}.delete[{j}]"),
                     span(n),
-                    ErrorKind::UnknownQueue(n.get_ref().clone()),
+                    ErrorKind::UnknownQueue(name.clone()),
                 );
+                continue;
+            };
+            if (q.later && !self.declared.contains(name))
+                || self.deleted.iter().any(|(d, _)| d == name)
+            {
+                self.err(
+                    format!("{key}.delete[{j}]"),
+                    span(n),
+                    ErrorKind::NothingToDelete(name.clone()),
+                );
+                continue;
             }
+            self.deleted.push((name.clone(), key.to_string()));
         }
-        let names: Vec<String> = names.iter().map(|n| n.get_ref().clone()).collect();
-        self.deleted.extend(names.iter().cloned());
-        Action::Delete(names)
+        Action::Delete(names.iter().map(|n| n.get_ref().clone()).collect())
+    }
+
+    /// While a queue is deleted, every read of the broker's queues (an
+    /// assertion, a consume, a wait, a fault) would find it missing: a step
+    /// then may only publish (unrouted to it), delete or declare.
+    fn while_deleted(&mut self, key: &str, s: &RawStep) {
+        let Some((queue, by)) = self.deleted.first().cloned() else {
+            return;
+        };
+        let publishes = s.publish.is_some() && s.fault.is_none();
+        let allowed = s.assert.is_empty() && (publishes || s.delete.is_some());
+        if !(allowed || s.declare.is_some()) {
+            self.err(key.to_string(), None, ErrorKind::WhileDeleted { queue, by });
+        }
     }
 
     /// Long because it checks one section of the file key by key, in the
@@ -194,6 +244,7 @@ impl Checker<'_> {
         let mut steps = Vec::new();
         for (i, s) in raw.steps.iter().enumerate() {
             let key = format!("step[{i}]");
+            self.while_deleted(&key, s);
             if let Some(step) = self.standalone(&key, s, raw, topology) {
                 steps.extend(step);
                 continue;
@@ -294,6 +345,9 @@ impl Checker<'_> {
                 ),
                 _ => {}
             }
+        }
+        for (queue, by) in std::mem::take(&mut self.deleted) {
+            self.err(by, None, ErrorKind::DeletedForGood(queue));
         }
         steps
     }

@@ -98,6 +98,24 @@ fn every_error_message_from_a_snippet() {
         ),
         (
             "[counters]",
+            "[[step]]\ndelete = [\"q\"]\n\n[[step]]\ndelete = [\"q\"]\n\n[[step]]\ndeclare = [\"q\"]\n\n[counters]",
+            None,
+            "step[3].delete[0]: `q` does not exist at this step (a `later` queue no `declare` step declared yet, or one deleted already): nothing to delete",
+        ),
+        (
+            "[counters]",
+            "[[step]]\ndelete = [\"q\"]\n\n[[step]]\ninspect = [\"business_rows\"]\n\n[[step]]\ndeclare = [\"q\"]\n\n[counters]",
+            None,
+            "step[3]: `q` is deleted (step[2]) until a `declare` step declares it again",
+        ),
+        (
+            "[counters]",
+            "[[step]]\ndelete = [\"q\"]\n\n[counters]",
+            None,
+            "step[2]: `q` is deleted here and never declared again",
+        ),
+        (
+            "[counters]",
             "[[step]]\ndeclare = [\"q\"]\n\n[counters]",
             None,
             "step[2].declare[0]: `q` is not an exchange or queue marked `later = true`, nor a queue a `delete` step deleted",
