@@ -301,6 +301,84 @@ fn a_program_that_never_acks() {
     assert!(stderr.contains("waiting forever"), "{stderr}");
 }
 
+/// A program that declares its own queue when it starts: with the
+/// arguments the lab declares, it runs and passes; with others, the broker
+/// refuses it and mqlab says so in one line, in the broker's words.
+#[test]
+#[ignore = "needs MQLAB_PYTHON, a Python with pika and psycopg (.ci/run makes it)"]
+fn a_program_that_declares_its_own_queue() {
+    let project = tempfile::tempdir().unwrap();
+    for sub in ["labs", "fixtures", "snapshots"] {
+        let to = project.path().join(sub);
+        std::fs::create_dir_all(&to).unwrap();
+        for e in std::fs::read_dir(examples().join(sub)).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+    std::fs::copy(
+        examples().join("consumer.py"),
+        project.path().join("consumer.py"),
+    )
+    .unwrap();
+    let lab = project.path().join("labs/byo-consumer-crash.toml");
+    let text = std::fs::read_to_string(&lab).unwrap();
+    let with_args = text.replacen(
+        "name = \"orders.byo\"\n",
+        "name = \"orders.byo\"\narguments = { \"x-max-length\" = 100 }\n",
+        1,
+    );
+    assert_ne!(with_args, text);
+    std::fs::write(&lab, with_args).unwrap();
+    let declaring = |root: &std::path::Path, max: u32| {
+        run(&mut mqlab(&[
+            "lab",
+            "byo-consumer-crash",
+            "--root",
+            root.to_str().unwrap(),
+            "--consumer-cmd",
+            &format!(
+                "{} consumer.py safe --declare '{{\"x-max-length\": {max}}}'",
+                python()
+            ),
+        ]))
+    };
+    // The lab's own arguments: the declaration is accepted, the lab holds
+    // against the examples' snapshot (the kill's restarted process
+    // declares again).
+    let (code, stdout, stderr) = declaring(project.path(), 100);
+    assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    // Other arguments, and arguments on a queue the lab declares with
+    // none: refused, one line in the broker's words.
+    for (root, max, current) in [
+        (
+            project.path().to_path_buf(),
+            5,
+            "received '5' but current is '100'",
+        ),
+        (
+            examples(),
+            100,
+            "received the value '100' of type 'signedint' but current is none",
+        ),
+    ] {
+        let (code, _, stderr) = declaring(&root, max);
+        assert_eq!(code, 1, "{stderr}");
+        let line = stderr
+            .lines()
+            .find(|l| l.contains("the broker refused the program"))
+            .unwrap_or_else(|| panic!("no refusal line:\n{stderr}"));
+        assert!(
+            line.contains(
+                "406 PRECONDITION_FAILED - inequivalent arg 'x-max-length' for queue 'orders.byo'"
+            ) && line.contains(current)
+                && line.contains("and the program exited with 1"),
+            "{line}"
+        );
+        assert!(!stderr.contains("Traceback"), "{stderr}");
+    }
+}
+
 #[test]
 fn consumer_cmd_needs_a_lab_that_runs_a_program() {
     let (code, _, stderr) =

@@ -36,6 +36,10 @@
 //                                  pending once the queue is quiet 0.3 s)
 //   node consumer.js batch-acked-early  the same, acking each batch before
 //                                  the COMMIT of its last message (broken)
+//
+//   node consumer.js MODE --declare '{"x-max-length": 100}'  first declares
+//                                  its queue itself (durable, with these
+//                                  arguments), as many programs do
 
 "use strict";
 
@@ -53,8 +57,13 @@ const MODES = [
   "batch-acked-early",
 ];
 const MODE = process.argv[2] || "safe";
-if (!MODES.includes(MODE)) {
-  console.error(`usage: consumer.js ${MODES.join("|")} (not ${JSON.stringify(MODE)})`);
+// The program's own declaration of its queue: `--declare JSON` (arguments).
+const DECLARE =
+  process.argv[3] === "--declare" && process.argv.length === 5 ? JSON.parse(process.argv[4]) : null;
+if (!MODES.includes(MODE) || (process.argv.length > 3 && DECLARE === null)) {
+  console.error(
+    `usage: consumer.js ${MODES.join("|")} [--declare JSON] (not ${JSON.stringify(process.argv.slice(2))})`
+  );
   process.exit(2);
 }
 
@@ -132,6 +141,9 @@ async function main() {
   connection.on("close", () => process.exit(1));
   channel.on("error", fail);
   db.on("error", fail);
+  if (DECLARE !== null) {
+    await channel.assertQueue(queue, { durable: true, arguments: DECLARE });
+  }
   const ack = acker(connection, channel);
   if (MODE === "batched" || MODE === "batch-acked-early") {
     await consumeInBatches(channel, ack, db, service, queue);

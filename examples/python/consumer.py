@@ -36,6 +36,10 @@ from outside, on the program's AMQP and PostgreSQL connections.
     consumer.py batch-acked-early  the same, acking each batch before the
                            COMMIT of its last message (broken: a crash
                            between that ack and that COMMIT loses it)
+
+    consumer.py MODE --declare '{"x-max-length": 100}'  first declares its
+                           queue itself (durable, with these arguments), as
+                           many programs do when they start
 """
 
 import json
@@ -47,6 +51,8 @@ import pika
 import psycopg
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else "safe"
+# The program's own declaration of its queue: `--declare JSON` (arguments).
+DECLARE = json.loads(sys.argv[3]) if sys.argv[2:3] == ["--declare"] and len(sys.argv) == 4 else None
 MODES = (
     "safe",
     "ack-first",
@@ -58,8 +64,8 @@ MODES = (
     "batched",
     "batch-acked-early",
 )
-if MODE not in MODES:
-    sys.exit(f"usage: consumer.py {'|'.join(MODES)} (not {MODE!r})")
+if MODE not in MODES or (len(sys.argv) > 2 and DECLARE is None):
+    sys.exit(f"usage: consumer.py {'|'.join(MODES)} [--declare JSON] (not {sys.argv[1:]!r})")
 
 SCHEMA = [
     """CREATE TABLE IF NOT EXISTS py_inbox (
@@ -86,6 +92,8 @@ def main():
     connection = pika.BlockingConnection(pika.URLParameters(os.environ["MQLAB_AMQP_URL"]))
     channel = connection.channel()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    if DECLARE is not None:
+        channel.queue_declare(os.environ["MQLAB_QUEUE"], durable=True, arguments=DECLARE)
     if MODE in ("batched", "batch-acked-early"):
         consume_in_batches(channel, db, service)
         return

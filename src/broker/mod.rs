@@ -166,6 +166,12 @@ pub enum Frame {
         covers: Vec<String>,
         ack: bool,
     },
+    /// The broker refuses what a client asked on one of its channels (a
+    /// declaration that contradicts the queue as it exists, a queue that
+    /// does not exist), in the broker's own words: the channel is closed.
+    Refused {
+        text: String,
+    },
 }
 
 /// A broker's wire protocol as the proxy reads it, one connection's state

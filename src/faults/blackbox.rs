@@ -142,6 +142,10 @@ pub struct BlackBox {
     delivery_held: Option<u64>,
     /// Deliveries passed so far (and resets), for whoever waits for one.
     passed: watch::Sender<u64>,
+    /// The broker's first refusal of something the program asked (its own
+    /// declaration contradicting the lab's queue): what explains the
+    /// program's failure, if it fails.
+    refused: Option<String>,
     seen: mpsc::UnboundedSender<Seen>,
 }
 
@@ -169,6 +173,7 @@ impl BlackBox {
             release: Arc::new(Notify::new()),
             delivery_held: None,
             passed: watch::Sender::new(0),
+            refused: None,
             seen,
         }
     }
@@ -219,6 +224,17 @@ impl BlackBox {
     pub fn declare_commits_first(&mut self) {
         self.commits_first = Some(true);
         self.declared = true;
+    }
+
+    /// The broker refused a request of the program's and closed its
+    /// channel; the first refusal is kept.
+    pub fn on_refused(&mut self, text: String) {
+        self.refused.get_or_insert(text);
+    }
+
+    /// The broker's first refusal of the program's requests, if any.
+    pub fn refused(&self) -> Option<&str> {
+        self.refused.as_deref()
     }
 
     /// The program's `basic.consume` asked for autoAck.

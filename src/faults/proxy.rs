@@ -415,6 +415,12 @@ fn judge(dir: Dir, frame: &[u8], conn: &mut Conn, shared: &Shared) -> Verdict {
                 }
             }
         }
+        // Kept for the program's failure, which it explains.
+        Frame::Refused { text } => {
+            if let Some(b) = &bb {
+                b.lock().expect("black box").on_refused(text);
+            }
+        }
         Frame::Settled { .. } | Frame::Confirmed { .. } | Frame::Qos { .. } | Frame::Other => {}
     }
     Verdict::Forward

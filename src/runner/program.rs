@@ -180,6 +180,9 @@ impl Program for ProgramStep<'_, '_> {
             e = self.seen.recv() => e.context("the proxies stopped"),
             status = proc.child.wait() => {
                 let code = exit_code(status?);
+                if let Some(why) = self.bb.lock().expect("black box").refused() {
+                    return Err(Failure::RoleExited.error(refused(phase, why, code)));
+                }
                 Err(Failure::RoleExited.error(format!(
                     "phase {phase}: the program exited with {code} after it settled {settled} of {settle} messages (acked, transaction ended); last lines of its output:\n{}",
                     process::tail(&proc.log, 10)
@@ -187,6 +190,9 @@ impl Program for ProgramStep<'_, '_> {
             }
             _ = tokio::time::sleep_until(d.at.into()) => {
                 process::kill_now(&mut proc.child);
+                if let Some(why) = self.bb.lock().expect("black box").refused() {
+                    return Err(Failure::RoleExited.error(refused(phase, why, -1)));
+                }
                 let why = self.bb.lock().expect("black box").stuck().map(|w| format!(" {w};")).unwrap_or_default();
                 Err(Failure::Deadline.error(format!(
                     "phase {phase} exceeded {} s: the program settled {settled} of {settle} messages (acked, transaction ended);{why} last lines of its output:\n{}",
@@ -263,4 +269,18 @@ impl Program for ProgramStep<'_, '_> {
         let (left, _) = self.ctx.conns().broker.queue_state(&self.c.queue).await?;
         Ok(left as usize)
     }
+}
+
+/// One line for a program that failed after the broker refused it (its own
+/// declaration contradicting the lab's queue, a queue the lab does not
+/// declare): the broker's words, and what to change. `code`: its exit
+/// status, or -1 when it hung and was killed at the deadline.
+fn refused(phase: &str, why: &str, code: i32) -> String {
+    let ended = match code {
+        -1 => "hung until the deadline".to_string(),
+        c => format!("exited with {c}"),
+    };
+    format!(
+        "phase {phase}: the broker refused the program ({why}) and the program {ended}: the lab declares the topology the program meets, so declare it in the lab file as the program does (or let the program find it as declared)"
+    )
 }

@@ -175,6 +175,16 @@ impl Codec for AmqpCodec {
             (ToClient, AMQPFrame::Method(ch, AMQPClass::Basic(B::Nack(n)))) => {
                 return self.confirmed(ch, n.delivery_tag, n.multiple, false)
             }
+            // A channel exception (404 NOT_FOUND, 406 PRECONDITION_FAILED,
+            // ...): the broker closes the channel with its reason. A
+            // connection closed by the broker (a restart's 320) is not one.
+            (ToClient, AMQPFrame::Method(_, AMQPClass::Channel(channel::AMQPMethod::Close(c))))
+                if c.reply_code != 200 =>
+            {
+                return Frame::Refused {
+                    text: format!("{} {}", c.reply_code, c.reply_text),
+                };
+            }
             _ => {}
         }
         Frame::Other

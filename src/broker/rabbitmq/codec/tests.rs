@@ -377,6 +377,36 @@ fn an_auto_ack_consumer_and_a_channel_opened_again() {
 /// Frames are cut at their length whatever the reads: the protocol header
 /// by itself, a frame split across two reads waits for its rest, two
 /// frames in one read are two; only a Basic.Deliver begins a delivery.
+/// The broker closes a channel over a declaration it refuses: read, with
+/// its words; a client's own close of its channel (200) is nothing.
+#[test]
+fn a_refused_declaration_closes_the_channel() {
+    let close = |code, text: &str| {
+        bytes(&AMQPFrame::Method(
+            1,
+            AMQPClass::Channel(channel::AMQPMethod::Close(channel::Close {
+                reply_code: code,
+                reply_text: text.into(),
+                class_id: 50,
+                method_id: 10,
+            })),
+        ))
+    };
+    let refusal = "PRECONDITION_FAILED - inequivalent arg 'x-max-length' for queue 'q'";
+    session(vec![
+        (ToBroker, open(1), f(Frame::Other)),
+        (
+            ToClient,
+            close(406, refusal),
+            f(Frame::Refused {
+                text: format!("406 {refusal}"),
+            }),
+        ),
+        (ToBroker, close(200, "bye"), f(Frame::Other)),
+        (ToClient, close(200, "bye"), f(Frame::Other)),
+    ]);
+}
+
 #[test]
 fn frames_are_cut_at_their_length() {
     let c = AmqpCodec::default();
