@@ -100,8 +100,9 @@ fn labs_hold(args: &[&str], runs: usize) {
 /// others against the 3.10 snapshots.
 ///
 /// At once because most of each group is waiting, not working: its two
-/// classic-queue runs' consumers each wait about 60 s for 4.0's NOT_FOUND
-/// (docs/environments.md); one after the other the groups took 331 s and
+/// classic-queue runs' consumers each waited about 60 s for 4.0's NOT_FOUND
+/// (docs/environments.md; now 10 s, the consumer's bound on an unanswered
+/// `basic.consume`); one after the other the groups took 331 s and
 /// 393 s of CI's time (when the harness's own reads of those queues
 /// waited for it too). Their partitions do not meet: the local cluster
 /// cuts its own loopback addresses in its own iptables chain, the

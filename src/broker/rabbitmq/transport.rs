@@ -13,6 +13,13 @@ use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Confirmation, Connection};
 
 use super::client;
+
+/// How long a `basic.consume` may go unanswered before the consumer gives
+/// up. A healthy broker answers in milliseconds; a classic queue whose home
+/// node is down is answered NOT_FOUND at once by 3.10 and only after about
+/// 60 s of lookups by 4.0 (`rabbit_amqqueue:with/4`, docs/environments.md):
+/// the consumer fails either way, here without waiting those 60 s.
+const CONSUME_ANSWER: std::time::Duration = std::time::Duration::from_secs(10);
 use crate::broker::transport::{
     Answer, Delivery, Inbound, Outgoing, Pending, Publisher, Subscription,
 };
@@ -184,17 +191,24 @@ impl Inbound for AmqpInbound {
                 .confirm_select(ConfirmSelectOptions::default())
                 .await?;
             let unconfirmed = self.conn.create_channel().await?;
-            let deliveries = ch
-                .basic_consume(
-                    sub.queue.into(),
-                    sub.consumer.into(),
-                    BasicConsumeOptions {
-                        no_ack: sub.no_ack,
-                        ..Default::default()
-                    },
-                    FieldTable::default(),
-                )
+            let consume = ch.basic_consume(
+                sub.queue.into(),
+                sub.consumer.into(),
+                BasicConsumeOptions {
+                    no_ack: sub.no_ack,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            );
+            let deliveries = tokio::time::timeout(CONSUME_ANSWER, consume)
                 .await
+                .map_err(|_| {
+                    anyhow::anyhow!(
+                        "no answer to basic.consume within {} s (is its queue's node down?)",
+                        CONSUME_ANSWER.as_secs()
+                    )
+                })
+                .and_then(|r| r.map_err(anyhow::Error::from))
                 .with_context(|| format!("consuming from `{}`", sub.queue))?;
             self.link = Some(Link {
                 ch,
