@@ -57,9 +57,20 @@ const MODES = [
   "batch-acked-early",
 ];
 const MODE = process.argv[2] || "safe";
-// The program's own declaration of its queue: `--declare JSON` (arguments).
-const DECLARE =
-  process.argv[3] === "--declare" && process.argv.length === 5 ? JSON.parse(process.argv[4]) : null;
+// The program's own declaration of its queue: `--declare JSON`, an object
+// of queue arguments; null without it or when it is not one.
+function declaredArguments(argv) {
+  if (argv[3] !== "--declare" || argv.length !== 5) {
+    return null;
+  }
+  try {
+    const args = JSON.parse(argv[4]);
+    return args !== null && typeof args === "object" && !Array.isArray(args) ? args : null;
+  } catch {
+    return null;
+  }
+}
+const DECLARE = declaredArguments(process.argv);
 if (!MODES.includes(MODE) || (process.argv.length > 3 && DECLARE === null)) {
   console.error(
     `usage: consumer.js ${MODES.join("|")} [--declare JSON] (not ${JSON.stringify(process.argv.slice(2))})`

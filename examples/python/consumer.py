@@ -51,8 +51,21 @@ import pika
 import psycopg
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else "safe"
-# The program's own declaration of its queue: `--declare JSON` (arguments).
-DECLARE = json.loads(sys.argv[3]) if sys.argv[2:3] == ["--declare"] and len(sys.argv) == 4 else None
+
+
+def declared_arguments(argv):
+    """The program's own declaration of its queue: `--declare JSON`, an
+    object of queue arguments; None without it or when it is not one."""
+    if argv[2:3] != ["--declare"] or len(argv) != 4:
+        return None
+    try:
+        arguments = json.loads(argv[3])
+    except ValueError:
+        return None
+    return arguments if isinstance(arguments, dict) else None
+
+
+DECLARE = declared_arguments(sys.argv)
 MODES = (
     "safe",
     "ack-first",

@@ -166,11 +166,13 @@ pub enum Frame {
         covers: Vec<String>,
         ack: bool,
     },
-    /// The broker refuses what a client asked on one of its channels (a
-    /// declaration that contradicts the queue as it exists, a queue that
-    /// does not exist), in the broker's own words: the channel is closed.
+    /// The broker refuses what a client asked on one of its channels, in
+    /// its own words, and closes the channel; `topology`: the request was
+    /// a declaration (an exchange's, a queue's: one that contradicts it as
+    /// it exists) or a consume from a queue that does not exist.
     Refused {
         text: String,
+        topology: bool,
     },
 }
 

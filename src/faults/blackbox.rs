@@ -142,10 +142,10 @@ pub struct BlackBox {
     delivery_held: Option<u64>,
     /// Deliveries passed so far (and resets), for whoever waits for one.
     passed: watch::Sender<u64>,
-    /// The broker's first refusal of something the program asked (its own
-    /// declaration contradicting the lab's queue): what explains the
-    /// program's failure, if it fails.
-    refused: Option<String>,
+    /// The broker's first refusal of something the current process asked,
+    /// and whether it concerned the topology (its own declaration
+    /// contradicting the lab's): what explains its failure, if it fails.
+    refused: Option<(String, bool)>,
     seen: mpsc::UnboundedSender<Seen>,
 }
 
@@ -228,13 +228,16 @@ impl BlackBox {
 
     /// The broker refused a request of the program's and closed its
     /// channel; the first refusal is kept.
-    pub fn on_refused(&mut self, text: String) {
-        self.refused.get_or_insert(text);
+    pub fn on_refused(&mut self, text: String, topology: bool) {
+        self.refused.get_or_insert((text, topology));
     }
 
-    /// The broker's first refusal of the program's requests, if any.
-    pub fn refused(&self) -> Option<&str> {
-        self.refused.as_deref()
+    /// The broker's first refusal of the current process's requests, and
+    /// whether it concerned the topology.
+    pub fn refused(&self) -> Option<(&str, bool)> {
+        self.refused
+            .as_ref()
+            .map(|(t, topology)| (t.as_str(), *topology))
     }
 
     /// The program's `basic.consume` asked for autoAck.
@@ -272,6 +275,7 @@ impl BlackBox {
     /// After the kill: nothing is frozen, nothing armed; a new process
     /// starts from a clean slate.
     pub fn reset(&mut self) {
+        self.refused = None;
         self.target = None;
         self.current = None;
         self.commits = 0;

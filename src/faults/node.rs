@@ -94,9 +94,23 @@ pub async fn between(
             r.node_cut(None);
         }
     }
+    // A node gone or cut off may have led a quorum queue: the next step's
+    // consumer subscribes once another node leads it, not while the
+    // others elect one (it gives up a consume unanswered for 10 s).
+    if matches!(fault, NodeFault::Kill | NodeFault::Partition) {
+        let deadline = std::time::Instant::now() + LEADER_WAIT;
+        let vhost = r.vhost().to_string();
+        for q in r.quorum_queues() {
+            r.env()?.await_leader(node, &vhost, &q, deadline).await?;
+        }
+    }
     r.reconnect_harness(false).await?;
     if matches!(fault, NodeFault::Restart | NodeFault::Heal) {
         r.say(&said.healed());
     }
     Ok(())
 }
+
+/// How long the quorum queues of a cluster may take to have a leader on
+/// another node after a node's kill or cut between steps.
+const LEADER_WAIT: std::time::Duration = std::time::Duration::from_secs(60);

@@ -416,9 +416,9 @@ fn judge(dir: Dir, frame: &[u8], conn: &mut Conn, shared: &Shared) -> Verdict {
             }
         }
         // Kept for the program's failure, which it explains.
-        Frame::Refused { text } => {
+        Frame::Refused { text, topology } => {
             if let Some(b) = &bb {
-                b.lock().expect("black box").on_refused(text);
+                b.lock().expect("black box").on_refused(text, topology);
             }
         }
         Frame::Settled { .. } | Frame::Confirmed { .. } | Frame::Qos { .. } | Frame::Other => {}

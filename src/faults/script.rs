@@ -365,7 +365,8 @@ mod tests {
     /// Each node fault between steps: what is marked for the restore
     /// after the lab is marked before the environment acts (a kill or a
     /// cut that fails half way is still restored), and unmarked only
-    /// after a restart or a heal succeeded.
+    /// after a restart or a heal succeeded. After a kill, each quorum
+    /// queue has a leader on another node before the next step.
     #[test]
     fn node_faults_between_steps_mark_before_they_act() {
         let run = |action, fault, fail| {
@@ -383,6 +384,8 @@ mod tests {
                 "say kill injected",
                 "node_down 2 true",
                 "env kill_node 2",
+                "env await_leader 2 q1",
+                "env await_leader 2 q2",
                 "reconnect restarted=false"
             ]
         );

@@ -180,22 +180,26 @@ impl Program for ProgramStep<'_, '_> {
             e = self.seen.recv() => e.context("the proxies stopped"),
             status = proc.child.wait() => {
                 let code = exit_code(status?);
-                if let Some(why) = self.bb.lock().expect("black box").refused() {
+                let b = self.bb.lock().expect("black box");
+                if let Some((why, true)) = b.refused() {
                     return Err(Failure::RoleExited.error(refused(phase, why, code)));
                 }
+                let also = refusal(b.refused());
                 Err(Failure::RoleExited.error(format!(
-                    "phase {phase}: the program exited with {code} after it settled {settled} of {settle} messages (acked, transaction ended); last lines of its output:\n{}",
+                    "phase {phase}: the program exited with {code} after it settled {settled} of {settle} messages (acked, transaction ended){also}; last lines of its output:\n{}",
                     process::tail(&proc.log, 10)
                 )))
             }
             _ = tokio::time::sleep_until(d.at.into()) => {
                 process::kill_now(&mut proc.child);
-                if let Some(why) = self.bb.lock().expect("black box").refused() {
-                    return Err(Failure::RoleExited.error(refused(phase, why, -1)));
+                let b = self.bb.lock().expect("black box");
+                if let Some((why, true)) = b.refused() {
+                    return Err(Failure::Deadline.error(refused(phase, why, -1)));
                 }
-                let why = self.bb.lock().expect("black box").stuck().map(|w| format!(" {w};")).unwrap_or_default();
+                let also = refusal(b.refused());
+                let why = b.stuck().map(|w| format!(" {w};")).unwrap_or_default();
                 Err(Failure::Deadline.error(format!(
-                    "phase {phase} exceeded {} s: the program settled {settled} of {settle} messages (acked, transaction ended);{why} last lines of its output:\n{}",
+                    "phase {phase} exceeded {} s: the program settled {settled} of {settle} messages (acked, transaction ended){also};{why} last lines of its output:\n{}",
                     d.secs,
                     process::tail(&proc.log, 10)
                 )))
@@ -271,10 +275,19 @@ impl Program for ProgramStep<'_, '_> {
     }
 }
 
-/// One line for a program that failed after the broker refused it (its own
-/// declaration contradicting the lab's queue, a queue the lab does not
-/// declare): the broker's words, and what to change. `code`: its exit
-/// status, or -1 when it hung and was killed at the deadline.
+/// A refusal of something else (an ack of an unknown delivery tag, ...),
+/// said beside the program's output.
+fn refusal(refused: Option<(&str, bool)>) -> String {
+    refused
+        .map(|(why, _)| format!(", after the broker refused it ({why})"))
+        .unwrap_or_default()
+}
+
+/// One line for a program that failed after the broker refused its
+/// topology (its own declaration contradicting the lab's queue, a queue
+/// the lab does not declare): the broker's words, and what to change.
+/// `code`: its exit status, or -1 when it hung and was killed at the
+/// deadline.
 fn refused(phase: &str, why: &str, code: i32) -> String {
     let ended = match code {
         -1 => "hung until the deadline".to_string(),

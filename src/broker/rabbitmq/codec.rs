@@ -176,13 +176,17 @@ impl Codec for AmqpCodec {
                 return self.confirmed(ch, n.delivery_tag, n.multiple, false)
             }
             // A channel exception (404 NOT_FOUND, 406 PRECONDITION_FAILED,
-            // ...): the broker closes the channel with its reason. A
-            // connection closed by the broker (a restart's 320) is not one.
+            // ...): the broker closes the channel with its reason and the
+            // method it refused (class 40: exchange, 50: queue, 60/20:
+            // basic.consume). A connection the broker closes (a restart's
+            // 320) is not one.
             (ToClient, AMQPFrame::Method(_, AMQPClass::Channel(channel::AMQPMethod::Close(c))))
                 if c.reply_code != 200 =>
             {
+                let consume_missing = c.reply_code == 404 && (c.class_id, c.method_id) == (60, 20);
                 return Frame::Refused {
                     text: format!("{} {}", c.reply_code, c.reply_text),
+                    topology: matches!(c.class_id, 40 | 50) || consume_missing,
                 };
             }
             _ => {}

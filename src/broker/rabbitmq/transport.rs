@@ -13,6 +13,10 @@ use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Confirmation, Connection};
 
 use super::client;
+use crate::broker::transport::{
+    Answer, Delivery, Inbound, Outgoing, Pending, Publisher, Subscription,
+};
+use crate::transcript::MessageMeta;
 
 /// How long a `basic.consume` may go unanswered before the consumer gives
 /// up. A healthy broker answers in milliseconds; a classic queue whose home
@@ -20,10 +24,6 @@ use super::client;
 /// 60 s of lookups by 4.0 (`rabbit_amqqueue:with/4`, docs/environments.md):
 /// the consumer fails either way, here without waiting those 60 s.
 const CONSUME_ANSWER: std::time::Duration = std::time::Duration::from_secs(10);
-use crate::broker::transport::{
-    Answer, Delivery, Inbound, Outgoing, Pending, Publisher, Subscription,
-};
-use crate::transcript::MessageMeta;
 
 /// The AMQP properties of a lab message; `persistent` is delivery_mode 2
 /// (written to disk by the broker), else 1 (transient).

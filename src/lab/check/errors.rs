@@ -103,7 +103,7 @@ pub enum ErrorKind {
     NotLater(String),
     #[error("`{0}` does not exist at this step (a `later` queue no `declare` step declared yet, or one deleted already): nothing to delete")]
     NothingToDelete(String),
-    #[error("`{queue}` is deleted ({by}) until a `declare` step declares it again: until then a step may only publish (with no `assert` and no `fault`), delete or declare, since any other reads the broker's queues")]
+    #[error("`{queue}` is deleted ({by}) until a `declare` step declares it again: until then a step may only publish (with no `fault`), delete or declare, and have no `assert`, since any other reads the broker's queues")]
     WhileDeleted { queue: String, by: String },
     #[error("`{0}` is deleted here and never declared again: the run's checks read every queue of the lab at its end; add a `declare` step after it")]
     DeletedForGood(String),

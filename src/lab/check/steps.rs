@@ -219,15 +219,29 @@ impl Checker<'_> {
 
     /// While a queue is deleted, every read of the broker's queues (an
     /// assertion, a consume, a wait, a fault) would find it missing: a step
-    /// then may only publish (unrouted to it), delete or declare.
+    /// then may only publish (unrouted to it), delete or declare, and its
+    /// assertions, read after it, need every queue there again.
     fn while_deleted(&mut self, key: &str, s: &RawStep) {
-        let Some((queue, by)) = self.deleted.first().cloned() else {
-            return;
-        };
-        let publishes = s.publish.is_some() && s.fault.is_none();
-        let allowed = s.assert.is_empty() && (publishes || s.delete.is_some());
-        if !(allowed || s.declare.is_some()) {
-            self.err(key.to_string(), None, ErrorKind::WhileDeleted { queue, by });
+        if let Some((queue, by)) = self.deleted.first().cloned() {
+            let publishes = s.publish.is_some() && s.fault.is_none();
+            if !(publishes || s.delete.is_some() || s.declare.is_some()) {
+                self.err(key.to_string(), None, ErrorKind::WhileDeleted { queue, by });
+                return;
+            }
+        }
+        let mut after = self.deleted.clone();
+        if let Some(names) = &s.declare {
+            after.retain(|(d, _)| !names.iter().any(|n| n.get_ref() == d));
+        }
+        for n in s.delete.iter().flatten() {
+            after.push((n.get_ref().clone(), key.to_string()));
+        }
+        if let (Some((queue, by)), false) = (after.first().cloned(), s.assert.is_empty()) {
+            self.err(
+                format!("{key}.assert"),
+                None,
+                ErrorKind::WhileDeleted { queue, by },
+            );
         }
     }
 

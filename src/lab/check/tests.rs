@@ -110,6 +110,12 @@ fn every_error_message_from_a_snippet() {
         ),
         (
             "[counters]",
+            "[[step]]\ndelete = [\"q\"]\nassert = [\"rows\"]\n\n[[step]]\ndeclare = [\"q\"]\n\n[counters]",
+            None,
+            "step[2].assert: `q` is deleted (step[2]) until a `declare` step declares it again",
+        ),
+        (
+            "[counters]",
             "[[step]]\ndelete = [\"q\"]\n\n[counters]",
             None,
             "step[2]: `q` is deleted here and never declared again",

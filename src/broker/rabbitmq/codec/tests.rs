@@ -374,39 +374,59 @@ fn an_auto_ack_consumer_and_a_channel_opened_again() {
     ]);
 }
 
-/// Frames are cut at their length whatever the reads: the protocol header
-/// by itself, a frame split across two reads waits for its rest, two
-/// frames in one read are two; only a Basic.Deliver begins a delivery.
 /// The broker closes a channel over a declaration it refuses: read, with
 /// its words; a client's own close of its channel (200) is nothing.
 #[test]
 fn a_refused_declaration_closes_the_channel() {
-    let close = |code, text: &str| {
+    let close = |code, text: &str, class_id, method_id| {
         bytes(&AMQPFrame::Method(
             1,
             AMQPClass::Channel(channel::AMQPMethod::Close(channel::Close {
                 reply_code: code,
                 reply_text: text.into(),
-                class_id: 50,
-                method_id: 10,
+                class_id,
+                method_id,
             })),
         ))
     };
     let refusal = "PRECONDITION_FAILED - inequivalent arg 'x-max-length' for queue 'q'";
+    let unknown_tag = "PRECONDITION_FAILED - unknown delivery tag 7";
     session(vec![
         (ToBroker, open(1), f(Frame::Other)),
         (
             ToClient,
-            close(406, refusal),
+            close(406, refusal, 50, 10),
             f(Frame::Refused {
                 text: format!("406 {refusal}"),
+                topology: true,
             }),
         ),
-        (ToBroker, close(200, "bye"), f(Frame::Other)),
-        (ToClient, close(200, "bye"), f(Frame::Other)),
+        (
+            ToClient,
+            close(404, "NOT_FOUND - no queue 'q'", 60, 20),
+            f(Frame::Refused {
+                text: "404 NOT_FOUND - no queue 'q'".into(),
+                topology: true,
+            }),
+        ),
+        // A refusal of something else (an ack of an unknown tag): no
+        // topology's.
+        (
+            ToClient,
+            close(406, unknown_tag, 60, 80),
+            f(Frame::Refused {
+                text: format!("406 {unknown_tag}"),
+                topology: false,
+            }),
+        ),
+        (ToBroker, close(200, "bye", 0, 0), f(Frame::Other)),
+        (ToClient, close(200, "bye", 0, 0), f(Frame::Other)),
     ]);
 }
 
+/// Frames are cut at their length whatever the reads: the protocol header
+/// by itself, a frame split across two reads waits for its rest, two
+/// frames in one read are two; only a Basic.Deliver begins a delivery.
 #[test]
 fn frames_are_cut_at_their_length() {
     let c = AmqpCodec::default();
