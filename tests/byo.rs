@@ -263,9 +263,9 @@ fn a_program_that_exits_before_it_consumes() {
     assert!(stderr.contains("no broker for me"), "{stderr}");
 }
 
-/// A program that never acks ends at the step's deadline with its output.
-#[test]
-fn a_program_that_never_acks() {
+/// A project of its own with the Python examples' labs, fixtures and
+/// snapshots, for a test that edits a lab file.
+fn examples_copy() -> tempfile::TempDir {
     let project = tempfile::tempdir().unwrap();
     for sub in ["labs", "fixtures", "snapshots"] {
         let to = project.path().join(sub);
@@ -275,6 +275,13 @@ fn a_program_that_never_acks() {
             std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
         }
     }
+    project
+}
+
+/// A program that never acks ends at the step's deadline with its output.
+#[test]
+fn a_program_that_never_acks() {
+    let project = examples_copy();
     let lab = project.path().join("labs/byo-consumer-crash.toml");
     let text = std::fs::read_to_string(&lab).unwrap();
     std::fs::write(
@@ -307,15 +314,7 @@ fn a_program_that_never_acks() {
 #[test]
 #[ignore = "needs MQLAB_PYTHON, a Python with pika and psycopg (.ci/run makes it)"]
 fn a_program_that_declares_its_own_queue() {
-    let project = tempfile::tempdir().unwrap();
-    for sub in ["labs", "fixtures", "snapshots"] {
-        let to = project.path().join(sub);
-        std::fs::create_dir_all(&to).unwrap();
-        for e in std::fs::read_dir(examples().join(sub)).unwrap() {
-            let e = e.unwrap();
-            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
-        }
-    }
+    let project = examples_copy();
     std::fs::copy(
         examples().join("consumer.py"),
         project.path().join("consumer.py"),
