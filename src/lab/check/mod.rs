@@ -26,6 +26,7 @@ use crate::vocab::{placement_of, placements_of};
 
 mod errors;
 mod faults;
+mod standalone;
 mod steps;
 #[cfg(test)]
 mod tests;
