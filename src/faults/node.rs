@@ -48,10 +48,7 @@ pub async fn kill_on_publish(s: &mut impl Stage, p: &Publish, f: &Fault) -> Resu
     // Its connection broke: the producer says so about the held message.
     s.producer_until(&f.message, Status::ConnectionLost).await?;
     let deadline = s.deadline();
-    let vhost = s.vhost().to_string();
-    for q in s.quorum_queues() {
-        s.env()?.await_leader(node, &vhost, &q, deadline).await?;
-    }
+    leaders_elsewhere(s, node, deadline).await?;
     s.reconnect_harness(false).await?;
     s.proxy().release();
     s.finish_producer().await
@@ -98,15 +95,25 @@ pub async fn between(
     // consumer subscribes once another node leads it, not while the
     // others elect one (it gives up a consume unanswered for 10 s).
     if matches!(fault, NodeFault::Kill | NodeFault::Partition) {
-        let deadline = std::time::Instant::now() + LEADER_WAIT;
-        let vhost = r.vhost().to_string();
-        for q in r.quorum_queues() {
-            r.env()?.await_leader(node, &vhost, &q, deadline).await?;
-        }
+        leaders_elsewhere(r, node, std::time::Instant::now() + LEADER_WAIT).await?;
     }
     r.reconnect_harness(false).await?;
     if matches!(fault, NodeFault::Restart | NodeFault::Heal) {
         r.say(&said.healed());
+    }
+    Ok(())
+}
+
+/// Each quorum queue the lab declared so far has a leader on a node other
+/// than `node` (gone or cut off), by `deadline`.
+async fn leaders_elsewhere(
+    r: &mut impl Run,
+    node: usize,
+    deadline: std::time::Instant,
+) -> Result<()> {
+    let vhost = r.vhost().to_string();
+    for q in r.quorum_queues() {
+        r.env()?.await_leader(node, &vhost, &q, deadline).await?;
     }
     Ok(())
 }
