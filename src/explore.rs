@@ -29,7 +29,7 @@ use crate::vocab::{Check, Counter, Explore, FaultAction, Placement, Site, Window
 /// One fault point: where, and the lab that injects exactly it.
 #[derive(Clone, Debug)]
 pub struct Point {
-    /// `consumer/after-ack`, `producer/after-confirm`, `network/cut-ack`,
+    /// `consumer/after-ack`, `producer/after-confirm`, `network/before-commit`,
     /// `broker/restart` ...: the matrix row.
     pub row: String,
     /// The message (`mid-2`), or the step after which the broker restarts.
@@ -641,14 +641,15 @@ mod tests {
         crate::lab::Project { root }.load("consumer-crash").unwrap()
     }
 
-    /// consumer-crash: 4 consumer windows × 3 messages, 3 acks to cut,
-    /// 2 producer windows and a publish to cut × 3 messages, 2 restarts.
+    /// consumer-crash: 4 consumer windows × 3 messages, 3 connections to
+    /// cut before the COMMIT and 3 with the ack, 2 producer windows and a
+    /// publish to cut × 3 messages, 2 restarts.
     #[test]
     fn the_points_of_consumer_crash() {
         let p = points(&lab());
         assert_eq!(
             p.len(),
-            12 + 3 + 9 + 2,
+            12 + 6 + 9 + 2,
             "{:?}",
             p.iter().map(|p| &p.row).collect::<Vec<_>>()
         );

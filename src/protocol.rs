@@ -188,6 +188,11 @@ pub struct FaultPoint {
     /// (SIGSTOP), and goes on when the harness continues it.
     #[serde(default)]
     pub hold: bool,
+    /// The harness's proxy cuts the role's connection at this point: the
+    /// role's round trip there fails, and it abandons what it was doing
+    /// ([`crate::faults::point::cut`]).
+    #[serde(default)]
+    pub cut: bool,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

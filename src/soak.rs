@@ -560,6 +560,7 @@ impl Stops {
                     window,
                     message: m.clone(),
                     hold: false,
+                    cut: false,
                 });
             }
         }

@@ -7,7 +7,7 @@
 //! lab files are read, nothing is started.
 
 use mqlab::lab::{Action, Project};
-use mqlab::vocab::{DlqOrder, OnFailure, Pattern, PatternDef, Step, PATTERNS};
+use mqlab::vocab::{Abandoned, DlqOrder, OnFailure, Pattern, PatternDef, Step, PATTERNS};
 
 /// How a counterexample differs from the safe pattern, in one step.
 #[derive(Debug)]
@@ -23,6 +23,9 @@ enum Edit {
     Rewritten(Step, &'static [Step]),
     /// One setting of the failure path changed, named.
     Failure(&'static str),
+    /// The transaction a lost connection abandoned is kept, not rolled
+    /// back, when the consumer connects again (its steps unchanged).
+    KeepsAbandoned,
 }
 
 /// The safe patterns' steps and, for each, the counterexample that edits it.
@@ -36,6 +39,13 @@ const COVERAGE: &[(Pattern, Edit, Pattern)] = &[
         Pattern::Inbox,
         Edit::Replaced(Step::InboxInsert, &[Step::InboxOwnTx]),
         Pattern::DedupOutsideTx,
+    ),
+    // The reconnect's ROLLBACK of what the lost connection left open
+    // (abandoned-transaction@keeps-abandoned).
+    (
+        Pattern::Inbox,
+        Edit::KeepsAbandoned,
+        Pattern::KeepsAbandoned,
     ),
     // The row on a helper's own connection (article 000: another DbContext).
     (
@@ -391,7 +401,13 @@ fn applies(safe: &PatternDef, edit: &Edit, cx: &PatternDef) -> Result<(), String
                         || (name.ends_with("confirm") && changed == [*name, &with_mandatory]));
             (safe.steps.to_vec(), ok, false)
         }
+        Edit::KeepsAbandoned => (safe.steps.to_vec(), same_failure, false),
     };
+    let kept = matches!(edit, Edit::KeepsAbandoned);
+    let abandoned = |d: &PatternDef| d.abandoned == Abandoned::Kept;
+    if abandoned(safe) || abandoned(cx) != kept {
+        return Err(format!("abandoned transaction {:?}", cx.abandoned));
+    }
     if cx.steps != want.as_slice() {
         return Err(format!("steps {:?}, not {want:?}", cx.steps));
     }
@@ -491,7 +507,7 @@ fn every_safe_step_has_a_counterexample_a_lab_runs() {
                             s == step
                         }
                         Edit::Swapped(a, b) => a == step || b == step,
-                        Edit::Failure(_) => false,
+                        Edit::Failure(_) | Edit::KeepsAbandoned => false,
                     }
             });
             let exempt = NOT_SAFETY_STEPS.iter().any(|(s, _)| s == step);
@@ -515,6 +531,17 @@ fn every_safe_step_has_a_counterexample_a_lab_runs() {
                     safe.pattern
                 ));
             }
+        }
+        // The reconnect's ROLLBACK is one code path for every pattern:
+        // one counterexample shows it for all.
+        let rollback = COVERAGE
+            .iter()
+            .any(|(p, e, _)| matches!(e, Edit::KeepsAbandoned) && def(*p).safe);
+        if safe.abandoned != Abandoned::RolledBack || !rollback {
+            problems.push(format!(
+                "{}'s ROLLBACK of an abandoned transaction has no counterexample",
+                safe.pattern
+            ));
         }
     }
     // Every counterexample pattern is in the table, or waits for its lab.

@@ -16,9 +16,9 @@ fn consumer_crash_holds_at_every_point() {
     ])
     .current_dir(root()));
     assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
-    assert!(stdout.contains("26 points in "), "{stdout}");
+    assert!(stdout.contains("29 points in "), "{stdout}");
     assert!(
-        stdout.contains(": 26 hold, 0 violate a check, 0 never reach their window, 0 errors"),
+        stdout.contains(": 29 hold, 0 violate a check, 0 never reach their window, 0 errors"),
         "{stdout}"
     );
     let md = std::fs::read_to_string(evidence.path().join("explore-consumer-crash.md")).unwrap();
@@ -84,7 +84,7 @@ fn a_sample_runs_the_points_its_seed_draws() {
         );
     assert_eq!(code, 0, "{stderr}");
     assert!(
-        stderr.contains("exploring consumer-crash: 4 of 26 fault points"),
+        stderr.contains("exploring consumer-crash: 4 of 29 fault points"),
         "{stderr}"
     );
     assert!(stdout.contains("4 points in "), "{stdout}");

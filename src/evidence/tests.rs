@@ -22,7 +22,10 @@ fn mermaid_shows_broker_network_and_producer_faults() {
     assert!(m.contains("participant B as RabbitMQ node"), "{m}");
     assert!(m.contains("participant N as network"), "{m}");
     assert!(m.contains("Note over B: broker restart"), "{m}");
-    assert!(m.contains("Note over N: the ack of mid-1 dropped"), "{m}");
+    assert!(
+        m.contains("Note over N: after-commit-before-ack of mid-1: the consumer's connection cut"),
+        "{m}"
+    );
     // A cut publish is the publish dropped, not an ack (publish-lost).
     assert!(
         m.contains("Note over N: the publish of mid-3 dropped"),

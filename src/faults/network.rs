@@ -1,6 +1,7 @@
 //! The network between the producer and the broker, as the harness's
 //! proxy shapes it: a publish dropped and its connection cut, the broker's
-//! confirm held back, or a consumer's ack dropped and its connection cut.
+//! confirm held back, or a consumer's connection cut (with its ack, or
+//! while its transaction is open).
 
 use anyhow::Result;
 
@@ -8,6 +9,8 @@ use super::proxy::Rule;
 use super::{Run, Stage};
 use crate::failure::Failure;
 use crate::lab::Fault;
+use crate::protocol::{ConsumerConfig, FaultPoint};
+use crate::vocab::Window;
 
 /// The proxy drops `f`'s publish and cuts the connection: the producer
 /// fails waiting for its confirm (a new one, started by the runner,
@@ -39,12 +42,38 @@ pub fn hold_confirm(r: &impl Run, f: &Fault) {
     });
 }
 
-/// The proxy drops the consumer's ack of `f`'s message and cuts the
-/// connection: the same process connects again (the runner starts it with
-/// `reconnect`) and gets the message redelivered. The fault's assertions
-/// wait for it.
-pub fn cut_ack(r: &impl Run, f: &Fault) {
-    r.proxy().arm(Rule::CutOnAck {
-        message: f.message.clone(),
-    });
+/// The proxy cuts the consumer's connection at `f`'s window: at
+/// `after-commit-before-ack` it drops the ack of `f`'s message with it; at
+/// `before-commit` the consumer's round trip on its channel there (the
+/// consumer is told to make one, [`FaultPoint::cut`]), so that it learns
+/// of the loss with its transaction open and abandons the delivery. Either
+/// way the same process connects again (`reconnect`) and gets the message
+/// redelivered. The fault's assertions wait for it.
+pub fn cut_consumer(r: &impl Run, f: &Fault, cfg: &mut ConsumerConfig) {
+    let (rule, point) = consumer_cut(f);
+    cfg.faults.extend(point);
+    r.proxy().arm(rule);
+    cfg.reconnect = true;
+}
+
+/// The proxy's rule for a consumer cut at `f`'s window, and the point where
+/// the consumer makes the round trip the proxy drops (before its COMMIT).
+pub fn consumer_cut(f: &Fault) -> (Rule, Option<FaultPoint>) {
+    let message = f.message.clone();
+    // The placement's two windows (the lab checker admits no other).
+    match f.window {
+        Window::BeforeCommit => (
+            Rule::CutOnBarrier {
+                message: message.clone(),
+                delivered: false,
+            },
+            Some(FaultPoint {
+                window: f.window,
+                message,
+                hold: false,
+                cut: true,
+            }),
+        ),
+        _ => (Rule::CutOnAck { message }, None),
+    }
 }

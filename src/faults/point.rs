@@ -27,7 +27,7 @@ pub async fn reach<B, E>(
 {
     let Some(point) = faults
         .iter()
-        .find(|f| f.window == window && f.message == meta.message_id)
+        .find(|f| f.window == window && f.message == meta.message_id && !f.cut)
     else {
         return;
     };
@@ -46,4 +46,28 @@ pub async fn reach<B, E>(
     }
     emit(line.status(Status::CrashInjected));
     std::future::pending::<()>().await;
+}
+
+/// At a window where the harness cuts the role's connection
+/// ([`FaultPoint::cut`]): the same round trip as [`reach`]'s, which the
+/// proxy drops as it closes the connection. The role learns of the loss
+/// here, whatever it holds open (a consumer: its transaction), and gets
+/// the error to abandon it with, as a handler cancelled with its
+/// connection would. A round trip that succeeds was not cut: the role goes
+/// on, and the run fails on the fault it never saw.
+pub async fn cut<B, E>(
+    faults: &[FaultPoint],
+    window: Window,
+    meta: &MessageMeta,
+    barrier: B,
+) -> Result<(), String>
+where
+    B: Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
+{
+    let at = |f: &&FaultPoint| f.window == window && f.message == meta.message_id && f.cut;
+    if faults.iter().find(at).is_none() {
+        return Ok(());
+    }
+    barrier.await.map_err(|e| e.to_string())
 }

@@ -9,6 +9,10 @@
 //!   the connection closed on both sides; the broker never hears the ack and
 //!   requeues the message. New connections then wait at a gate until the
 //!   harness [`Proxy::release`]s them, once the broker has dropped the old one.
+//! - [`Rule::CutOnBarrier`]: the consumer's round trip (a basic.qos) after
+//!   that message reached it, made at its window before its COMMIT, is
+//!   dropped and the connection closed, the gate shut as for the ack: the
+//!   consumer learns of the loss with its transaction open.
 //! - [`Rule::CutOnPublish`]: the producer's publish of that message (its
 //!   method and header frames) is dropped and the connection closed; the
 //!   broker never gets the message.
@@ -33,9 +37,22 @@ use crate::broker::{Codec, Direction as Dir, Frame, Settle};
 /// What the proxy does to one message's frames.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Rule {
-    CutOnAck { message: String },
-    CutOnPublish { message: String },
-    HoldConfirm { message: String },
+    CutOnAck {
+        message: String,
+    },
+    /// The consumer's first round trip after `message` was delivered to it
+    /// (`delivered`), a basic.qos it makes at its window: dropped, and the
+    /// connection cut.
+    CutOnBarrier {
+        message: String,
+        delivered: bool,
+    },
+    CutOnPublish {
+        message: String,
+    },
+    HoldConfirm {
+        message: String,
+    },
 }
 
 /// What the proxy did, for the runner's transcript.
@@ -43,6 +60,9 @@ pub enum Rule {
 pub enum ProxyEvent {
     /// The ack of `message` was dropped and its connection closed.
     Cut { message: String },
+    /// The consumer's round trip after `message` was delivered was dropped
+    /// and its connection closed: its transaction was open.
+    CutBarrier { message: String },
     /// The publish of `message` was dropped and its connection closed.
     CutPublish { message: String },
     /// The broker's confirm of `message` was held back.
@@ -402,6 +422,28 @@ fn judge(dir: Dir, frame: &[u8], conn: &mut Conn, shared: &Shared) -> Verdict {
                     .expect("black box")
                     .on_deliver(&message, redelivered, auto_ack);
             }
+            if let Some(Rule::CutOnBarrier {
+                message: cut,
+                delivered,
+            }) = rule.as_mut()
+            {
+                *delivered |= *cut == message;
+            }
+        }
+        // The consumer's round trip at its window, once the message is in
+        // its hands.
+        Frame::Qos { .. } => {
+            if let Some(Rule::CutOnBarrier {
+                message,
+                delivered: true,
+            }) = rule.as_ref()
+            {
+                let message = message.clone();
+                let _ = shared.events.send(ProxyEvent::CutBarrier { message });
+                *rule = None;
+                shared.gate.send_replace(false);
+                return Verdict::Cut;
+            }
         }
         // The confirm (or a `multiple` one covering it) of the held publish.
         Frame::Confirmed { covers, ack: true } => {
@@ -421,7 +463,7 @@ fn judge(dir: Dir, frame: &[u8], conn: &mut Conn, shared: &Shared) -> Verdict {
                 b.lock().expect("black box").on_refused(text, topology);
             }
         }
-        Frame::Settled { .. } | Frame::Confirmed { .. } | Frame::Qos { .. } | Frame::Other => {}
+        Frame::Settled { .. } | Frame::Confirmed { .. } | Frame::Other => {}
     }
     Verdict::Forward
 }

@@ -301,7 +301,7 @@ pub fn assert_unreachable(e: &anyhow::Error, message: &str) {
 mod tests {
     use super::*;
     use crate::lab::{Action, Fault, Lab, Project, Publish};
-    use crate::vocab::{FaultAction, NodeFault};
+    use crate::vocab::{FaultAction, NodeFault, Window};
 
     fn lab(name: &str) -> Lab {
         let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
@@ -714,25 +714,36 @@ mod tests {
         }
     }
 
-    /// An ack cut: the rule armed for the consumer the runner starts.
+    /// A consumer's cut: the rule armed for the consumer the runner starts,
+    /// with the ack (connection-drop), or before the COMMIT at the
+    /// consumer's round trip there (abandoned-transaction).
     #[test]
-    fn cut_ack_on_a_consume_step() {
-        let f = lab("connection-drop")
-            .steps
-            .into_iter()
-            .filter_map(|s| s.fault)
-            .find(|f| f.action == FaultAction::Cut)
-            .expect("a cut");
-        let armed = block_on(async {
-            let s = Script::new(vec![], None).await;
-            super::super::network::cut_ack(&s, &f);
-            s.proxy.armed()
-        });
+    fn a_consumer_cut_on_a_consume_step() {
+        let cut = |name| {
+            let f = lab(name)
+                .steps
+                .into_iter()
+                .filter_map(|s| s.fault)
+                .find(|f| f.action == FaultAction::Cut)
+                .expect("a cut");
+            (super::super::network::consumer_cut(&f), f)
+        };
+        let ((rule, point), f) = cut("connection-drop");
+        assert_eq!(rule, Rule::CutOnAck { message: f.message });
+        assert!(point.is_none());
+        let ((rule, point), f) = cut("abandoned-transaction");
         assert_eq!(
-            armed,
-            Some(Rule::CutOnAck {
-                message: f.message.clone()
-            })
+            rule,
+            Rule::CutOnBarrier {
+                message: f.message.clone(),
+                delivered: false
+            }
+        );
+        let point = point.expect("the consumer's round trip");
+        assert!(point.cut && !point.hold);
+        assert_eq!(
+            (point.window, point.message),
+            (Window::BeforeCommit, f.message)
         );
     }
 }

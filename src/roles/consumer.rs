@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use sqlx::PgConnection;
 
 use super::{emit, now_ms, PUBLISHED_AT};
@@ -17,8 +17,8 @@ use crate::protocol::{ConsumerConfig, RetryPolicy};
 use crate::store::{self, InboxRow, OrderCreated, StateWrite};
 use crate::transcript::{MessageMeta, Record};
 use crate::vocab::{
-    AttemptsFrom, Backoff, DlqOrder, FailureClass, OnFailure, PatternDef, Publish, Status, Step,
-    Window, GUARDED, RETRY_ATTEMPT_HEADER,
+    Abandoned, AttemptsFrom, Backoff, DlqOrder, FailureClass, OnFailure, PatternDef, Publish,
+    Status, Step, Window, GUARDED, RETRY_ATTEMPT_HEADER,
 };
 
 mod failure;
@@ -96,8 +96,10 @@ pub async fn run(cfg: ConsumerConfig) -> Result<i32> {
             Err(e) if cfg.reconnect && reconnects < MAX_RECONNECTS => {
                 reconnects += 1;
                 tracing::warn!("connection lost: {e:#}");
-                // A transaction left open by the lost delivery is abandoned.
-                if let Some(db) = db.as_mut() {
+                // A transaction left open by the lost delivery is abandoned:
+                // rolled back, unless the pattern keeps it.
+                let kept = cfg.pattern.def().abandoned == Abandoned::Kept;
+                if let Some(db) = db.as_mut().filter(|_| !kept) {
                     let _ = store::rollback(db).await;
                 }
                 emit(
@@ -344,7 +346,7 @@ impl Consumer {
                 }
             }
             if let Some(w) = def.window_after(i) {
-                self.window(w, meta).await;
+                self.window(w, meta).await?;
             }
         }
         Ok(Outcome::Settled)
@@ -563,15 +565,21 @@ impl Consumer {
 
     /// A window of its path: said in explore's clean run (with whether
     /// the delivery is acked there), stopped at when the lab selected it.
-    async fn window(&self, w: Window, meta: &MessageMeta) {
+    async fn window(&self, w: Window, meta: &MessageMeta) -> Result<()> {
         if self.cfg.announce_windows {
             let line = marker(&self.cfg, meta)
                 .with("window", w)
                 .with("acked", self.acked.get());
             emit(line.status(Status::WindowPassed));
         }
+        // A cut here: the delivery abandoned, whatever is open.
+        let cut = point::cut(&self.cfg.faults, w, meta, self.link.barrier()).await;
+        if let Err(e) = cut {
+            bail!("the connection was lost at {w} ({e}): the delivery is abandoned");
+        }
         let barrier = self.link.barrier();
         point::reach(&self.cfg.faults, w, meta, marker(&self.cfg, meta), barrier).await;
+        Ok(())
     }
 }
 

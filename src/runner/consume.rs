@@ -69,9 +69,8 @@ impl Ctx<'_> {
                     self.after_kill(c, f, &mut cfg, d).await?;
                     None
                 }
-                OnConsume::CutAck => {
-                    crate::faults::network::cut_ack(self, f);
-                    cfg.reconnect = true;
+                OnConsume::Cut => {
+                    crate::faults::network::cut_consumer(self, f, &mut cfg);
                     Some(f)
                 }
             },

@@ -34,7 +34,7 @@ impl Ctx<'_> {
         let result = match kind {
             OnConsume::Stall => crate::faults::stall::run(&mut crowd, f, settle).await,
             OnConsume::Rendezvous => crate::faults::rendezvous::run(&mut crowd, f, settle).await,
-            OnConsume::ConsumerKill | OnConsume::CutAck | OnConsume::Database(_) => {
+            OnConsume::ConsumerKill | OnConsume::Cut | OnConsume::Database(_) => {
                 bail!("{kind:?} is no crowd's fault")
             }
         };
@@ -134,6 +134,7 @@ impl Crowd for Instances<'_, '_> {
                 window: self.f.window,
                 message: m.clone(),
                 hold: true,
+                cut: false,
             })
             .collect();
         let proc = self.ctx.spawn_role(RoleConfig::Consumer(cfg))?;

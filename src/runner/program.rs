@@ -37,7 +37,7 @@ impl Ctx<'_> {
                 OnConsume::ConsumerKill => Some(f),
                 // The built-in consumer's only (`built_in_only`): the lab
                 // checker refuses them on a program.
-                k @ (OnConsume::CutAck | OnConsume::Stall | OnConsume::Database(_)) => {
+                k @ (OnConsume::Cut | OnConsume::Stall | OnConsume::Database(_)) => {
                     bail!(
                         "phase {}: {k:?} ({} of the {}) has no hook on a program's consume step",
                         d.phase,

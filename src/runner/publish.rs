@@ -76,6 +76,7 @@ impl Ctx<'_> {
             ProxyEvent::Cut { message } => {
                 (FaultAction::Cut, Window::AfterCommitBeforeAck, message)
             }
+            ProxyEvent::CutBarrier { message } => (FaultAction::Cut, Window::BeforeCommit, message),
             ProxyEvent::CutPublish { message } => {
                 (FaultAction::Cut, Window::AfterPublishBeforeBroker, message)
             }

@@ -450,5 +450,6 @@ pub(super) fn point_of(f: &Fault) -> FaultPoint {
         window: f.window,
         message: f.message.clone(),
         hold: false,
+        cut: false,
     }
 }

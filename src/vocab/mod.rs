@@ -495,6 +495,7 @@ names! {
         BlockKeyDlqConfirmWithoutMandatory = "block-key-dlq-confirm-without-mandatory": "block-key, but publishes the DLQ copy with a confirm and without `mandatory`: the broker confirms a copy it could route nowhere, and the original is acked",
         RetryAckFirst = "retry-ack-first": "classified, but acks the original before it republishes the copy for the retry tier: a crash between the two loses the message",
         ClassifiedNoInbox = "classified-no-inbox": "classified without the inbox row: the second copy a kill in the retry window leaves (the original redelivered beside its republished copy) applies twice",
+        KeepsAbandoned = "keeps-abandoned": "inbox, but when its connection is lost with its transaction open it connects again without a ROLLBACK (the same database connection): the redelivery's BEGIN joins the abandoned transaction, its inbox insert meets that attempt's own uncommitted row and skips the message as a duplicate, and the skip's ROLLBACK discards the attempt's business row: the event is lost",
     }
 }
 

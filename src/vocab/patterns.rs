@@ -113,6 +113,20 @@ pub struct PatternDef {
     /// autoAck: the broker considers a message acked once it sent it.
     pub auto_ack: bool,
     pub on_failure: OnFailure,
+    /// What it does, before it connects again, with the transaction a lost
+    /// connection left open.
+    pub abandoned: Abandoned,
+}
+
+/// The transaction a consumer's lost connection abandoned (the delivery it
+/// belonged to comes again, redelivered).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Abandoned {
+    /// ROLLBACK: the redelivery starts from nothing.
+    RolledBack,
+    /// Left open on the same database connection: the redelivery's BEGIN
+    /// joins it, and its statements meet the abandoned attempt's rows.
+    Kept,
 }
 
 use Step::*;
@@ -142,6 +156,7 @@ const SEED_FAILURE: OnFailure = OnFailure::RetryThenDlq {
 pub const PATTERNS: &[PatternDef] = &[
     PatternDef {
         pattern: Pattern::Inbox,
+        abandoned: Abandoned::RolledBack,
         safe: true,
         steps: SAFE_PATH,
         auto_ack: false,
@@ -149,6 +164,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::NoInbox,
+        abandoned: Abandoned::RolledBack,
         safe: false,
         steps: &[Receive, Write, Commit, Ack],
         auto_ack: false,
@@ -156,6 +172,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::AckBeforeCommit,
+        abandoned: Abandoned::RolledBack,
         safe: false,
         steps: &[Receive, InboxInsert, Write, Ack, Commit],
         auto_ack: false,
@@ -163,6 +180,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::AutoAck,
+        abandoned: Abandoned::RolledBack,
         safe: false,
         steps: &[Receive, InboxInsert, Write, Commit],
         auto_ack: true,
@@ -170,6 +188,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::DedupOutsideTx,
+        abandoned: Abandoned::RolledBack,
         safe: false,
         steps: &[Receive, InboxOwnTx, Write, Commit, Ack],
         auto_ack: false,
@@ -177,6 +196,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::DedupOtherConnection,
+        abandoned: Abandoned::RolledBack,
         safe: false,
         steps: &[Receive, InboxOtherConnection, Write, Commit, Ack],
         auto_ack: false,
@@ -184,6 +204,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::RequeueForever,
+        abandoned: Abandoned::RolledBack,
         safe: false,
         steps: SAFE_PATH,
         auto_ack: false,
@@ -191,6 +212,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::DlqNoConfirm,
+        abandoned: Abandoned::RolledBack,
         safe: false,
         steps: SAFE_PATH,
         auto_ack: false,
@@ -203,6 +225,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::DlqConfirmWithoutMandatory,
+        abandoned: Abandoned::RolledBack,
         safe: false,
         steps: SAFE_PATH,
         auto_ack: false,
@@ -215,6 +238,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::Classified,
+        abandoned: Abandoned::RolledBack,
         safe: true,
         steps: SAFE_PATH,
         auto_ack: false,
@@ -222,6 +246,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::SideEffectKey,
+        abandoned: Abandoned::RolledBack,
         safe: true,
         steps: &[Receive, InboxInsert, CallDownstream, Write, Commit, Ack],
         auto_ack: false,
@@ -229,6 +254,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::NoIdempotencyKey,
+        abandoned: Abandoned::RolledBack,
         safe: false,
         steps: &[
             Receive,
@@ -243,6 +269,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::EffectIntent,
+        abandoned: Abandoned::RolledBack,
         safe: true,
         steps: &[
             Receive,
@@ -259,6 +286,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::CallWithoutIntent,
+        abandoned: Abandoned::RolledBack,
         safe: false,
         steps: &[Receive, InboxInsert, Write, Commit, Ack, CallAfterAck],
         auto_ack: false,
@@ -266,6 +294,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::IntentUnkeyed,
+        abandoned: Abandoned::RolledBack,
         safe: false,
         steps: &[
             Receive,
@@ -282,6 +311,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::IntentMarkFirst,
+        abandoned: Abandoned::RolledBack,
         safe: false,
         steps: &[
             Receive,
@@ -298,6 +328,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::ClassifiedXDeath,
+        abandoned: Abandoned::RolledBack,
         safe: false,
         steps: SAFE_PATH,
         auto_ack: false,
@@ -314,6 +345,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::AckThenPublish,
+        abandoned: Abandoned::RolledBack,
         safe: false,
         steps: SAFE_PATH,
         auto_ack: false,
@@ -330,6 +362,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::CheckThenInsert,
+        abandoned: Abandoned::RolledBack,
         safe: false,
         steps: &[
             Receive,
@@ -344,6 +377,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::RetryCountOnly,
+        abandoned: Abandoned::RolledBack,
         safe: false,
         steps: SAFE_PATH,
         auto_ack: false,
@@ -360,6 +394,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::RetryEverything,
+        abandoned: Abandoned::RolledBack,
         safe: false,
         steps: SAFE_PATH,
         auto_ack: false,
@@ -376,6 +411,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::NoBackoff,
+        abandoned: Abandoned::RolledBack,
         safe: false,
         steps: SAFE_PATH,
         auto_ack: false,
@@ -392,6 +428,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::LongestDelay,
+        abandoned: Abandoned::RolledBack,
         safe: false,
         steps: SAFE_PATH,
         auto_ack: false,
@@ -408,6 +445,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::AttemptsFromHeader,
+        abandoned: Abandoned::RolledBack,
         safe: false,
         steps: SAFE_PATH,
         auto_ack: false,
@@ -420,6 +458,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::DlqAckFirst,
+        abandoned: Abandoned::RolledBack,
         safe: false,
         steps: SAFE_PATH,
         auto_ack: false,
@@ -432,6 +471,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::NoDigest,
+        abandoned: Abandoned::RolledBack,
         safe: false,
         steps: &[Receive, InboxInsertBlind, Write, Commit, Ack],
         auto_ack: false,
@@ -439,6 +479,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::InboxByEvent,
+        abandoned: Abandoned::RolledBack,
         safe: false,
         steps: &[Receive, InboxInsertByEvent, Write, Commit, Ack],
         auto_ack: false,
@@ -446,6 +487,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::InboxSavepoint,
+        abandoned: Abandoned::RolledBack,
         safe: true,
         steps: &[Receive, InboxInsertSavepoint, Write, Commit, Ack],
         auto_ack: false,
@@ -453,6 +495,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::CatchUniqueViolation,
+        abandoned: Abandoned::RolledBack,
         safe: false,
         steps: &[Receive, InboxInsertCatching, Write, Commit, Ack],
         auto_ack: false,
@@ -460,6 +503,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::BlockKey,
+        abandoned: Abandoned::RolledBack,
         safe: true,
         steps: &[Receive, InboxInsert, WriteOverwrite, Commit, Ack],
         auto_ack: false,
@@ -469,6 +513,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::Overwrite,
+        abandoned: Abandoned::RolledBack,
         safe: false,
         steps: &[Receive, InboxInsert, WriteOverwrite, Commit, Ack],
         auto_ack: false,
@@ -476,6 +521,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::XDeathFirstCount,
+        abandoned: Abandoned::RolledBack,
         safe: false,
         steps: SAFE_PATH,
         auto_ack: false,
@@ -488,6 +534,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::DedupByRedelivered,
+        abandoned: Abandoned::RolledBack,
         safe: false,
         steps: &[Receive, SkipRedelivered, Write, Commit, Ack],
         auto_ack: false,
@@ -495,6 +542,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::RetryNoConfirm,
+        abandoned: Abandoned::RolledBack,
         safe: false,
         steps: SAFE_PATH,
         auto_ack: false,
@@ -502,6 +550,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::RetryConfirmWithoutMandatory,
+        abandoned: Abandoned::RolledBack,
         safe: false,
         steps: SAFE_PATH,
         auto_ack: false,
@@ -509,6 +558,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::ClassifiedDlqNoConfirm,
+        abandoned: Abandoned::RolledBack,
         safe: false,
         steps: SAFE_PATH,
         auto_ack: false,
@@ -516,6 +566,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::ClassifiedDlqConfirmWithoutMandatory,
+        abandoned: Abandoned::RolledBack,
         safe: false,
         steps: SAFE_PATH,
         auto_ack: false,
@@ -523,6 +574,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::BlockKeyDlqNoConfirm,
+        abandoned: Abandoned::RolledBack,
         safe: false,
         steps: &[Receive, InboxInsert, WriteOverwrite, Commit, Ack],
         auto_ack: false,
@@ -532,6 +584,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::BlockKeyDlqConfirmWithoutMandatory,
+        abandoned: Abandoned::RolledBack,
         safe: false,
         steps: &[Receive, InboxInsert, WriteOverwrite, Commit, Ack],
         auto_ack: false,
@@ -541,6 +594,7 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::RetryAckFirst,
+        abandoned: Abandoned::RolledBack,
         safe: false,
         steps: SAFE_PATH,
         auto_ack: false,
@@ -548,10 +602,19 @@ pub const PATTERNS: &[PatternDef] = &[
     },
     PatternDef {
         pattern: Pattern::ClassifiedNoInbox,
+        abandoned: Abandoned::RolledBack,
         safe: false,
         steps: &[Receive, Write, Commit, Ack],
         auto_ack: false,
         on_failure: CLASSIFIED_FAILURE,
+    },
+    PatternDef {
+        pattern: Pattern::KeepsAbandoned,
+        abandoned: Abandoned::Kept,
+        safe: false,
+        steps: SAFE_PATH,
+        auto_ack: false,
+        on_failure: SEED_FAILURE,
     },
 ];
 

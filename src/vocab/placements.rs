@@ -86,8 +86,9 @@ pub enum OnPublish {
 pub enum OnConsume {
     /// SIGKILL of the consumer (built-in or a program) at a window.
     ConsumerKill,
-    /// The ack dropped and the connection cut (the proxy).
-    CutAck,
+    /// The consumer's connection cut (the proxy): before its COMMIT, or
+    /// with its ack.
+    Cut,
     /// Competing instances held together ([`crate::faults::rendezvous`]).
     Rendezvous,
     /// One instance held while the other goes on ([`crate::faults::stall`]).
@@ -210,10 +211,10 @@ pub const PLACEMENTS: &[Placement] = &[
     },
     Placement {
         built_in_only: true,
-        explore: Explore::Row("network/cut-ack"),
-        doc: "the consumer's ack of the message is dropped and the connection closed (it committed and acked; the broker never hears it)",
-        note: "the ack of {mid} dropped, the connection cut",
-        ..placement(Kind::Consume(OnConsume::CutAck), Target::Network, FaultAction::Cut, Windows::These(&[Window::AfterCommitBeforeAck]), Then::Reconnect)
+        explore: Explore::PerWindow,
+        doc: "the consumer's connection closed by the proxy: at `before-commit`, while its transaction is open (its round trip on the channel there is dropped, so it learns of the loss before its COMMIT and abandons the delivery, as a handler cancelled with its connection does); at `after-commit-before-ack`, its ack of the message dropped with it (it committed and acked; the broker never hears it). The same process connects again and gets the message redelivered",
+        note: "{window} of {mid}: the consumer's connection cut",
+        ..placement(Kind::Consume(OnConsume::Cut), Target::Network, FaultAction::Cut, Windows::These(&[Window::BeforeCommit, Window::AfterCommitBeforeAck]), Then::Reconnect)
     },
     Placement {
         explore: Explore::No,

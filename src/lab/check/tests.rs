@@ -614,7 +614,7 @@ fault = { target = "broker", action = "pause", window = "after-publish-before-co
             r#"fault = { target = "consumer", action = "kill", window = "after-commit-before-ack""#,
             r#"fault = { target = "network", action = "cut", window = "after-receive""#,
             None,
-            "step[1].fault.window: `cut` of the network never passes window `after-receive` (it passes: after-commit-before-ack)",
+            "step[1].fault.window: `cut` of the network never passes window `after-receive` (it passes: before-commit, after-commit-before-ack)",
         ),
         (
             "settle = 2 }\nfault = { target = \"consumer\", action = \"kill\", window = \"after-commit-before-ack\", message = \"mid-1\", then = \"restart\"",

@@ -295,12 +295,14 @@ impl Consumer {
                 self.link
                     .republish(d, &tier.queue, headers, (confirm, mandatory))
                     .await?;
-                self.window(Window::AfterRetryPublishBeforeAck, meta).await;
+                self.window(Window::AfterRetryPublishBeforeAck, meta)
+                    .await?;
                 self.ack(d).await?;
             }
             DlqOrder::AckThenPublish => {
                 self.ack(d).await?;
-                self.window(Window::AfterAckBeforeRetryPublish, meta).await;
+                self.window(Window::AfterAckBeforeRetryPublish, meta)
+                    .await?;
                 self.link
                     .republish(d, &tier.queue, headers, (confirm, mandatory))
                     .await?;
@@ -335,13 +337,13 @@ impl Consumer {
                     .republish(d, dlq, headers, (confirm, mandatory))
                     .await?;
                 if confirm {
-                    self.window(Window::AfterDlqConfirmBeforeAck, meta).await;
+                    self.window(Window::AfterDlqConfirmBeforeAck, meta).await?;
                 }
                 self.ack(d).await?;
             }
             DlqOrder::AckThenPublish => {
                 self.ack(d).await?;
-                self.window(Window::AfterAckBeforeDlqPublish, meta).await;
+                self.window(Window::AfterAckBeforeDlqPublish, meta).await?;
                 self.link
                     .republish(d, dlq, headers, (confirm, mandatory))
                     .await?;
