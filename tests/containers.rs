@@ -2,7 +2,8 @@
 //! (podman's API socket here) and locally built images pinned by digest.
 //! `.ci/run` prepares both and exports MQLAB_RABBITMQ_IMAGE and
 //! MQLAB_POSTGRES_IMAGE, then runs the `#[ignore]`d tests; the ones that need
-//! no engine always run.
+//! no engine always run. The cluster group in containers runs in
+//! tests/cluster.rs, at once with the local one.
 
 mod common;
 use common::*;
@@ -130,43 +131,6 @@ fn an_image_that_cannot_be_pulled() {
     );
 }
 
-/// The cluster labs on three RabbitMQ containers on a network of the run's:
-/// the same transcripts as on local nodes, and nothing left afterwards.
-#[test]
-#[ignore = "needs a container engine, locally built images, iptables and root (.ci/run prepares them)"]
-fn the_cluster_group_passes_in_containers_and_leaves_nothing() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let (r, p) = require_images();
-    let out = tempfile::tempdir().unwrap();
-    let args = in_containers(
-        &[
-            "--group",
-            "cluster",
-            "--transcript-dir",
-            out.path().to_str().unwrap(),
-        ],
-        &r,
-        &p,
-    );
-    let run = start(&as_strs(&args), &[]);
-    let dir = run.run_dir();
-    let (code, stderr) = run.finish(&dir);
-    assert_eq!(code, 0, "{stderr}");
-    assert!(stderr.contains("RabbitMQ 3.10.8 (3 nodes)"), "{stderr}");
-    // Whether a classic queue's process is out of reach was asked and answered.
-    assert!(!stderr.contains("could not be asked"), "{stderr}");
-    let project = mqlab::lab::Project { root: root() };
-    let runs: usize = project
-        .lab_names()
-        .unwrap()
-        .into_iter()
-        .filter(|l| project.is_cluster(l).unwrap())
-        .map(|l| project.runs_of(&l).unwrap().len())
-        .sum();
-    assert_eq!(std::fs::read_dir(out.path()).unwrap().count(), runs);
-    assert_eq!(labelled_left(&dir), (0, 0), "{stderr}");
-}
-
 /// After a SIGKILL of mqlab, the guard removes the run's containers through the engine.
 #[test]
 #[ignore = "needs a container engine and locally built images (.ci/run prepares them)"]
@@ -195,45 +159,4 @@ fn sigkill_of_mqlab_leaves_no_cluster_container_or_network() {
     let (code, stderr) = run.finish(&dir);
     assert_eq!(code, -1);
     assert_eq!(labelled_left(&dir), (0, 0), "{stderr}");
-}
-
-/// Containers and networks labelled with the run, once the guard had 15 s.
-fn labelled_left(dir: &std::path::Path) -> (usize, usize) {
-    use testcontainers::bollard::query_parameters::{
-        ListContainersOptionsBuilder, ListNetworksOptionsBuilder,
-    };
-    let label = format!("mqlab.run={}", dir.display());
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let docker = mqlab::env::containers::engine().await.unwrap();
-        let filters = std::collections::HashMap::from([("label".to_string(), vec![label.clone()])]);
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            let containers = ListContainersOptionsBuilder::default()
-                .all(true)
-                .filters(&filters)
-                .build();
-            let networks = ListNetworksOptionsBuilder::default()
-                .filters(&filters)
-                .build();
-            let left = (
-                docker
-                    .list_containers(Some(containers))
-                    .await
-                    .map(|l| l.len()),
-                docker.list_networks(Some(networks)).await.map(|l| l.len()),
-            );
-            match left {
-                (Ok(0), Ok(0)) => return (0, 0),
-                (Ok(c), Ok(n)) if Instant::now() > deadline => return (c, n),
-                (Err(e), _) | (_, Err(e)) if Instant::now() > deadline => {
-                    panic!("cannot list containers or networks: {e}")
-                }
-                _ => tokio::time::sleep(Duration::from_millis(200)).await,
-            }
-        }
-    })
 }

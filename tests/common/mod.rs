@@ -239,3 +239,44 @@ pub fn one_node_runs(keep: impl Fn(&mqlab::lab::Lab) -> bool) -> Vec<String> {
     }
     runs
 }
+
+/// Containers and networks labelled with the run, once the guard had 15 s.
+pub fn labelled_left(dir: &std::path::Path) -> (usize, usize) {
+    use testcontainers::bollard::query_parameters::{
+        ListContainersOptionsBuilder, ListNetworksOptionsBuilder,
+    };
+    let label = format!("mqlab.run={}", dir.display());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let docker = mqlab::env::containers::engine().await.unwrap();
+        let filters = std::collections::HashMap::from([("label".to_string(), vec![label.clone()])]);
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let containers = ListContainersOptionsBuilder::default()
+                .all(true)
+                .filters(&filters)
+                .build();
+            let networks = ListNetworksOptionsBuilder::default()
+                .filters(&filters)
+                .build();
+            let left = (
+                docker
+                    .list_containers(Some(containers))
+                    .await
+                    .map(|l| l.len()),
+                docker.list_networks(Some(networks)).await.map(|l| l.len()),
+            );
+            match left {
+                (Ok(0), Ok(0)) => return (0, 0),
+                (Ok(c), Ok(n)) if Instant::now() > deadline => return (c, n),
+                (Err(e), _) | (_, Err(e)) if Instant::now() > deadline => {
+                    panic!("cannot list containers or networks: {e}")
+                }
+                _ => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    })
+}
