@@ -20,7 +20,7 @@ fn expect_setup_error(cmd: &mut std::process::Command, needle: &str) {
 fn unknown_lab() {
     expect_setup_error(
         mqlab(&["lab", "nope"]).current_dir(root()),
-        "unknown lab `nope` (known: backlog-drain, broker-pause, broker-restart,",
+        "unknown lab `nope` (known: abandoned-transaction, backlog-drain, broker-pause,",
     );
 }
 

@@ -49,23 +49,22 @@ pub fn hold_confirm(r: &impl Run, f: &Fault) {
 /// of the loss with its transaction open and abandons the delivery. Either
 /// way the same process connects again (`reconnect`) and gets the message
 /// redelivered. The fault's assertions wait for it.
-pub fn cut_consumer(r: &impl Run, f: &Fault, cfg: &mut ConsumerConfig) {
-    let (rule, point) = consumer_cut(f);
+pub fn cut_consumer(r: &impl Run, f: &Fault, cfg: &mut ConsumerConfig) -> Result<()> {
+    let (rule, point) = consumer_cut(f)?;
     cfg.faults.extend(point);
     r.proxy().arm(rule);
     cfg.reconnect = true;
+    Ok(())
 }
 
 /// The proxy's rule for a consumer cut at `f`'s window, and the point where
 /// the consumer makes the round trip the proxy drops (before its COMMIT).
-pub fn consumer_cut(f: &Fault) -> (Rule, Option<FaultPoint>) {
+pub fn consumer_cut(f: &Fault) -> Result<(Rule, Option<FaultPoint>)> {
     let message = f.message.clone();
-    // The placement's two windows (the lab checker admits no other).
     match f.window {
-        Window::BeforeCommit => (
+        Window::BeforeCommit => Ok((
             Rule::CutOnBarrier {
                 message: message.clone(),
-                delivered: false,
             },
             Some(FaultPoint {
                 window: f.window,
@@ -73,7 +72,9 @@ pub fn consumer_cut(f: &Fault) -> (Rule, Option<FaultPoint>) {
                 hold: false,
                 cut: true,
             }),
-        ),
-        _ => (Rule::CutOnAck { message }, None),
+        )),
+        Window::AfterCommitBeforeAck => Ok((Rule::CutOnAck { message }, None)),
+        // The placement's two windows are all the lab checker admits.
+        w => anyhow::bail!("a consumer's connection cut at {w}: no placement has that window"),
     }
 }

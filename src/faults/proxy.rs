@@ -3,16 +3,17 @@
 //! original bytes, frame by frame, reading each frame's meaning through the
 //! broker's [`Codec`] (one per connection) to follow one message: the
 //! deliveries and the acks of a consumer, the publishes and the confirms of a
-//! producer. An armed [`Rule`] acts on one message's frame, once:
+//! producer. An armed [`Rule`] acts once, on one message's frame or on the
+//! consumer's round trip that follows its delivery:
 //!
 //! - [`Rule::CutOnAck`]: the consumer's ack of that message is dropped and
 //!   the connection closed on both sides; the broker never hears the ack and
 //!   requeues the message. New connections then wait at a gate until the
 //!   harness [`Proxy::release`]s them, once the broker has dropped the old one.
-//! - [`Rule::CutOnBarrier`]: the consumer's round trip (a basic.qos) after
-//!   that message reached it, made at its window before its COMMIT, is
-//!   dropped and the connection closed, the gate shut as for the ack: the
-//!   consumer learns of the loss with its transaction open.
+//! - [`Rule::CutOnBarrier`]: the consumer's round trip (a basic.qos) on the
+//!   connection that message reached, made at its window before its COMMIT,
+//!   is dropped and the connection closed, the gate shut as for the ack:
+//!   the consumer learns of the loss with its transaction open.
 //! - [`Rule::CutOnPublish`]: the producer's publish of that message (its
 //!   method and header frames) is dropped and the connection closed; the
 //!   broker never gets the message.
@@ -40,12 +41,11 @@ pub enum Rule {
     CutOnAck {
         message: String,
     },
-    /// The consumer's first round trip after `message` was delivered to it
-    /// (`delivered`), a basic.qos it makes at its window: dropped, and the
+    /// The consumer's first basic.qos on the connection `message` was
+    /// delivered on (its round trip at its window): dropped, and that
     /// connection cut.
     CutOnBarrier {
         message: String,
-        delivered: bool,
     },
     CutOnPublish {
         message: String,
@@ -212,6 +212,9 @@ struct Held {
     /// A publish's first frames held back until a later one says which
     /// message it is (a publish to cut is dropped whole).
     stashed: HashMap<u16, Vec<u8>>,
+    /// The message of a [`Rule::CutOnBarrier`] was delivered on this
+    /// connection: its next basic.qos is the one to cut.
+    barrier_due: bool,
 }
 
 enum Verdict {
@@ -422,21 +425,14 @@ fn judge(dir: Dir, frame: &[u8], conn: &mut Conn, shared: &Shared) -> Verdict {
                     .expect("black box")
                     .on_deliver(&message, redelivered, auto_ack);
             }
-            if let Some(Rule::CutOnBarrier {
-                message: cut,
-                delivered,
-            }) = rule.as_mut()
-            {
-                *delivered |= *cut == message;
+            if let Some(Rule::CutOnBarrier { message: cut }) = rule.as_ref() {
+                held.barrier_due |= *cut == message;
             }
         }
-        // The consumer's round trip at its window, once the message is in
-        // its hands.
+        // The consumer's round trip at its window, on the connection the
+        // message reached (a reconnect's own basic.qos comes on another).
         Frame::Qos { .. } => {
-            if let Some(Rule::CutOnBarrier {
-                message,
-                delivered: true,
-            }) = rule.as_ref()
+            if let Some(Rule::CutOnBarrier { message }) = rule.as_ref().filter(|_| held.barrier_due)
             {
                 let message = message.clone();
                 let _ = shared.events.send(ProxyEvent::CutBarrier { message });

@@ -726,7 +726,7 @@ mod tests {
                 .filter_map(|s| s.fault)
                 .find(|f| f.action == FaultAction::Cut)
                 .expect("a cut");
-            (super::super::network::consumer_cut(&f), f)
+            (super::super::network::consumer_cut(&f).unwrap(), f)
         };
         let ((rule, point), f) = cut("connection-drop");
         assert_eq!(rule, Rule::CutOnAck { message: f.message });
@@ -736,7 +736,6 @@ mod tests {
             rule,
             Rule::CutOnBarrier {
                 message: f.message.clone(),
-                delivered: false
             }
         );
         let point = point.expect("the consumer's round trip");

@@ -505,7 +505,8 @@ pub struct Downstream {
 
 impl Consume {
     /// Whether `p`, a consume-step placement, can go on this step (the
-    /// proxy's ack cut acts on the built-in consumer's frames only).
+    /// proxy's connection cut needs the built-in consumer's own round trip
+    /// and reconnect).
     pub fn admits(&self, p: &crate::vocab::Placement) -> bool {
         !(p.built_in_only && self.command.is_some())
     }

@@ -70,7 +70,7 @@ impl Ctx<'_> {
                     None
                 }
                 OnConsume::Cut => {
-                    crate::faults::network::cut_consumer(self, f, &mut cfg);
+                    crate::faults::network::cut_consumer(self, f, &mut cfg)?;
                     Some(f)
                 }
             },

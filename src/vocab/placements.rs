@@ -152,7 +152,8 @@ pub struct Placement {
     /// What follows it (a lab may say so, and must not say otherwise).
     pub then: Then,
     /// A consume-step placement for the built-in consumer only (the
-    /// proxy's ack cut needs the harness's own role).
+    /// proxy's connection cut needs the harness's own role: its round
+    /// trip at the window, its reconnect).
     pub built_in_only: bool,
     /// A publish-step placement that needs the step's confirm and no
     /// confirm timeout (the harness holds the confirm until it acts).
