@@ -212,9 +212,10 @@ struct Held {
     /// A publish's first frames held back until a later one says which
     /// message it is (a publish to cut is dropped whole).
     stashed: HashMap<u16, Vec<u8>>,
-    /// The message of a [`Rule::CutOnBarrier`] was delivered on this
-    /// connection: its next basic.qos is the one to cut.
-    barrier_due: bool,
+    /// The message of a [`Rule::CutOnBarrier`] delivered on this
+    /// connection: its next basic.qos is the one to cut while that rule is
+    /// armed (named, so that a later rule's message is not taken for it).
+    barrier_for: Option<String>,
 }
 
 enum Verdict {
@@ -426,14 +427,18 @@ fn judge(dir: Dir, frame: &[u8], conn: &mut Conn, shared: &Shared) -> Verdict {
                     .on_deliver(&message, redelivered, auto_ack);
             }
             if let Some(Rule::CutOnBarrier { message: cut }) = rule.as_ref() {
-                held.barrier_due |= *cut == message;
+                if *cut == message {
+                    held.barrier_for = Some(message);
+                }
             }
         }
         // The consumer's round trip at its window, on the connection the
         // message reached (a reconnect's own basic.qos comes on another).
         Frame::Qos { .. } => {
-            if let Some(Rule::CutOnBarrier { message }) = rule.as_ref().filter(|_| held.barrier_due)
-            {
+            if let Some(Rule::CutOnBarrier { message }) = rule.as_ref() {
+                if held.barrier_for.as_ref() != Some(message) {
+                    return Verdict::Forward;
+                }
                 let message = message.clone();
                 let _ = shared.events.send(ProxyEvent::CutBarrier { message });
                 *rule = None;
