@@ -742,7 +742,14 @@ mod tests {
         assert!(point.cut && !point.hold);
         assert_eq!(
             (point.window, point.message),
-            (Window::BeforeCommit, f.message)
+            (Window::BeforeCommit, f.message.clone())
         );
+        // Any other window is an error, not the ack's cut.
+        let elsewhere = Fault {
+            window: Window::AfterAck,
+            ..f
+        };
+        let refused = super::super::network::consumer_cut(&elsewhere).unwrap_err();
+        assert!(refused.to_string().contains("after-ack"), "{refused}");
     }
 }
