@@ -25,10 +25,7 @@ pub async fn reach<B, E>(
     B: Future<Output = Result<(), E>>,
     E: std::fmt::Display,
 {
-    let Some(point) = faults
-        .iter()
-        .find(|f| f.window == window && f.message == meta.message_id && !f.cut)
-    else {
+    let Some(point) = selected(faults, window, meta).filter(|p| !p.cut) else {
         return;
     };
     if let Err(e) = barrier.await {
@@ -65,9 +62,19 @@ where
     B: Future<Output = Result<(), E>>,
     E: std::fmt::Display,
 {
-    let at = |f: &&FaultPoint| f.window == window && f.message == meta.message_id && f.cut;
-    if faults.iter().find(at).is_none() {
-        return Ok(());
+    match selected(faults, window, meta) {
+        Some(p) if p.cut => barrier.await.map_err(|e| e.to_string()),
+        _ => Ok(()),
     }
-    barrier.await.map_err(|e| e.to_string())
+}
+
+/// The point the lab selected at this window for this message, if any.
+fn selected<'f>(
+    faults: &'f [FaultPoint],
+    window: Window,
+    meta: &MessageMeta,
+) -> Option<&'f FaultPoint> {
+    faults
+        .iter()
+        .find(|f| f.window == window && f.message == meta.message_id)
 }
